@@ -1,0 +1,274 @@
+/**
+ * An in-memory queue store with the same semantics as the PostgreSQL one, for
+ * fast tests of consumer logic. Time is Effect's `Clock`, so `TestClock` drives
+ * leases and delays. It has no transactions and keeps nothing across restarts:
+ * never use it in production.
+ *
+ * @since 0.1.0
+ */
+import { Clock, Effect, Layer, Option } from "effect"
+import type { Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
+import type { InvalidInput } from "./QueueError.ts"
+import { defaults, type DeadLetterFilter, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+import * as Validate from "./internal/validate.ts"
+
+/** How to build a {@link MemoryQueueStore}. */
+export interface MemoryQueueStoreOptions {
+  /** Largest payload accepted, in JSON bytes (default 1 MiB). */
+  readonly maxPayloadBytes?: number | undefined
+  /** Attempts a message gets unless its sender says otherwise (default 25). */
+  readonly defaultMaxAttempts?: number | undefined
+}
+
+/** One stored message: the mutable mirror of a row of the messages table. */
+interface Row {
+  readonly id: bigint
+  readonly queue: string
+  readonly task: string
+  readonly payload: unknown
+  readonly headers: Readonly<Record<string, string>>
+  readonly priority: number
+  readonly enqueuedAt: number
+  readonly maxAttempts: number
+  state: "ready" | "dead"
+  visibleAt: number
+  attempts: number
+  leaseToken: string | null
+  leasedBy: string | null
+  dedupKey: string | null
+  lastError: string | null
+  deadReason: string | null
+  deadAt: number | null
+}
+
+const message = (row: Row) => ({
+  id: String(row.id) as MessageId,
+  queue: row.queue,
+  task: row.task,
+  payload: structuredClone(row.payload),
+  headers: { ...row.headers },
+  priority: row.priority,
+  attempts: row.attempts,
+  maxAttempts: row.maxAttempts,
+  enqueuedAt: new Date(row.enqueuedAt),
+  dedupKey: row.dedupKey,
+  lastError: row.lastError
+})
+
+/** Claim order: lowest priority number, then earliest visibility, then id. */
+const claimOrder = (a: Row, b: Row) =>
+  a.priority - b.priority || a.visibleAt - b.visibleAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
+
+/**
+ * Build an empty in-memory store. Each operation runs synchronously, so it is
+ * atomic with respect to other fibers, like a single SQL statement.
+ */
+export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<QueueStoreShape> =>
+  Effect.sync(() => {
+    const rows = new Map<bigint, Row>()
+    let nextId = 1n
+    const limits: Validate.SendLimits = {
+      maxPayloadBytes: options.maxPayloadBytes ?? defaults.maxPayloadBytes,
+      defaultMaxAttempts: options.defaultMaxAttempts ?? defaults.maxAttempts
+    }
+
+    /** The row a fenced write may touch: same id, same token, still live. */
+    const held = (id: MessageId, token: string): Row | undefined => {
+      const row = rows.get(BigInt(id))
+      return row !== undefined && row.state === "ready" && row.leaseToken === token ? row : undefined
+    }
+    const clearLease = (row: Row) => {
+      row.leaseToken = null
+      row.leasedBy = null
+    }
+    const live = (queue: string) => [...rows.values()].filter((r) => r.queue === queue && r.state === "ready")
+    const matching = (filter: DeadLetterFilter) => {
+      const wanted = filter.ids === undefined ? undefined : new Set(filter.ids.map(String))
+      return [...rows.values()]
+        .filter((r) =>
+          r.state === "dead" && (filter.queue === undefined || r.queue === filter.queue) &&
+          (wanted === undefined || wanted.has(String(r.id)))
+        )
+        .sort((a, b) => (a.deadAt ?? 0) - (b.deadAt ?? 0) || (a.id < b.id ? -1 : 1))
+    }
+    const fencedWrite = <A>(id: MessageId, token: string, write: (row: Row, now: number) => A) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const row = held(id, token)
+        if (row === undefined) return false
+        write(row, now)
+        return true
+      })
+
+    const send: QueueStoreShape["send"] = (queue, messages) =>
+      Effect.gen(function*() {
+        const prepared = yield* Validate.prepareSend(queue, messages, limits)
+        const now = yield* Clock.currentTimeMillis
+        // All checks passed before the first write: like the SQL transaction, all or nothing.
+        return prepared.map((m): SendResult => {
+          if (m.dedupKey !== null) {
+            const existing = live(queue).find((r) => r.dedupKey === m.dedupKey)
+            if (existing !== undefined) return { id: String(existing.id) as MessageId, deduplicated: true }
+          }
+          const id = nextId++
+          rows.set(id, {
+            id,
+            queue,
+            task: m.task,
+            payload: JSON.parse(m.payloadJson),
+            headers: m.headers,
+            priority: m.priority,
+            enqueuedAt: now,
+            maxAttempts: m.maxAttempts,
+            state: "ready",
+            visibleAt: now + m.delayMs,
+            attempts: 0,
+            leaseToken: null,
+            leasedBy: null,
+            dedupKey: m.dedupKey,
+            lastError: null,
+            deadReason: null,
+            deadAt: null
+          })
+          return { id: String(id) as MessageId, deduplicated: false }
+        })
+      })
+
+    const claim: QueueStoreShape["claim"] = (queue, options) =>
+      Effect.gen(function*() {
+        yield* Validate.name("queue", queue)
+        yield* Validate.name("consumer", options.consumer)
+        const limit = yield* Validate.positiveInt("limit", options.limit, 10_000)
+        const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
+        const now = yield* Clock.currentTimeMillis
+        const picked = live(queue).filter((r) => r.visibleAt <= now).sort(claimOrder).slice(0, limit)
+        return picked.map((row): Claim => {
+          row.visibleAt = now + leaseMs
+          row.attempts += 1
+          row.leaseToken = crypto.randomUUID()
+          row.leasedBy = options.consumer
+          return {
+            ...message(row),
+            leaseToken: row.leaseToken as Claim["leaseToken"],
+            leaseExpiresAt: new Date(row.visibleAt),
+            consumer: options.consumer
+          }
+        })
+      })
+
+    const renew: QueueStoreShape["renew"] = (claims, lease) =>
+      Effect.gen(function*() {
+        const leaseMs = yield* Validate.durationMs("lease", lease, { min: defaults.minLeaseMs }).pipe(Effect.orDie)
+        const now = yield* Clock.currentTimeMillis
+        return claims.flatMap((c) => {
+          const row = held(c.id, c.leaseToken)
+          if (row === undefined) return []
+          row.visibleAt = now + leaseMs
+          return [c.id]
+        })
+      })
+
+    const ack: QueueStoreShape["ack"] = (ref) =>
+      Effect.sync(() => held(ref.id, ref.leaseToken) !== undefined && rows.delete(BigInt(ref.id)))
+
+    const release: QueueStoreShape["release"] = (ref, options) =>
+      Effect.flatMap(
+        options?.delay === undefined ? Effect.succeed(0) : Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie),
+        (delayMs) =>
+          fencedWrite(ref.id, ref.leaseToken, (row, now) => {
+            row.visibleAt = now + delayMs
+            row.attempts = Math.max(row.attempts - 1, 0)
+            clearLease(row)
+          })
+      )
+
+    const retry: QueueStoreShape["retry"] = (ref, options) =>
+      Effect.flatMap(Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie), (delayMs) =>
+        fencedWrite(ref.id, ref.leaseToken, (row, now) => {
+          row.visibleAt = now + delayMs
+          row.lastError = Validate.boundedText(options.error)
+          clearLease(row)
+        }))
+
+    const deadLetter: QueueStoreShape["deadLetter"] = (ref, options) =>
+      fencedWrite(ref.id, ref.leaseToken, (row, now) => {
+        row.state = "dead"
+        row.deadReason = Validate.boundedText(options.reason)
+        row.deadAt = now
+        if (options.error !== undefined) row.lastError = Validate.boundedText(options.error)
+        clearLease(row)
+      })
+
+    const redrive: QueueStoreShape["redrive"] = (filter) =>
+      Effect.map(Clock.currentTimeMillis, (now) =>
+        matching(filter).map((row) => {
+          // Same rule as SQL: a key now held by a live message is given up.
+          if (row.dedupKey !== null && live(row.queue).some((r) => r.dedupKey === row.dedupKey)) row.dedupKey = null
+          row.state = "ready"
+          row.attempts = 0
+          row.deadReason = null
+          row.deadAt = null
+          row.visibleAt = now
+          return String(row.id) as MessageId
+        }))
+
+    const purge: QueueStoreShape["purge"] = (filter) =>
+      Effect.sync(() =>
+        matching(filter).map((row) => {
+          rows.delete(row.id)
+          return String(row.id) as MessageId
+        })
+      )
+
+    const deadLetters: QueueStoreShape["deadLetters"] = (filter) =>
+      Effect.sync(() =>
+        matching(filter).slice(0, filter.limit ?? 100).map((row): DeadLetter => ({
+          ...message(row),
+          reason: row.deadReason ?? "",
+          deadAt: new Date(row.deadAt ?? 0)
+        }))
+      )
+
+    const stats: QueueStoreShape["stats"] = (queue) =>
+      Effect.gen(function*() {
+        yield* Validate.name("queue", queue)
+        const now = yield* Clock.currentTimeMillis
+        const all = [...rows.values()].filter((r) => r.queue === queue)
+        const ready = all.filter((r) => r.state === "ready" && r.visibleAt <= now)
+        const waiting = all.filter((r) => r.state === "ready" && r.visibleAt > now)
+        return {
+          queue,
+          ready: ready.length,
+          delayed: waiting.filter((r) => r.leaseToken === null).length,
+          inFlight: waiting.filter((r) => r.leaseToken !== null).length,
+          dead: all.filter((r) => r.state === "dead").length,
+          oldestReadyAgeMs: ready.length === 0 ? 0 : now - Math.min(...ready.map((r) => r.visibleAt))
+        } satisfies QueueStats
+      })
+
+    const nextVisibleAt = (queue: string): Effect.Effect<Option.Option<Date>, InvalidInput> =>
+      Effect.gen(function*() {
+        yield* Validate.name("queue", queue)
+        const now = yield* Clock.currentTimeMillis
+        const future = live(queue).map((r) => r.visibleAt).filter((t) => t > now)
+        return future.length === 0 ? Option.none() : Option.some(new Date(Math.min(...future)))
+      })
+
+    return QueueStore.of({
+      send,
+      claim,
+      renew,
+      ack,
+      release,
+      retry,
+      deadLetter,
+      redrive,
+      purge,
+      deadLetters,
+      stats,
+      nextVisibleAt
+    })
+  })
+
+/** A fresh, empty in-memory store as a layer: one per test gives isolation for free. */
+export const layer = (options: MemoryQueueStoreOptions = {}): Layer.Layer<QueueStore> =>
+  Layer.effect(QueueStore, make(options))

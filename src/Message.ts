@@ -1,0 +1,105 @@
+/**
+ * Messages, claims and the inputs that create them.
+ *
+ * @since 0.1.0
+ */
+import { Schema } from "effect"
+
+/** The id of a message: a decimal string (a `bigint` in the database), stable across redrives. */
+export const MessageId = Schema.String.pipe(Schema.brand("leasehold/MessageId"))
+/** @see {@link MessageId} */
+export type MessageId = typeof MessageId.Type
+
+/**
+ * The fencing token of one claim of one message. Every renew, ack, release,
+ * retry and dead-letter matches `(id, token)`: a holder whose lease was taken
+ * over matches nothing.
+ */
+export const LeaseToken = Schema.String.pipe(Schema.brand("leasehold/LeaseToken"))
+/** @see {@link LeaseToken} */
+export type LeaseToken = typeof LeaseToken.Type
+
+/** A message as stored: what a consumer gets to decide what to run. */
+export const Message = Schema.Struct({
+  id: MessageId,
+  queue: Schema.String,
+  task: Schema.String,
+  payload: Schema.Unknown,
+  headers: Schema.Record(Schema.String, Schema.String),
+  priority: Schema.Int,
+  attempts: Schema.Int,
+  maxAttempts: Schema.Int,
+  enqueuedAt: Schema.Date,
+  dedupKey: Schema.NullOr(Schema.String),
+  lastError: Schema.NullOr(Schema.String)
+})
+/** @see {@link Message} */
+export type Message = typeof Message.Type
+
+/**
+ * A claimed message: the message plus the lease that hides it from other
+ * consumers until `leaseExpiresAt`, and the token that fences every write.
+ */
+export const Claim = Schema.Struct({
+  ...Message.fields,
+  leaseToken: LeaseToken,
+  leaseExpiresAt: Schema.Date,
+  consumer: Schema.String
+})
+/** @see {@link Claim} */
+export type Claim = typeof Claim.Type
+
+/** The part of a claim that fenced writes need: which message, which lease. */
+export interface ClaimRef {
+  readonly id: MessageId
+  readonly leaseToken: LeaseToken
+}
+
+/** Convenience: the fencing reference of a claim. */
+export const claimRef = (claim: ClaimRef): ClaimRef => ({ id: claim.id, leaseToken: claim.leaseToken })
+
+/**
+ * What a producer sends. `payload` must be JSON-encodable. Lower `priority`
+ * numbers run first (default 0). `delay` (milliseconds) hides the message until
+ * due. A `dedupKey` makes `send` return the id of a live message of the same
+ * queue with that key instead of enqueueing another.
+ */
+export interface NewMessage {
+  readonly task: string
+  readonly payload: unknown
+  readonly headers?: Readonly<Record<string, string>> | undefined
+  readonly priority?: number | undefined
+  readonly delay?: number | undefined
+  readonly maxAttempts?: number | undefined
+  readonly dedupKey?: string | undefined
+}
+
+/** The outcome of sending one message: its id, and whether a live duplicate was found instead. */
+export interface SendResult {
+  readonly id: MessageId
+  readonly deduplicated: boolean
+}
+
+/** A dead-lettered message: kept with its payload, why it died and when. */
+export const DeadLetter = Schema.Struct({
+  ...Message.fields,
+  reason: Schema.String,
+  deadAt: Schema.Date
+})
+/** @see {@link DeadLetter} */
+export type DeadLetter = typeof DeadLetter.Type
+
+/** Counts of one queue, for dashboards and the `stats` command. */
+export interface QueueStats {
+  readonly queue: string
+  /** Visible now: a consumer would get these on its next claim. */
+  readonly ready: number
+  /** Waiting for their delay or retry backoff. */
+  readonly delayed: number
+  /** Leased by a consumer, lease not expired. */
+  readonly inFlight: number
+  /** Dead-lettered. */
+  readonly dead: number
+  /** Age in milliseconds of the oldest ready message, 0 when none. */
+  readonly oldestReadyAgeMs: number
+}

@@ -1,0 +1,60 @@
+/**
+ * The database schema of leasehold: numbered migrations run by effect's
+ * `Migrator`, into a schema of their own (default `leasehold`).
+ *
+ * @since 0.1.0
+ */
+import { Effect, Layer } from "effect"
+import { Migrator, SqlClient, SqlError } from "effect/sql"
+import createMessages from "./migrations/0001_create_messages.ts"
+import { classify, type InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
+import * as Validate from "./internal/validate.ts"
+
+/** The schema leasehold uses unless told otherwise. */
+export const defaultSchema = "leasehold"
+
+/** Every migration, in order. Append new ones; never edit a released one. */
+const all: ReadonlyArray<readonly [id: number, name: string, make: (schema: string) => Effect.Effect<void, SqlError.SqlError, SqlClient.SqlClient>]> = [
+  [1, "create_messages", createMessages]
+]
+
+/**
+ * Bring `schema` up to date. Safe to run from many workers at once: the run
+ * holds a transaction-scoped advisory lock keyed by the schema name, so one
+ * migrates and the others then find nothing to do.
+ */
+export const run = (options: { readonly schema?: string | undefined } = {}): Effect.Effect<
+  ReadonlyArray<readonly [id: number, name: string]>,
+  InvalidInput | StoreError,
+  SqlClient.SqlClient
+> =>
+  Effect.gen(function*() {
+    const schema = yield* Validate.schemaName(options.schema ?? defaultSchema)
+    const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+    const migrate = Migrator.make({})({
+      table: `${schema}.migrations`,
+      loader: Effect.succeed(all.map(([id, name, make]) => [id, name, Effect.succeed(make(schema))] as const))
+    })
+    return yield* sql.withTransaction(Effect.gen(function*() {
+      // Why a lock: CREATE SCHEMA IF NOT EXISTS and the migrations table are not race-free on their own.
+      yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`leasehold.migrate.${schema}`}))`
+      yield* sql`CREATE SCHEMA IF NOT EXISTS ${sql(schema)}`
+      return yield* migrate
+    })).pipe(
+      // A migration that failed on SQL reports that SQL error; any other migrator failure is a QueryFailed.
+      Effect.catchTag("MigrationError", (error) =>
+        Effect.fail(
+          SqlError.isSqlError(error.cause)
+            ? error.cause
+            : new QueryFailed({ operation: "migrate", message: `migrate: ${error.message}` })
+        )),
+      classify("migrate")
+    )
+  }).pipe(Effect.withSpan("leasehold.migrate"))
+
+/** A layer that migrates `schema` when built: put it before the store in the application's layer. */
+export const layer = (options: { readonly schema?: string | undefined } = {}): Layer.Layer<
+  never,
+  InvalidInput | StoreError,
+  SqlClient.SqlClient
+> => Layer.effectDiscard(run(options))

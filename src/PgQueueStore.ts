@@ -1,0 +1,408 @@
+/**
+ * The PostgreSQL queue store: every statement of the lease protocol, each one
+ * short, parameterised, and fenced by `(id, lease_token)` where it writes to a
+ * claim. All of leasehold's SQL outside the migrations lives in this file.
+ *
+ * @since 0.1.0
+ */
+import { Clock, Effect, Layer, Option } from "effect"
+import { SqlClient } from "effect/sql"
+import type { Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
+import * as Migrations from "./Migrations.ts"
+import { classify, type InvalidInput, type StoreError } from "./QueueError.ts"
+import { defaults, type DeadLetterFilter, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+import * as Validate from "./internal/validate.ts"
+import type { PreparedMessage } from "./internal/validate.ts"
+
+/** How to build a {@link PgQueueStore}. */
+export interface PgQueueStoreOptions {
+  /** The SQL schema holding leasehold's tables (default `leasehold`); validated as an identifier. */
+  readonly schema?: string | undefined
+  /** Run the migrations when the store is built (default true). */
+  readonly migrate?: boolean | undefined
+  /** Largest payload accepted, in JSON bytes (default 1 MiB). */
+  readonly maxPayloadBytes?: number | undefined
+  /** Attempts a message gets unless its sender says otherwise (default 25). */
+  readonly defaultMaxAttempts?: number | undefined
+  /**
+   * Where "now" comes from. `database` (the default) uses the server's `now()`,
+   * so workers with skewed clocks agree. `effect` passes Effect's `Clock` as the
+   * time of every statement, so tests can drive leases with `TestClock`.
+   */
+  readonly clock?: "database" | "effect" | undefined
+}
+
+/** Rows of the messages table, as the driver returns them. */
+interface MessageRow {
+  readonly id: bigint | string
+  readonly queue: string
+  readonly task: string
+  readonly payload: unknown
+  readonly headers: Record<string, string> | null
+  readonly priority: number
+  readonly attempts: number
+  readonly max_attempts: number
+  readonly enqueued_at: Date
+  readonly visible_at: Date
+  readonly lease_token: string | null
+  readonly leased_by: string | null
+  readonly dedup_key: string | null
+  readonly last_error: string | null
+  readonly dead_reason: string | null
+  readonly dead_at: Date | null
+}
+
+const toMessage = (row: MessageRow) => ({
+  id: String(row.id) as MessageId,
+  queue: row.queue,
+  task: row.task,
+  payload: row.payload,
+  headers: row.headers ?? {},
+  priority: row.priority,
+  attempts: row.attempts,
+  maxAttempts: row.max_attempts,
+  enqueuedAt: row.enqueued_at,
+  dedupKey: row.dedup_key,
+  lastError: row.last_error
+})
+
+const toClaim = (row: MessageRow): Claim => ({
+  ...toMessage(row),
+  leaseToken: row.lease_token as Claim["leaseToken"],
+  leaseExpiresAt: row.visible_at,
+  consumer: row.leased_by ?? ""
+})
+
+const toDeadLetter = (row: MessageRow): DeadLetter => ({
+  ...toMessage(row),
+  reason: row.dead_reason ?? "",
+  deadAt: row.dead_at ?? row.visible_at
+})
+
+const ids = (rows: ReadonlyArray<{ readonly id: bigint | string }>): ReadonlyArray<MessageId> =>
+  rows.map((row) => String(row.id) as MessageId)
+
+/** Rows per INSERT of a batch send: keeps one statement's parameters well under protocol limits. */
+const SEND_CHUNK = 500
+
+/**
+ * Build a PostgreSQL store over the `SqlClient` in context (provide
+ * `PgClient.layer`). When you use the same client for your own
+ * `sql.withTransaction`, `send` joins that transaction.
+ */
+export const make = (
+  options: PgQueueStoreOptions = {}
+): Effect.Effect<QueueStoreShape, InvalidInput | StoreError, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const schema = yield* Validate.schemaName(options.schema ?? Migrations.defaultSchema)
+    if (options.migrate ?? true) yield* Migrations.run({ schema })
+    const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+    const table = sql(`${schema}.messages`)
+    const limits: Validate.SendLimits = {
+      maxPayloadBytes: options.maxPayloadBytes ?? defaults.maxPayloadBytes,
+      defaultMaxAttempts: options.defaultMaxAttempts ?? defaults.maxAttempts
+    }
+    /** `null` means "use the database's now()": every statement reads `coalesce($now, now())`. */
+    const currentTime: Effect.Effect<Date | null> = options.clock === "effect"
+      ? Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+      : Effect.succeed(null)
+
+    /** Run one operation: time it in a span, classify its failures. */
+    const op = <A, E>(name: string, attributes: Record<string, unknown>, effect: Effect.Effect<A, E>) =>
+      effect.pipe(classify(name), Effect.withSpan(`leasehold.${name}`, { attributes }))
+
+    // Bulk insert of messages without a dedup key: one statement per chunk.
+    // jsonb_array_elements WITH ORDINALITY + ORDER BY makes ids follow input order.
+    const insertBatch = (queue: string, now: Date | null, rows: ReadonlyArray<PreparedMessage>) => {
+      const doc = `[${
+        rows.map((m) =>
+          `{"t":${JSON.stringify(m.task)},"p":${m.payloadJson},"h":${JSON.stringify(m.headers)},"pr":${m.priority},"d":${m.delayMs},"ma":${m.maxAttempts}}`
+        ).join(",")
+      }]`
+      return sql<{ id: bigint }>`
+        INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts)
+        SELECT ${queue}, e.doc->>'t', e.doc->'p', e.doc->'h', (e.doc->>'pr')::int,
+               coalesce(${now}::timestamptz, now()),
+               coalesce(${now}::timestamptz, now()) + (e.doc->>'d')::bigint * interval '1 millisecond',
+               (e.doc->>'ma')::int
+        FROM jsonb_array_elements(${doc}::jsonb) WITH ORDINALITY AS e(doc, ord)
+        ORDER BY e.ord
+        RETURNING id`.pipe(
+        Effect.map((inserted) =>
+          [...inserted].map((r) => BigInt(r.id)).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)).map((id): SendResult => ({
+            id: String(id) as MessageId,
+            deduplicated: false
+          }))
+        )
+      )
+    }
+
+    // Insert one message with a dedup key, or find the live one holding the key.
+    // The second branch cannot see a row the first inserted (same snapshot), so
+    // at most one branch answers; none answers only if the holder vanished
+    // between the conflict and the read, and then the statement is simply run again.
+    const insertDeduplicated = (queue: string, now: Date | null, m: PreparedMessage) =>
+      sql<{ id: bigint; inserted: boolean }>`
+        WITH ins AS (
+          INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts, dedup_key)
+          VALUES (${queue}, ${m.task}, ${m.payloadJson}::jsonb, ${JSON.stringify(m.headers)}::jsonb, ${m.priority},
+                  coalesce(${now}::timestamptz, now()),
+                  coalesce(${now}::timestamptz, now()) + ${m.delayMs}::bigint * interval '1 millisecond',
+                  ${m.maxAttempts}, ${m.dedupKey})
+          ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state = 'ready' DO NOTHING
+          RETURNING id
+        )
+        SELECT id, true AS inserted FROM ins
+        UNION ALL
+        SELECT id, false AS inserted FROM ${table}
+        WHERE queue = ${queue} AND dedup_key = ${m.dedupKey} AND state = 'ready'
+        LIMIT 1`.pipe(
+        Effect.flatMap((rows) =>
+          rows.length === 0
+            ? Effect.fail("dedup-race" as const)
+            : Effect.succeed<SendResult>({ id: String(rows[0]!.id) as MessageId, deduplicated: !rows[0]!.inserted })
+        ),
+        Effect.retry({ while: (e) => e === "dedup-race", times: 5 }),
+        Effect.catchIf((e): e is "dedup-race" => e === "dedup-race", () => Effect.die(new Error("dedup insert raced 6 times")))
+      )
+
+    const send: QueueStoreShape["send"] = (queue, messages) =>
+      Effect.gen(function*() {
+        const prepared = yield* Validate.prepareSend(queue, messages, limits)
+        if (prepared.length === 0) return []
+        const now = yield* currentTime
+        const results: Array<SendResult> = []
+        const write = Effect.gen(function*() {
+          // Consecutive messages without a dedup key go in one bulk INSERT; keyed ones one by one.
+          let run: Array<PreparedMessage> = []
+          const flush = Effect.suspend(() => {
+            const rows = run
+            run = []
+            return rows.length === 0 ? Effect.void : Effect.map(insertBatch(queue, now, rows), (r) => {
+              results.push(...r)
+            })
+          })
+          for (const m of prepared) {
+            if (m.dedupKey === null) {
+              run.push(m)
+              if (run.length >= SEND_CHUNK) yield* flush
+            } else {
+              yield* flush
+              results.push(yield* insertDeduplicated(queue, now, m))
+            }
+          }
+          yield* flush
+        })
+        // One statement needs no transaction; several must land together.
+        yield* prepared.length === 1 ? write : sql.withTransaction(write)
+        return results
+      }).pipe((e) => op("send", { queue, count: messages.length }, e))
+
+    const claim: QueueStoreShape["claim"] = (queue, options) =>
+      Effect.gen(function*() {
+        yield* Validate.name("queue", queue)
+        yield* Validate.name("consumer", options.consumer)
+        const limit = yield* Validate.positiveInt("limit", options.limit, 10_000)
+        const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
+        const now = yield* currentTime
+        // Lock the first `limit` ready rows that no other claimer has locked
+        // (SKIP LOCKED: concurrent claimers never wait on or share a row), then
+        // lease them. The outer SELECT restores claim order, which UPDATE
+        // RETURNING does not keep.
+        const rows = yield* sql<MessageRow & { was_visible_at: Date }>`
+          WITH picked AS (
+            SELECT id, visible_at FROM ${table}
+            WHERE queue = ${queue} AND state = 'ready' AND visible_at <= coalesce(${now}::timestamptz, now())
+            ORDER BY priority, visible_at, id
+            LIMIT ${limit}
+            FOR UPDATE SKIP LOCKED
+          ), claimed AS (
+            UPDATE ${table} AS m SET
+              visible_at  = coalesce(${now}::timestamptz, now()) + ${leaseMs}::bigint * interval '1 millisecond',
+              attempts    = m.attempts + 1,
+              lease_token = gen_random_uuid(),
+              leased_by   = ${options.consumer},
+              leased_at   = coalesce(${now}::timestamptz, now())
+            FROM picked WHERE m.id = picked.id
+            RETURNING m.*, picked.visible_at AS was_visible_at
+          )
+          SELECT * FROM claimed ORDER BY priority, was_visible_at, id`
+        return rows.map(toClaim)
+      }).pipe((e) => op("claim", { queue, limit: options.limit }, e))
+
+    const renew: QueueStoreShape["renew"] = (claims, lease) =>
+      Effect.gen(function*() {
+        if (claims.length === 0) return []
+        const leaseMs = yield* Validate.durationMs("lease", lease, { min: defaults.minLeaseMs }).pipe(Effect.orDie)
+        const now = yield* currentTime
+        const refs = JSON.stringify(claims.map((c) => ({ id: c.id, token: c.leaseToken })))
+        // One statement for the whole claim; only rows whose token still matches move.
+        const rows = yield* sql<{ id: bigint }>`
+          UPDATE ${table} AS m
+          SET visible_at = coalesce(${now}::timestamptz, now()) + ${leaseMs}::bigint * interval '1 millisecond'
+          FROM jsonb_to_recordset(${refs}::jsonb) AS c(id bigint, token uuid)
+          WHERE m.id = c.id AND m.lease_token = c.token AND m.state = 'ready'
+          RETURNING m.id`
+        return ids(rows)
+      }).pipe((e) => op("renew", { count: claims.length }, e))
+
+    const ack: QueueStoreShape["ack"] = (ref) =>
+      sql<{ id: bigint }>`
+        DELETE FROM ${table} WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid
+        RETURNING id`.pipe(
+        Effect.map((rows) => rows.length === 1),
+        (e) => op("ack", { messageId: ref.id }, e)
+      )
+
+    const release: QueueStoreShape["release"] = (ref, options) =>
+      Effect.gen(function*() {
+        const delayMs = options?.delay === undefined
+          ? 0
+          : yield* Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie)
+        const now = yield* currentTime
+        // The attempt is given back: a release is not a failure of the handler.
+        const rows = yield* sql<{ id: bigint }>`
+          UPDATE ${table} SET
+            visible_at  = coalesce(${now}::timestamptz, now()) + ${delayMs}::bigint * interval '1 millisecond',
+            attempts    = greatest(attempts - 1, 0),
+            lease_token = NULL, leased_by = NULL, leased_at = NULL
+          WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid
+          RETURNING id`
+        return rows.length === 1
+      }).pipe((e) => op("release", { messageId: ref.id }, e))
+
+    const retry: QueueStoreShape["retry"] = (ref, options) =>
+      Effect.gen(function*() {
+        const delayMs = yield* Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie)
+        const now = yield* currentTime
+        const rows = yield* sql<{ id: bigint }>`
+          UPDATE ${table} SET
+            visible_at  = coalesce(${now}::timestamptz, now()) + ${delayMs}::bigint * interval '1 millisecond',
+            last_error  = ${Validate.boundedText(options.error)},
+            lease_token = NULL, leased_by = NULL, leased_at = NULL
+          WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid
+          RETURNING id`
+        return rows.length === 1
+      }).pipe((e) => op("retry", { messageId: ref.id }, e))
+
+    const deadLetter: QueueStoreShape["deadLetter"] = (ref, options) =>
+      Effect.gen(function*() {
+        const now = yield* currentTime
+        const error = options.error === undefined ? null : Validate.boundedText(options.error)
+        const rows = yield* sql<{ id: bigint }>`
+          UPDATE ${table} SET
+            state       = 'dead',
+            dead_reason = ${Validate.boundedText(options.reason)},
+            dead_at     = coalesce(${now}::timestamptz, now()),
+            last_error  = coalesce(${error}::text, last_error),
+            lease_token = NULL, leased_by = NULL, leased_at = NULL
+          WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid
+          RETURNING id`
+        return rows.length === 1
+      }).pipe((e) => op("deadLetter", { messageId: ref.id }, e))
+
+    // Dead-letter filters: a NULL parameter means "any".
+    const filterIds = (filter: DeadLetterFilter) => filter.ids === undefined ? null : JSON.stringify(filter.ids)
+    const filterQueue = (filter: DeadLetterFilter) => filter.queue ?? null
+
+    const redrive: QueueStoreShape["redrive"] = (filter) =>
+      Effect.gen(function*() {
+        const now = yield* currentTime
+        // A redriven message whose dedup key is now held by a live message gives
+        // its key up rather than fail the redrive or merge with the other message.
+        const rows = yield* sql<{ id: bigint }>`
+          UPDATE ${table} AS m SET
+            state = 'ready', attempts = 0, dead_reason = NULL, dead_at = NULL,
+            visible_at = coalesce(${now}::timestamptz, now()),
+            dedup_key = CASE WHEN EXISTS (
+              SELECT 1 FROM ${table} AS o
+              WHERE o.queue = m.queue AND o.dedup_key = m.dedup_key AND o.state = 'ready'
+            ) THEN NULL ELSE m.dedup_key END
+          WHERE m.state = 'dead'
+            AND (${filterQueue(filter)}::text IS NULL OR m.queue = ${filterQueue(filter)})
+            AND (${filterIds(filter)}::jsonb IS NULL OR m.id IN (SELECT jsonb_array_elements_text(${filterIds(filter)}::jsonb)::bigint))
+          RETURNING m.id`
+        return ids(rows)
+      }).pipe((e) => op("redrive", { queue: filter.queue ?? "*" }, e))
+
+    const purge: QueueStoreShape["purge"] = (filter) =>
+      sql<{ id: bigint }>`
+        DELETE FROM ${table} AS m
+        WHERE m.state = 'dead'
+          AND (${filterQueue(filter)}::text IS NULL OR m.queue = ${filterQueue(filter)})
+          AND (${filterIds(filter)}::jsonb IS NULL OR m.id IN (SELECT jsonb_array_elements_text(${filterIds(filter)}::jsonb)::bigint))
+        RETURNING m.id`.pipe(Effect.map(ids), (e) => op("purge", { queue: filter.queue ?? "*" }, e))
+
+    const deadLetters: QueueStoreShape["deadLetters"] = (filter) =>
+      sql<MessageRow>`
+        SELECT * FROM ${table} AS m
+        WHERE m.state = 'dead'
+          AND (${filterQueue(filter)}::text IS NULL OR m.queue = ${filterQueue(filter)})
+          AND (${filterIds(filter)}::jsonb IS NULL OR m.id IN (SELECT jsonb_array_elements_text(${filterIds(filter)}::jsonb)::bigint))
+        ORDER BY m.dead_at, m.id
+        LIMIT ${filter.limit ?? 100}`.pipe(
+        Effect.map((rows) => rows.map(toDeadLetter)),
+        (e) => op("deadLetters", { queue: filter.queue ?? "*" }, e)
+      )
+
+    const stats: QueueStoreShape["stats"] = (queue) =>
+      Effect.gen(function*() {
+        yield* Validate.name("queue", queue)
+        const now = yield* currentTime
+        // Ready counts expired leases too: they are claimable now.
+        const [row] = yield* sql<{
+          ready: bigint
+          delayed: bigint
+          in_flight: bigint
+          dead: bigint
+          oldest_ready_age_ms: number | null
+        }>`
+          SELECT
+            count(*) FILTER (WHERE state = 'ready' AND visible_at <= c.now)                              AS ready,
+            count(*) FILTER (WHERE state = 'ready' AND visible_at > c.now AND lease_token IS NULL)     AS delayed,
+            count(*) FILTER (WHERE state = 'ready' AND visible_at > c.now AND lease_token IS NOT NULL) AS in_flight,
+            count(*) FILTER (WHERE state = 'dead')                                                      AS dead,
+            (extract(epoch FROM c.now - min(visible_at) FILTER (WHERE state = 'ready' AND visible_at <= c.now)) * 1000)::float8
+              AS oldest_ready_age_ms
+          FROM ${table}, (SELECT coalesce(${now}::timestamptz, now()) AS now) AS c
+          WHERE queue = ${queue}
+          GROUP BY c.now`
+        return {
+          queue,
+          ready: Number(row?.ready ?? 0),
+          delayed: Number(row?.delayed ?? 0),
+          inFlight: Number(row?.in_flight ?? 0),
+          dead: Number(row?.dead ?? 0),
+          oldestReadyAgeMs: Math.max(0, Math.round(row?.oldest_ready_age_ms ?? 0))
+        } satisfies QueueStats
+      }).pipe((e) => op("stats", { queue }, e))
+
+    const nextVisibleAt: QueueStoreShape["nextVisibleAt"] = (queue) =>
+      Effect.gen(function*() {
+        yield* Validate.name("queue", queue)
+        const now = yield* currentTime
+        const [row] = yield* sql<{ at: Date | null }>`
+          SELECT min(visible_at) AS at FROM ${table}
+          WHERE queue = ${queue} AND state = 'ready' AND visible_at > coalesce(${now}::timestamptz, now())`
+        return Option.fromNullishOr(row?.at)
+      }).pipe((e) => op("nextVisibleAt", { queue }, e))
+
+    return QueueStore.of({
+      send,
+      claim,
+      renew,
+      ack,
+      release,
+      retry,
+      deadLetter,
+      redrive,
+      purge,
+      deadLetters,
+      stats,
+      nextVisibleAt
+    })
+  })
+
+/** The store as a layer over the `SqlClient` in context (migrating first unless `migrate: false`). */
+export const layer = (options: PgQueueStoreOptions = {}): Layer.Layer<QueueStore, InvalidInput | StoreError, SqlClient.SqlClient> =>
+  Layer.effect(QueueStore, make(options))

@@ -1,0 +1,134 @@
+/**
+ * The typed errors of leasehold, and the classification of database failures
+ * into the one kind worth retrying ({@link ConnectionDead}) and the rest
+ * ({@link QueryFailed}).
+ *
+ * @since 0.1.0
+ */
+import { Cause, Effect, Schema } from "effect"
+import { SqlError } from "effect/sql"
+import { redactSecrets } from "./internal/redact.ts"
+
+/**
+ * The connection or the server went away (SQLSTATE class 08, 57P01-57P03,
+ * ECONNRESET, ECONNREFUSED, EPIPE, ETIMEDOUT, EHOSTUNREACH, ENETUNREACH,
+ * "Connection terminated"). The statement may or may not have run.
+ * Retry it when it is safe to: every leasehold write is fenced, so a retried
+ * renew or ack never touches someone else's lease.
+ */
+export class ConnectionDead extends Schema.TaggedError<ConnectionDead>()("ConnectionDead", {
+  operation: Schema.String,
+  message: Schema.String,
+  code: Schema.optional(Schema.String)
+}) {
+  /** Connection-dead errors are the only ones leasehold retries. */
+  get retryable(): true {
+    return true
+  }
+}
+
+/**
+ * The database answered, and the answer was an error: a bug, a bad statement,
+ * a constraint, a timeout. Never retried as if it were a blip.
+ */
+export class QueryFailed extends Schema.TaggedError<QueryFailed>()("QueryFailed", {
+  operation: Schema.String,
+  message: Schema.String,
+  code: Schema.optional(Schema.String)
+}) {
+  /** A failed query is not retried by leasehold. */
+  get retryable(): false {
+    return false
+  }
+}
+
+/**
+ * Input refused before anything was written: a bad queue or task name, a
+ * payload that cannot be encoded as JSON or is over the size limit, a negative
+ * delay. `field` names the input, `rule` the rule it broke.
+ */
+export class InvalidInput extends Schema.TaggedError<InvalidInput>()("InvalidInput", {
+  field: Schema.String,
+  rule: Schema.String,
+  message: Schema.String
+}) {}
+
+/** A failure of the storage layer: the only errors a `QueueStore` operation fails with. */
+export type StoreError = ConnectionDead | QueryFailed
+
+const connectionDeadCodes = new Set([
+  "57P01", // admin_shutdown: backend terminated (pg_terminate_backend)
+  "57P02", // crash_shutdown
+  "57P03", // cannot_connect_now: server starting or shutting down
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "EAI_AGAIN"
+])
+
+const connectionDeadMessage = /connection (terminated|closed|ended|lost)|socket hang up|server closed the connection/i
+
+const codeOf = (cause: unknown): string | undefined => {
+  if (typeof cause === "object" && cause !== null && "code" in cause) {
+    const code = (cause as { readonly code: unknown }).code
+    return typeof code === "string" ? code : undefined
+  }
+  return undefined
+}
+
+const messageOf = (error: SqlError.SqlError): string => {
+  const reason = error.reason
+  const cause = reason.cause
+  const causeMessage = cause instanceof Error ? cause.message : typeof cause === "string" ? cause : ""
+  return [reason.message, causeMessage].filter((s) => s !== undefined && s !== "").join(": ") || reason._tag
+}
+
+/**
+ * Whether a `SqlError` means the connection or server is gone. The driver maps
+ * only SQLSTATE class 08 to `ConnectionError`; a terminated backend (57P01) or a
+ * server shutting down (57P03) arrive as `UnknownError`, so both the reason tag
+ * and the underlying code are read.
+ */
+export const isConnectionDead = (error: SqlError.SqlError): boolean => {
+  if (error.reason._tag === "ConnectionError") return true
+  const code = codeOf(error.reason.cause)
+  if (code !== undefined && (code.startsWith("08") || connectionDeadCodes.has(code))) return true
+  return connectionDeadMessage.test(messageOf(error))
+}
+
+/** Turn a `SqlError` into {@link ConnectionDead} or {@link QueryFailed}, with secrets redacted. */
+export const classifySqlError = (operation: string, error: SqlError.SqlError): StoreError => {
+  const code = codeOf(error.reason.cause)
+  const fields = {
+    operation,
+    message: redactSecrets(`${operation}: ${messageOf(error)}`),
+    ...(code === undefined ? {} : { code })
+  }
+  return isConnectionDead(error) ? new ConnectionDead(fields) : new QueryFailed(fields)
+}
+
+/**
+ * Run a database effect and classify its failures. Defects that are `SqlError`s
+ * are classified too: `withTransaction` turns a failed ROLLBACK on a dead
+ * connection into a defect, and that must still read as `ConnectionDead`.
+ */
+export const classify = (operation: string) =>
+<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, Exclude<E, SqlError.SqlError> | StoreError, R> =>
+  effect.pipe(
+    Effect.catchCause((cause): Effect.Effect<never, Exclude<E, SqlError.SqlError> | StoreError> => {
+      for (const reason of cause.reasons) {
+        if (Cause.isFailReason(reason)) {
+          return SqlError.isSqlError(reason.error)
+            ? Effect.fail(classifySqlError(operation, reason.error))
+            : Effect.fail(reason.error as Exclude<E, SqlError.SqlError>)
+        }
+        if (Cause.isDieReason(reason) && SqlError.isSqlError(reason.defect)) {
+          return Effect.fail(classifySqlError(operation, reason.defect))
+        }
+      }
+      return Effect.failCause(cause as Cause.Cause<never>)
+    })
+  )

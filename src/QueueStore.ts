@@ -1,0 +1,96 @@
+/**
+ * The storage service behind every queue: the whole lease protocol as a set of
+ * short, fenced operations. `PgQueueStore` implements it on PostgreSQL and
+ * `MemoryQueueStore` in memory; one conformance suite holds both to it.
+ *
+ * @since 0.1.0
+ */
+import { Context, type Duration, type Effect, type Option } from "effect"
+import type { Claim, ClaimRef, DeadLetter, MessageId, NewMessage, QueueStats, SendResult } from "./Message.ts"
+import type { InvalidInput, StoreError } from "./QueueError.ts"
+
+/** How to claim: for how long, how many at most, and who is claiming (recorded as `leased_by`). */
+export interface ClaimOptions {
+  readonly lease: Duration.Input
+  readonly limit: number
+  readonly consumer: string
+}
+
+/** Which dead letters an operation applies to: all, those of a queue, or those with given ids. */
+export interface DeadLetterFilter {
+  readonly queue?: string | undefined
+  readonly ids?: ReadonlyArray<MessageId> | undefined
+}
+
+/** The operations of a queue store. Every write on a claim is fenced by `(id, leaseToken)`. */
+export interface QueueStoreShape {
+  /**
+   * Enqueue messages on `queue`; one result per message, in order. On
+   * PostgreSQL, inside the caller's `sql.withTransaction` the enqueue commits
+   * or rolls back with the caller's transaction.
+   */
+  readonly send: (
+    queue: string,
+    messages: ReadonlyArray<NewMessage>
+  ) => Effect.Effect<ReadonlyArray<SendResult>, InvalidInput | StoreError>
+  /**
+   * Atomically take up to `limit` ready messages, lowest priority number first,
+   * then oldest visibility, then id; hide them for `lease`, count the attempt
+   * and give each a fresh lease token.
+   */
+  readonly claim: (queue: string, options: ClaimOptions) => Effect.Effect<ReadonlyArray<Claim>, InvalidInput | StoreError>
+  /**
+   * Extend the leases of many claims in one statement. Returns the ids still
+   * held: an id missing from the answer was reclaimed by another consumer or
+   * deleted, and its holder must stop.
+   */
+  readonly renew: (claims: ReadonlyArray<ClaimRef>, lease: Duration.Input) => Effect.Effect<ReadonlyArray<MessageId>, StoreError>
+  /** Delete a finished message. `false`: the lease was lost, someone else holds or finished it. */
+  readonly ack: (claim: ClaimRef) => Effect.Effect<boolean, StoreError>
+  /**
+   * Make a claimed message visible again (now, or after `delay`), giving the
+   * attempt back: for shutdown and interruption, not for failures.
+   */
+  readonly release: (claim: ClaimRef, options?: { readonly delay?: Duration.Input | undefined }) => Effect.Effect<boolean, StoreError>
+  /** Make a failed message visible again after `delay`, recording `error`. */
+  readonly retry: (
+    claim: ClaimRef,
+    options: { readonly delay: Duration.Input; readonly error: string }
+  ) => Effect.Effect<boolean, StoreError>
+  /** Move a message out of the ready set, keeping it with `reason` (and the last error, if given). */
+  readonly deadLetter: (
+    claim: ClaimRef,
+    options: { readonly reason: string; readonly error?: string | undefined }
+  ) => Effect.Effect<boolean, StoreError>
+  /** Return dead letters to ready with a fresh attempt budget; returns the ids redriven. */
+  readonly redrive: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, StoreError>
+  /** Delete dead letters for good; returns the ids purged. */
+  readonly purge: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, StoreError>
+  /** List dead letters, oldest death first. */
+  readonly deadLetters: (
+    filter: DeadLetterFilter & { readonly limit?: number | undefined }
+  ) => Effect.Effect<ReadonlyArray<DeadLetter>, StoreError>
+  /** Counts of one queue: ready, delayed, in flight, dead, age of the oldest ready message. */
+  readonly stats: (queue: string) => Effect.Effect<QueueStats, InvalidInput | StoreError>
+  /**
+   * The earliest future time a message of `queue` becomes visible (a delay
+   * ending or a lease expiring), so an idle consumer can sleep exactly until then.
+   */
+  readonly nextVisibleAt: (queue: string) => Effect.Effect<Option.Option<Date>, InvalidInput | StoreError>
+}
+
+/**
+ * The queue store service. Provide `PgQueueStore.layer` in applications and
+ * `MemoryQueueStore.layer` in fast tests of consumer logic.
+ */
+export class QueueStore extends Context.Service<QueueStore, QueueStoreShape>()("leasehold/QueueStore") {}
+
+/** Defaults shared by the stores. */
+export const defaults = {
+  /** Largest payload accepted, as JSON bytes: 1 MiB. */
+  maxPayloadBytes: 1024 * 1024,
+  /** Attempts a message gets unless its sender says otherwise. */
+  maxAttempts: 25,
+  /** Shortest lease accepted by `claim` and `renew`. */
+  minLeaseMs: 100
+} as const

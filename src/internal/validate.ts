@@ -1,0 +1,154 @@
+/**
+ * Input checks shared by every store, so that both refuse the same inputs with
+ * the same errors before anything is written.
+ */
+import { Duration, Effect, Option } from "effect"
+import { InvalidInput } from "../QueueError.ts"
+import type { NewMessage } from "../Message.ts"
+
+/** Queue, task and consumer names: letters, digits and `_ . : / -`, 1 to 128 characters. */
+const namePattern = /^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$/
+/** SQL schema names: a lower-case identifier that never needs quoting. */
+const schemaPattern = /^[a-z_][a-z0-9_]{0,62}$/
+
+const INT4_MAX = 2_147_483_647
+/** Longest delay accepted: about ten years. Anything longer is almost certainly a unit mistake. */
+const MAX_DELAY_MS = 10 * 366 * 24 * 3600 * 1000
+/** Recorded errors and reasons are cut to this many characters. */
+export const MAX_ERROR_TEXT = 8 * 1024
+
+const invalid = (field: string, rule: string, detail: string) =>
+  new InvalidInput({ field, rule, message: `${field} ${detail} (rule: ${rule})` })
+
+const show = (value: unknown): string => {
+  const text = typeof value === "string" ? JSON.stringify(value) : String(value)
+  return text.length > 60 ? `${text.slice(0, 57)}...` : text
+}
+
+/** Check a queue, task or consumer name. */
+export const name = (field: string, value: unknown): Effect.Effect<string, InvalidInput> =>
+  typeof value === "string" && namePattern.test(value)
+    ? Effect.succeed(value)
+    : Effect.fail(
+      invalid(field, "1-128 characters of A-Z a-z 0-9 _ . : / -, starting with a letter or digit", `${show(value)} is not a valid name`)
+    )
+
+/** Check a SQL schema name, synchronously (used when building layers). */
+export const schemaName = (value: string): Effect.Effect<string, InvalidInput> =>
+  schemaPattern.test(value)
+    ? Effect.succeed(value)
+    : Effect.fail(invalid("schema", "a lower-case SQL identifier: [a-z_][a-z0-9_]{0,62}", `${show(value)} is not a valid schema name`))
+
+/** Check a duration given as a `Duration.Input`, returning whole milliseconds. */
+export const durationMs = (
+  field: string,
+  value: Duration.Input,
+  options: { readonly min: number }
+): Effect.Effect<number, InvalidInput> => {
+  const decoded = Option.getOrUndefined(Duration.fromInput(value))
+  if (decoded === undefined) return Effect.fail(invalid(field, "a duration such as 30000, \"30 seconds\"", `${show(value)} is not a duration`))
+  const ms = Duration.toMillis(decoded)
+  if (!Number.isFinite(ms) || ms < options.min || ms > MAX_DELAY_MS) {
+    return Effect.fail(invalid(field, `between ${options.min} ms and ten years`, `${show(value)} is out of range`))
+  }
+  return Effect.succeed(Math.round(ms))
+}
+
+/** Check a positive whole number up to `max`. */
+export const positiveInt = (field: string, value: unknown, max: number): Effect.Effect<number, InvalidInput> =>
+  typeof value === "number" && Number.isInteger(value) && value >= 1 && value <= max
+    ? Effect.succeed(value)
+    : Effect.fail(invalid(field, `a whole number from 1 to ${max}`, `${show(value)} is out of range`))
+
+/** Cut recorded error text to a bounded size. */
+export const boundedText = (text: string): string =>
+  text.length <= MAX_ERROR_TEXT ? text : `${text.slice(0, MAX_ERROR_TEXT - 20)}\n... (truncated)`
+
+/** A message checked and encoded, ready for any store to write. */
+export interface PreparedMessage {
+  readonly queue: string
+  readonly task: string
+  /** The payload as JSON text: what is stored and what the size limit measures. */
+  readonly payloadJson: string
+  readonly headers: Readonly<Record<string, string>>
+  readonly priority: number
+  readonly delayMs: number
+  readonly maxAttempts: number
+  readonly dedupKey: string | null
+}
+
+/** Limits a store applies to what it is sent. */
+export interface SendLimits {
+  readonly maxPayloadBytes: number
+  readonly defaultMaxAttempts: number
+}
+
+const encodePayload = (payload: unknown, limits: SendLimits): Effect.Effect<string, InvalidInput> => {
+  let json: string | undefined
+  try {
+    json = JSON.stringify(payload)
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error)
+    return Effect.fail(invalid("payload", "must be JSON-encodable (no bigint, no cycles)", `cannot be encoded as JSON: ${reason}`))
+  }
+  if (json === undefined) {
+    return Effect.fail(invalid("payload", "must be JSON-encodable", `is ${typeof payload}, which has no JSON form`))
+  }
+  // jsonb refuses the NUL character; refuse it here with a clear message instead of a failed INSERT.
+  if (json.includes("\\u0000")) {
+    return Effect.fail(invalid("payload", "no NUL (\\u0000) characters: PostgreSQL jsonb cannot store them", "contains a NUL character"))
+  }
+  const bytes = Buffer.byteLength(json, "utf8")
+  if (bytes > limits.maxPayloadBytes) {
+    return Effect.fail(invalid("payload", `at most ${limits.maxPayloadBytes} bytes as JSON`, `is ${bytes} bytes`))
+  }
+  return Effect.succeed(json)
+}
+
+const checkHeaders = (headers: unknown): Effect.Effect<Readonly<Record<string, string>>, InvalidInput> => {
+  if (headers === undefined) return Effect.succeed({})
+  const rule = "an object of string values, names of 1-128 characters, at most 64 entries"
+  if (typeof headers !== "object" || headers === null || Array.isArray(headers)) {
+    return Effect.fail(invalid("headers", rule, "is not an object"))
+  }
+  const entries = Object.entries(headers)
+  const bad = entries.find(([k, v]) => k.length === 0 || k.length > 128 || typeof v !== "string" || v.includes("\u0000"))
+  if (entries.length > 64 || bad !== undefined) {
+    return Effect.fail(invalid("headers", rule, bad === undefined ? "has too many entries" : `entry ${show(bad[0])} is invalid`))
+  }
+  return Effect.succeed(Object.fromEntries(entries) as Record<string, string>)
+}
+
+/** Check and encode one message for `queue`. */
+export const prepareMessage = (
+  queue: string,
+  message: NewMessage,
+  limits: SendLimits
+): Effect.Effect<PreparedMessage, InvalidInput> =>
+  Effect.gen(function*() {
+    const task = yield* name("task", message.task)
+    const payloadJson = yield* encodePayload(message.payload, limits)
+    const headers = yield* checkHeaders(message.headers)
+    const priority = message.priority ?? 0
+    if (!Number.isInteger(priority) || Math.abs(priority) > INT4_MAX) {
+      return yield* invalid("priority", "a whole number (lower runs first)", `${show(priority)} is not allowed`)
+    }
+    const delay = message.delay ?? 0
+    if (typeof delay !== "number" || !Number.isFinite(delay) || delay < 0 || delay > MAX_DELAY_MS) {
+      return yield* invalid("delay", "milliseconds, 0 or more, at most ten years", `${show(delay)} is not allowed`)
+    }
+    const maxAttempts = yield* positiveInt("maxAttempts", message.maxAttempts ?? limits.defaultMaxAttempts, 10_000)
+    const dedupKey = message.dedupKey ?? null
+    if (dedupKey !== null && (typeof dedupKey !== "string" || dedupKey.length === 0 || dedupKey.length > 512 || dedupKey.includes("\u0000"))) {
+      return yield* invalid("dedupKey", "a string of 1-512 characters", `${show(dedupKey)} is not allowed`)
+    }
+    return { queue, task, payloadJson, headers, priority, delayMs: Math.round(delay), maxAttempts, dedupKey }
+  })
+
+/** Check the queue name and every message of a send. */
+export const prepareSend = (
+  queue: string,
+  messages: ReadonlyArray<NewMessage>,
+  limits: SendLimits
+): Effect.Effect<ReadonlyArray<PreparedMessage>, InvalidInput> =>
+  Effect.flatMap(name("queue", queue), (q) => Effect.forEach(messages, (m) => prepareMessage(q, m, limits)))

@@ -1,0 +1,381 @@
+/**
+ * The conformance suite every QueueStore must pass. It runs on the memory store
+ * and on real PostgreSQL (see MemoryQueueStore.test.ts and PgQueueStore.test.ts).
+ * Time is Effect's Clock, moved with TestClock; each test uses its own queue.
+ */
+import { assert, layer } from "@effect/vitest"
+import { type Duration, Effect, type Layer, Option } from "effect"
+import { TestClock } from "effect/testing"
+import type { Claim, MessageId, NewMessage } from "../src/Message.ts"
+import { QueueStore } from "../src/QueueStore.ts"
+
+let counter = 0
+/** A queue name no other test of this run uses. */
+const freshQueue = (label: string) => `${label}-${++counter}-${Math.random().toString(36).slice(2, 6)}`
+
+const msg = (payload: unknown, extra: Partial<NewMessage> = {}): NewMessage => ({ task: "job", payload, ...extra })
+
+const sendAll = (queue: string, messages: ReadonlyArray<NewMessage>) =>
+  Effect.gen(function*() {
+    const store = yield* QueueStore
+    return yield* store.send(queue, messages)
+  })
+
+const claimAll = (queue: string, options: { lease?: Duration.Input; limit?: number; consumer?: string } = {}) =>
+  Effect.gen(function*() {
+    const store = yield* QueueStore
+    return yield* store.claim(queue, {
+      lease: options.lease ?? "30 seconds",
+      limit: options.limit ?? 100,
+      consumer: options.consumer ?? "c1"
+    })
+  })
+
+/** Define the conformance suite for a store layer. `concurrentClaimers` adds the heavy exactly-once test. */
+export const conformance = (
+  name: string,
+  storeLayer: Layer.Layer<QueueStore, unknown>,
+  options: { readonly exactlyOnceMessages: number }
+) =>
+  layer(storeLayer)(`QueueStore conformance: ${name}`, (it) => {
+    it.effect("send then claim returns the message with a fresh lease", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("basic")
+        yield* TestClock.setTime(1_000_000)
+        const [sent] = yield* store.send(queue, [msg({ n: 1, s: "ü" }, { headers: { trace: "abc" }, maxAttempts: 7 })])
+        assert.strictEqual(sent!.deduplicated, false)
+        const claims = yield* store.claim(queue, { lease: "30 seconds", limit: 10, consumer: "worker-a" })
+        assert.strictEqual(claims.length, 1)
+        const c = claims[0]!
+        assert.strictEqual(c.id, sent!.id)
+        assert.deepStrictEqual(c.payload, { n: 1, s: "ü" })
+        assert.deepStrictEqual(c.headers, { trace: "abc" })
+        assert.strictEqual(c.task, "job")
+        assert.strictEqual(c.attempts, 1)
+        assert.strictEqual(c.maxAttempts, 7)
+        assert.strictEqual(c.consumer, "worker-a")
+        assert.strictEqual(c.leaseExpiresAt.getTime(), 1_000_000 + 30_000)
+        assert.match(c.leaseToken, /^[0-9a-f-]{36}$/)
+        // Hidden while leased.
+        assert.strictEqual((yield* store.claim(queue, { lease: "30 seconds", limit: 10, consumer: "worker-b" })).length, 0)
+      }))
+
+    it.effect("send many returns ids in input order; claim honours the limit", () =>
+      Effect.gen(function*() {
+        const queue = freshQueue("many")
+        const sent = yield* sendAll(queue, Array.from({ length: 12 }, (_, i) => msg({ i })))
+        assert.strictEqual(sent.length, 12)
+        assert.strictEqual(new Set(sent.map((s) => s.id)).size, 12)
+        const first = yield* claimAll(queue, { limit: 5 })
+        assert.deepStrictEqual(first.map((c) => c.payload), [0, 1, 2, 3, 4].map((i) => ({ i })))
+        assert.deepStrictEqual(first.map((c) => c.id), sent.slice(0, 5).map((s) => s.id))
+        const rest = yield* claimAll(queue, { limit: 100 })
+        assert.strictEqual(rest.length, 7)
+      }))
+
+    it.effect("claims lowest priority number first, then earliest visibility, then id", () =>
+      Effect.gen(function*() {
+        const queue = freshQueue("prio")
+        yield* sendAll(queue, [msg("p5-a", { priority: 5 })])
+        yield* TestClock.adjust("1 second")
+        yield* sendAll(queue, [msg("p1-late", { priority: 1 })])
+        yield* sendAll(queue, [msg("p-3", { priority: -3 }), msg("p5-b", { priority: 5 })])
+        // Delayed messages become visible later: earlier visibility wins within a priority.
+        yield* sendAll(queue, [msg("p1-delayed", { priority: 1, delay: 500 })])
+        yield* TestClock.adjust("2 seconds")
+        const claims = yield* claimAll(queue, { limit: 2 })
+        assert.deepStrictEqual(claims.map((c) => c.payload), ["p-3", "p1-late"])
+        const more = yield* claimAll(queue)
+        assert.deepStrictEqual(more.map((c) => c.payload), ["p1-delayed", "p5-a", "p5-b"])
+      }))
+
+    it.effect("a delayed message stays invisible until due", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("delay")
+        const start = 5_000_000
+        yield* TestClock.setTime(start)
+        yield* sendAll(queue, [msg("later", { delay: 60_000 }), msg("now")])
+        assert.deepStrictEqual((yield* claimAll(queue)).map((c) => c.payload), ["now"])
+        const next = yield* store.nextVisibleAt(queue)
+        assert.isTrue(Option.isSome(next))
+        // The in-flight "now" message's lease (30 s) expires before the delay ends.
+        assert.strictEqual(Option.getOrThrow(next).getTime(), start + 30_000)
+        yield* TestClock.adjust("59 seconds")
+        const early = yield* claimAll(queue)
+        assert.deepStrictEqual(early.map((c) => c.payload), ["now"], "only the expired lease comes back")
+        assert.strictEqual((yield* store.stats(queue)).delayed, 1)
+        yield* TestClock.adjust("1 second")
+        assert.deepStrictEqual((yield* claimAll(queue)).map((c) => c.payload), ["later"])
+      }))
+
+    it.effect("dedup: a live message with the key is returned instead of a new one", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("dedup")
+        const [a] = yield* sendAll(queue, [msg("first", { dedupKey: "k1" })])
+        const [b, c, d] = yield* sendAll(queue, [
+          msg("second", { dedupKey: "k1" }),
+          msg("other", { dedupKey: "k2" }),
+          msg("other-again", { dedupKey: "k2" })
+        ])
+        assert.deepStrictEqual(b, { id: a!.id, deduplicated: true })
+        assert.strictEqual(c!.deduplicated, false)
+        assert.deepStrictEqual(d, { id: c!.id, deduplicated: true })
+        // Another queue does not share keys.
+        const [e] = yield* sendAll(freshQueue("dedup-other"), [msg("x", { dedupKey: "k1" })])
+        assert.strictEqual(e!.deduplicated, false)
+        // A claimed message still holds its key; once acked the key is free.
+        const claims = yield* claimAll(queue)
+        assert.strictEqual(claims.length, 2)
+        const [again] = yield* sendAll(queue, [msg("third", { dedupKey: "k1" })])
+        assert.deepStrictEqual(again, { id: a!.id, deduplicated: true })
+        const first = claims.find((x) => x.id === a!.id)!
+        assert.isTrue(yield* store.ack(first))
+        const [fresh] = yield* sendAll(queue, [msg("fourth", { dedupKey: "k1" })])
+        assert.strictEqual(fresh!.deduplicated, false)
+        assert.notStrictEqual(fresh!.id, a!.id)
+        // A dead letter does not hold its key.
+        const second = claims.find((x) => x.id === c!.id)!
+        assert.isTrue(yield* store.deadLetter(second, { reason: "test" }))
+        const [afterDead] = yield* sendAll(queue, [msg("fifth", { dedupKey: "k2" })])
+        assert.strictEqual(afterDead!.deduplicated, false)
+      }))
+
+    it.effect("renew extends the lease and returns exactly the ids still held", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("renew")
+        yield* sendAll(queue, [msg(1), msg(2), msg(3), msg(4)])
+        const claims = yield* claimAll(queue, { lease: "10 seconds" })
+        const [kept, acked, stolen, forged] = claims as unknown as [Claim, Claim, Claim, Claim]
+        assert.isTrue(yield* store.ack(acked))
+        yield* TestClock.adjust("8 seconds")
+        // Renew only `kept`, so `stolen` expires and another consumer takes it.
+        assert.deepStrictEqual(yield* store.renew([kept], "10 seconds"), [kept.id])
+        yield* TestClock.adjust("3 seconds")
+        const reclaimed = yield* claimAll(queue, { consumer: "c2" })
+        assert.deepStrictEqual(reclaimed.map((c) => c.id).sort(), [stolen.id, forged.id].sort())
+        const held = yield* store.renew(
+          [kept, acked, stolen, { id: forged.id, leaseToken: "00000000-0000-4000-8000-000000000000" as Claim["leaseToken"] }],
+          "10 seconds"
+        )
+        assert.deepStrictEqual(held, [kept.id])
+        // The renewal really moved the lease: kept is not claimable 9 s later.
+        yield* TestClock.adjust("9 seconds")
+        const third = yield* claimAll(queue, { consumer: "c3" })
+        assert.isFalse(third.some((c) => c.id === kept.id))
+        assert.deepStrictEqual(yield* store.renew([], "10 seconds"), [])
+      }))
+
+    it.effect("after a lease expires and another consumer reclaims, the first holder can change nothing", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("fence")
+        yield* sendAll(queue, [msg("m")])
+        const [old] = yield* claimAll(queue, { lease: "5 seconds", consumer: "slow" })
+        yield* TestClock.adjust("6 seconds")
+        const [current] = yield* claimAll(queue, { lease: "30 seconds", consumer: "fast" })
+        assert.strictEqual(current!.id, old!.id)
+        assert.notStrictEqual(current!.leaseToken, old!.leaseToken)
+        assert.strictEqual(current!.attempts, 2)
+        assert.deepStrictEqual(yield* store.renew([old!], "5 minutes"), [])
+        assert.isFalse(yield* store.ack(old!))
+        assert.isFalse(yield* store.retry(old!, { delay: 0, error: "stale" }))
+        assert.isFalse(yield* store.deadLetter(old!, { reason: "stale" }))
+        assert.isFalse(yield* store.release(old!))
+        // Nothing changed: still in flight for "fast", no dead letter, no error recorded.
+        const stats = yield* store.stats(queue)
+        assert.deepStrictEqual([stats.inFlight, stats.ready, stats.dead], [1, 0, 0])
+        assert.strictEqual((yield* claimAll(queue, { consumer: "third" })).length, 0)
+        yield* TestClock.adjust("29 seconds")
+        assert.strictEqual((yield* claimAll(queue, { consumer: "third" })).length, 0, "the stale renew did not extend the lease")
+        assert.isTrue(yield* store.ack(current!))
+        assert.strictEqual((yield* store.stats(queue)).inFlight, 0)
+      }))
+
+    it.effect("an expired lease that nobody reclaimed can still be renewed and acked by its holder", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("late")
+        yield* sendAll(queue, [msg("m")])
+        const [c] = yield* claimAll(queue, { lease: "1 second" })
+        yield* TestClock.adjust("5 seconds")
+        assert.deepStrictEqual(yield* store.renew([c!], "1 second"), [c!.id])
+        assert.isTrue(yield* store.ack(c!))
+        assert.isFalse(yield* store.ack(c!), "a second ack finds nothing")
+      }))
+
+    it.effect("release makes the message visible now and gives the attempt back", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("release")
+        yield* sendAll(queue, [msg("m")])
+        const [c] = yield* claimAll(queue)
+        assert.isTrue(yield* store.release(c!))
+        const [again] = yield* claimAll(queue)
+        assert.strictEqual(again!.attempts, 1)
+        assert.isTrue(yield* store.release(again!, { delay: "10 seconds" }))
+        assert.strictEqual((yield* claimAll(queue)).length, 0)
+        yield* TestClock.adjust("10 seconds")
+        assert.strictEqual((yield* claimAll(queue)).length, 1)
+      }))
+
+    it.effect("retry hides the message for the delay, keeps the attempt and records the error", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("retry")
+        yield* sendAll(queue, [msg("m")])
+        const [c] = yield* claimAll(queue)
+        assert.isTrue(yield* store.retry(c!, { delay: "5 seconds", error: "boom: it failed" }))
+        assert.strictEqual((yield* store.stats(queue)).delayed, 1)
+        yield* TestClock.adjust("4 seconds")
+        assert.strictEqual((yield* claimAll(queue)).length, 0)
+        yield* TestClock.adjust("1 second")
+        const [again] = yield* claimAll(queue)
+        assert.strictEqual(again!.attempts, 2)
+        assert.strictEqual(again!.lastError, "boom: it failed")
+        // Error text is bounded.
+        assert.isTrue(yield* store.retry(again!, { delay: 0, error: "x".repeat(100_000) }))
+        const [third] = yield* claimAll(queue)
+        assert.isTrue(third!.lastError!.length <= 8 * 1024)
+      }))
+
+    it.effect("dead letters: listed with reason, redriven with a fresh budget, purged", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("dead")
+        const other = freshQueue("dead-other")
+        yield* TestClock.setTime(9_000_000)
+        yield* sendAll(queue, [msg("a"), msg("b"), msg("c")])
+        yield* sendAll(other, [msg("z")])
+        const claims = yield* claimAll(queue)
+        const [z] = yield* claimAll(other)
+        for (const c of claims) assert.isTrue(yield* store.deadLetter(c, { reason: "attempts exhausted", error: `err ${c.payload}` }))
+        assert.isTrue(yield* store.deadLetter(z!, { reason: "unknown task" }))
+        assert.strictEqual((yield* store.stats(queue)).dead, 3)
+        assert.strictEqual((yield* claimAll(queue)).length, 0, "dead letters are not claimable")
+        const listed = yield* store.deadLetters({ queue })
+        assert.deepStrictEqual(listed.map((d) => d.payload), ["a", "b", "c"])
+        assert.strictEqual(listed[0]!.reason, "attempts exhausted")
+        assert.strictEqual(listed[0]!.lastError, "err a")
+        assert.strictEqual(listed[0]!.deadAt.getTime(), 9_000_000)
+        // Redrive by id: only that one.
+        const byId = yield* store.redrive({ ids: [listed[1]!.id] })
+        assert.deepStrictEqual(byId, [listed[1]!.id])
+        const [redriven] = yield* claimAll(queue)
+        assert.strictEqual(redriven!.payload, "b")
+        assert.strictEqual(redriven!.attempts, 1, "fresh attempt budget")
+        // Redrive by queue leaves the other queue alone.
+        const byQueue = yield* store.redrive({ queue })
+        assert.strictEqual(byQueue.length, 2)
+        assert.strictEqual((yield* store.stats(other)).dead, 1)
+        // Purge deletes for good.
+        assert.deepStrictEqual(yield* store.purge({ queue: other }), [z!.id])
+        assert.strictEqual((yield* store.stats(other)).dead, 0)
+        assert.strictEqual((yield* store.deadLetters({ queue: other })).length, 0)
+      }))
+
+    it.effect("stats counts ready, delayed, in flight and dead, and the oldest ready age", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("stats")
+        const empty = yield* store.stats(queue)
+        assert.deepStrictEqual(empty, { queue, ready: 0, delayed: 0, inFlight: 0, dead: 0, oldestReadyAgeMs: 0 })
+        yield* sendAll(queue, [msg("flight"), msg("dead")])
+        const [flight, dead] = yield* claimAll(queue, { limit: 2 })
+        yield* store.deadLetter(dead!, { reason: "x" })
+        yield* sendAll(queue, [msg("r1"), msg("r2"), msg("later", { delay: 60_000 })])
+        yield* TestClock.adjust("4 seconds")
+        const stats = yield* store.stats(queue)
+        assert.deepStrictEqual(stats, { queue, ready: 2, delayed: 1, inFlight: 1, dead: 1, oldestReadyAgeMs: 4000 })
+        assert.isTrue(yield* store.ack(flight!))
+      }))
+
+    it.effect("nextVisibleAt is the earliest future visibility, none when nothing waits", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("next")
+        yield* TestClock.setTime(20_000_000)
+        assert.isTrue(Option.isNone(yield* store.nextVisibleAt(queue)))
+        yield* sendAll(queue, [msg("ready-now")])
+        assert.isTrue(Option.isNone(yield* store.nextVisibleAt(queue)), "a ready message is not in the future")
+        yield* sendAll(queue, [msg("in-90s", { delay: 90_000 })])
+        const [c] = yield* claimAll(queue, { lease: "20 seconds" })
+        assert.strictEqual(Option.getOrThrow(yield* store.nextVisibleAt(queue)).getTime(), 20_000_000 + 20_000)
+        yield* store.ack(c!)
+        assert.strictEqual(Option.getOrThrow(yield* store.nextVisibleAt(queue)).getTime(), 20_000_000 + 90_000)
+      }))
+
+    it.effect("bad input is refused with a typed error naming the problem, and nothing is written", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("bad")
+        const refused = (effect: Effect.Effect<unknown, unknown>) =>
+          Effect.map(Effect.flip(effect), (e) => e as { _tag: string; field: string; message: string })
+        for (const hostile of ["x\"; drop table messages; --", "", " q", "a b", "ü", "x".repeat(129), "q'or'1'='1"]) {
+          const e = yield* refused(store.send(hostile, [msg(1)]))
+          assert.strictEqual(e._tag, "InvalidInput")
+          assert.strictEqual(e.field, "queue")
+          const t = yield* refused(store.send(queue, [{ task: hostile, payload: 1 }]))
+          assert.strictEqual(t.field, "task")
+          assert.strictEqual((yield* refused(store.claim(hostile, { lease: "1 minute", limit: 1, consumer: "c" }))).field, "queue")
+        }
+        const cycle: Record<string, unknown> = {}
+        cycle["self"] = cycle
+        const cases: ReadonlyArray<readonly [NewMessage, string, RegExp]> = [
+          [msg({ big: 10n }), "payload", /BigInt/i],
+          [msg(cycle), "payload", /circular/i],
+          [msg(undefined), "payload", /undefined/],
+          [msg(() => 1), "payload", /function/],
+          [msg("\u0000"), "payload", /NUL/],
+          [msg("x".repeat(1024 * 1024 + 1)), "payload", /bytes/],
+          [msg(1, { delay: -1 }), "delay", /not allowed/],
+          [msg(1, { delay: Number.NaN }), "delay", /not allowed/],
+          [msg(1, { priority: 1.5 }), "priority", /not allowed/],
+          [msg(1, { maxAttempts: 0 }), "maxAttempts", /out of range/],
+          [msg(1, { dedupKey: "" }), "dedupKey", /not allowed/],
+          [msg(1, { headers: { a: 1 as unknown as string } }), "headers", /invalid/]
+        ]
+        for (const [bad, field, pattern] of cases) {
+          // A bad message in the middle of a batch refuses the whole batch.
+          const e = yield* refused(store.send(queue, [msg("good"), bad, msg("good too")]))
+          assert.strictEqual(e._tag, "InvalidInput")
+          assert.strictEqual(e.field, field)
+          assert.match(e.message, pattern)
+        }
+        const e = yield* refused(store.claim(queue, { lease: "1 minute", limit: 0, consumer: "c" }))
+        assert.strictEqual(e.field, "limit")
+        const stats = yield* store.stats(queue)
+        assert.strictEqual(stats.ready + stats.delayed + stats.inFlight + stats.dead, 0, "nothing was written")
+        // Just under the limit is fine.
+        const [ok] = yield* store.send(queue, [msg("x".repeat(1024 * 1024 - 2))])
+        assert.isFalse(ok!.deduplicated)
+      }))
+
+    it.effect(`concurrent claimers over ${options.exactlyOnceMessages} messages deliver each exactly once`, () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("race")
+        const total = options.exactlyOnceMessages
+        const sent = yield* store.send(queue, Array.from({ length: total }, (_, i) => msg({ i })))
+        const seen: Array<MessageId> = []
+        // Eight claimers, each claiming small batches and acking, until the queue is empty.
+        const claimer = (name: string) =>
+          Effect.gen(function*() {
+            while (true) {
+              const claims = yield* store.claim(queue, { lease: "5 minutes", limit: 7, consumer: name })
+              if (claims.length === 0) return
+              for (const c of claims) seen.push(c.id)
+              yield* Effect.forEach(claims, (c) => Effect.flatMap(store.ack(c), (ok) => ok ? Effect.void : Effect.die(`lost ${c.id}`)))
+            }
+          })
+        yield* Effect.forEach(Array.from({ length: 8 }, (_, i) => `claimer-${i}`), claimer, { concurrency: 8, discard: true })
+        assert.strictEqual(seen.length, total, "no message delivered twice")
+        assert.strictEqual(new Set(seen).size, total)
+        assert.deepStrictEqual([...seen].sort(), sent.map((s) => s.id).sort())
+        const stats = yield* store.stats(queue)
+        assert.strictEqual(stats.ready + stats.inFlight, 0)
+      }), 120_000)
+  })
