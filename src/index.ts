@@ -1,0 +1,12 @@
+/**
+ * leasehold: a durable job queue on PostgreSQL for Effect v4, where a claim is
+ * a renewable, fenced lease.
+ *
+ * @since 0.1.0
+ */
+export * as MemoryQueueStore from "./MemoryQueueStore.ts"
+export * as Message from "./Message.ts"
+export * as Migrations from "./Migrations.ts"
+export * as PgQueueStore from "./PgQueueStore.ts"
+export * as QueueError from "./QueueError.ts"
+export * as QueueStore from "./QueueStore.ts"
