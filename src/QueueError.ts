@@ -71,6 +71,9 @@ const connectionDeadCodes = new Set([
 
 const connectionDeadMessage = /connection (terminated|closed|ended|lost)|socket hang up|server closed the connection/i
 
+/** Five digits or upper-case letters; Node's errno codes (EPIPE, ECONNRESET, ...) all start with E. */
+const isSqlState = (code: string): boolean => /^[0-9A-Z]{5}$/.test(code) && !code.startsWith("E")
+
 const codeOf = (cause: unknown): string | undefined => {
   if (typeof cause === "object" && cause !== null && "code" in cause) {
     const code = (cause as { readonly code: unknown }).code
@@ -96,6 +99,9 @@ export const isConnectionDead = (error: SqlError.SqlError): boolean => {
   if (error.reason._tag === "ConnectionError") return true
   const code = codeOf(error.reason.cause)
   if (code !== undefined && (code.startsWith("08") || connectionDeadCodes.has(code))) return true
+  // Any other SQLSTATE is the server's answer: its text may quote data ("invalid input syntax
+  // for type integer: \"connection closed\""), so the message is read only when there is none.
+  if (code !== undefined && isSqlState(code)) return false
   return connectionDeadMessage.test(messageOf(error))
 }
 
@@ -132,3 +138,29 @@ export const classify = (operation: string) =>
       return Effect.failCause(cause as Cause.Cause<never>)
     })
   )
+
+/**
+ * A consumer lost the lease of a message: the renewal came back without it
+ * (`reclaimed`: another consumer holds it now), renewals failed for a whole
+ * lease (`renewals-failing`), the renewer itself failed (`renewer-failed`), or
+ * the local deadline passed without a successful renewal (`local-deadline`).
+ */
+export class LeaseLost extends Schema.TaggedError<LeaseLost>()("LeaseLost", {
+  ids: Schema.Array(Schema.String),
+  reason: Schema.Literals(["reclaimed", "renewals-failing", "renewer-failed", "local-deadline"]),
+  message: Schema.String
+}) {}
+
+/** A handler ran past its max runtime and was interrupted; the message is retried. */
+export class MaxRuntimeExceeded extends Schema.TaggedError<MaxRuntimeExceeded>()("MaxRuntimeExceeded", {
+  messageId: Schema.String,
+  maxRuntimeMs: Schema.Number,
+  message: Schema.String
+}) {}
+
+/** A configuration value is invalid: `variable` names it, `rule` says what it must be. */
+export class ConfigInvalid extends Schema.TaggedError<ConfigInvalid>()("ConfigInvalid", {
+  variable: Schema.String,
+  rule: Schema.String,
+  message: Schema.String
+}) {}

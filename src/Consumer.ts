@@ -1,0 +1,348 @@
+/**
+ * The consumer: claims messages in batches, runs a handler for each with a
+ * renewer keeping the claim's leases alive, and finishes every message with a
+ * fenced write (ack, retry, dead-letter or release). On shutdown it stops
+ * claiming, lets handlers finish within a grace period, then releases the rest.
+ *
+ * @since 0.1.0
+ */
+import { Cause, Clock, Context, Effect, Exit, Fiber, Latch, Layer, Metric, Random, Scope } from "effect"
+import * as LeaseRenewer from "./LeaseRenewer.ts"
+import type { Claim } from "./Message.ts"
+import * as QueueConfig from "./QueueConfig.ts"
+import { type ConfigInvalid, type LeaseLost, MaxRuntimeExceeded, type StoreError } from "./QueueError.ts"
+import * as QueueMetrics from "./QueueMetrics.ts"
+import { QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+
+/** What a handler gets besides the message. */
+export interface HandlerContext {
+  readonly messageId: Claim["id"]
+  readonly queue: string
+  /** 1 on the first run, counting every claim of the message. */
+  readonly attempt: number
+  readonly consumerId: string
+  /** When the current lease ends as far as this consumer knows (it moves with every renewal). */
+  readonly leaseDeadline: Effect.Effect<Date>
+}
+
+/**
+ * Runs one message. Succeed to ack it; fail or die to retry it with backoff
+ * (dead-lettered once its attempts are used up). Interruption comes from
+ * shutdown, max runtime or a lost lease: make handlers interruptible.
+ */
+export type Handler<R = never> = (message: Claim, context: HandlerContext) => Effect.Effect<unknown, unknown, R>
+
+/** The consumer's view of its own liveness, for an orchestrator's health check. */
+export interface Health {
+  /** False when the claim loop has made no progress for longer than the configured bound. */
+  readonly healthy: boolean
+  readonly lastProgressAt: Date
+  readonly inFlight: number
+  readonly stopping: boolean
+}
+
+/** A running consumer. */
+export interface ConsumerShape {
+  readonly settings: QueueConfig.ConsumerSettings
+  /** Healthy, or stale once the loop has made no progress for `healthStale`. */
+  readonly health: Effect.Effect<Health>
+}
+
+/** The consumer service: present while the consumer runs (its layer's scope). */
+export class Consumer extends Context.Service<Consumer, ConsumerShape>()("leasehold/Consumer") {}
+
+/** How a handler run ended, before the finishing write. */
+type Outcome =
+  | { readonly _tag: "Handled"; readonly exit: Exit.Exit<unknown, unknown> }
+  | { readonly _tag: "LeaseLost"; readonly error: LeaseLost }
+  | { readonly _tag: "Exhausted" }
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)}s`
+
+/**
+ * Start a consumer in the current scope. Closing the scope shuts it down
+ * gracefully. Most programs use {@link layer} or {@link layerFromEnv} instead.
+ */
+export const make = <R>(
+  handler: Handler<R>,
+  configured: QueueConfig.ConsumerSettings
+): Effect.Effect<ConsumerShape, never, QueueStore | Scope.Scope | R> =>
+  Effect.gen(function*() {
+    const store = yield* QueueStore
+    const context = yield* Effect.context<R | QueueStore>()
+    const settings = yield* clampLease(configured)
+    const { consumerId, concurrency, leaseMs } = settings
+    const annotations = { module: "Consumer", consumer: consumerId }
+
+    const handlers = yield* Scope.make()
+    const slotFreed = yield* Latch.make(false)
+    let inFlight = 0
+    let stopping = false
+    let lastProgress = yield* Clock.currentTimeMillis
+    const progress = Effect.map(Clock.currentTimeMillis, (now) => {
+      lastProgress = now
+    })
+
+    const retryDelay = (attempt: number) =>
+      Effect.map(Random.next, (r) => {
+        const exponential = Math.min(settings.retryMaxMs, settings.retryBaseMs * 2 ** Math.min(attempt - 1, 30))
+        return Math.round(exponential * (0.5 + r / 2))
+      })
+
+    /**
+     * A finishing write, fenced by the lease token. Connection-dead failures are
+     * retried with backoff while this consumer's lease still covers the message:
+     * until then nobody else can run it, so waiting is safe and a backend-kill
+     * storm does not turn into duplicate runs.
+     */
+    const fencedWrite = (
+      renewer: LeaseRenewer.LeaseRenewer,
+      claim: Claim,
+      name: string,
+      write: (store: QueueStoreShape) => Effect.Effect<boolean, StoreError>
+    ): Effect.Effect<boolean | "failed"> => {
+      const attempt = (delay: number): Effect.Effect<boolean | "failed"> =>
+        write(store).pipe(
+          Effect.catchTag("ConnectionDead", (error) =>
+            Effect.gen(function*() {
+              const now = yield* Clock.currentTimeMillis
+              if (now + delay >= renewer.expiresAt(claim.id)) return yield* error
+              yield* Effect.logWarning(`${name} failed, connection dead; retrying in ${delay}ms: ${error.message}`)
+              yield* Effect.sleep(delay)
+              return yield* attempt(Math.min(delay * 2, 2_000))
+            })),
+          Effect.catch((error) =>
+            Effect.gen(function*() {
+              yield* Metric.update(QueueMetrics.finishFailures, 1)
+              yield* Effect.logError(`${name} could not be written; the message runs again after its lease: ${error.message}`)
+              return "failed" as const
+            })
+          ),
+          Effect.withSpan(`leasehold.${name}`)
+        )
+      return attempt(100)
+    }
+
+    /** Write the outcome of one message. Runs uninterruptibly, after the renewer let go of the message. */
+    const finish = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim, exit: Exit.Exit<Outcome>) =>
+      Effect.gen(function*() {
+        yield* renewer.finish(claim.id)
+        if (Exit.isFailure(exit)) {
+          // Interrupted from outside: shutdown. Give the message back now rather than after its lease.
+          const released = yield* fencedWrite(renewer, claim, "release", (s) => s.release(claim))
+          if (released === true) {
+            yield* Metric.update(QueueMetrics.released, 1)
+            yield* Effect.logInfo("released on shutdown")
+          }
+          return
+        }
+        const outcome = exit.value
+        switch (outcome._tag) {
+          case "Exhausted": {
+            const reason = `attempts exhausted: claimed ${claim.attempts} times, max ${claim.maxAttempts} (the last claims ended without an outcome)`
+            if ((yield* fencedWrite(renewer, claim, "deadLetter", (s) => s.deadLetter(claim, { reason }))) === true) {
+              yield* Metric.update(QueueMetrics.deadLettered, 1)
+              yield* Effect.logWarning(reason)
+            }
+            return
+          }
+          case "LeaseLost": {
+            if (outcome.error.reason === "reclaimed") {
+              yield* Effect.logError("handler stopped: another consumer holds the message now")
+              return
+            }
+            // We may still hold the token: make the message available at once, with the attempt counted.
+            yield* fencedWrite(renewer, claim, "retry", (s) => s.retry(claim, { delay: 0, error: outcome.error.message }))
+            return
+          }
+          case "Handled": {
+            if (Exit.isSuccess(outcome.exit)) {
+              const acked = yield* fencedWrite(renewer, claim, "ack", (s) => s.ack(claim))
+              if (acked === true) yield* Metric.update(QueueMetrics.acked, 1)
+              if (acked === false) {
+                yield* Metric.update(QueueMetrics.doubleRuns, 1)
+                yield* Effect.logWarning("double run: the ack found the lease gone; another consumer has taken this message")
+              }
+              return
+            }
+            const error = Cause.pretty(outcome.exit.cause)
+            if (claim.attempts >= claim.maxAttempts) {
+              const reason = `attempts exhausted: ${claim.attempts} of ${claim.maxAttempts}`
+              if ((yield* fencedWrite(renewer, claim, "deadLetter", (s) => s.deadLetter(claim, { reason, error }))) === true) {
+                yield* Metric.update(QueueMetrics.deadLettered, 1)
+                yield* Effect.logWarning(`dead-lettered, ${reason}:\n${error}`)
+              }
+              return
+            }
+            const delay = yield* retryDelay(claim.attempts)
+            if ((yield* fencedWrite(renewer, claim, "retry", (s) => s.retry(claim, { delay, error }))) === true) {
+              yield* Metric.update(QueueMetrics.retried, 1)
+              yield* Effect.logWarning(`handler failed, retry in ${seconds(delay)}:\n${error}`)
+            }
+            return
+          }
+        }
+      })
+
+    /** Run one message of a claim, then finish it, whatever happened. */
+    const runMessage = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim) =>
+      Effect.gen(function*() {
+        if (claim.attempts > claim.maxAttempts) return { _tag: "Exhausted" } as Outcome
+        const startedAt = yield* Clock.currentTimeMillis
+        const handled = handler(claim, {
+          messageId: claim.id,
+          queue: claim.queue,
+          attempt: claim.attempts,
+          consumerId,
+          leaseDeadline: Effect.sync(() => new Date(renewer.expiresAt(claim.id)))
+        }).pipe(
+          Effect.timeoutOrElse({
+            duration: settings.maxRuntimeMs,
+            orElse: () =>
+              Effect.fail(
+                new MaxRuntimeExceeded({
+                  messageId: claim.id,
+                  maxRuntimeMs: settings.maxRuntimeMs,
+                  message: `handler ran past its max runtime of ${seconds(settings.maxRuntimeMs)} and was interrupted`
+                })
+              )
+          }),
+          Effect.exit,
+          Effect.map((exit): Outcome => ({ _tag: "Handled", exit })),
+          Effect.withSpan("leasehold.handle", { attributes: { queue: claim.queue, messageId: claim.id, attempt: claim.attempts } })
+        )
+        const outcome = settings.onLeaseLost === "interrupt"
+          ? yield* Effect.raceFirst(handled, Effect.map(renewer.lost(claim.id), (error): Outcome => ({ _tag: "LeaseLost", error })))
+          : yield* handled
+        yield* Metric.update(QueueMetrics.handlerDuration, (yield* Clock.currentTimeMillis) - startedAt)
+        return outcome
+      }).pipe(
+        Effect.onExit((exit) => finish(renewer, claim, exit)),
+        Effect.ensuring(Effect.gen(function*() {
+          inFlight -= 1
+          yield* Metric.update(QueueMetrics.inFlight, inFlight)
+          yield* slotFreed.open
+        })),
+        Effect.annotateLogs({ queue: claim.queue, messageId: claim.id, attempt: claim.attempts })
+      )
+
+    /** Process one claim: its renewer lives exactly as long as the claim's scope. */
+    const processClaim = (claims: ReadonlyArray<Claim>, claimedAt: number) =>
+      Effect.scoped(Effect.gen(function*() {
+        const renewer = yield* LeaseRenewer.start(claims, {
+          leaseMs,
+          marginMs: settings.leaseMarginMs,
+          stopTimeoutMs: settings.renewerStopTimeoutMs,
+          claimedAt
+        })
+        yield* Effect.forEach(claims, (claim) => runMessage(renewer, claim), { concurrency: "unbounded", discard: true })
+      }))
+
+    /** The claim loop: round-robin over the queues, never more claims than free slots. */
+    const loop = Effect.gen(function*() {
+      let next = 0
+      let emptyInARow = 0
+      let backoff = settings.pollIntervalMs
+      while (true) {
+        yield* progress
+        if (inFlight >= concurrency) {
+          yield* slotFreed.close
+          if (inFlight >= concurrency) yield* Effect.timeoutOption(slotFreed.await, settings.pollIntervalMs)
+          continue
+        }
+        const queue = settings.queues[next++ % settings.queues.length]!
+        const claimedAt = yield* Clock.currentTimeMillis
+        // Uninterruptible: a claim that committed must be dispatched (or released), never dropped.
+        const result = yield* store.claim(queue, {
+          lease: leaseMs,
+          limit: Math.min(settings.batchSize, concurrency - inFlight),
+          consumer: consumerId
+        }).pipe(Effect.uninterruptible, Effect.result)
+        if (result._tag === "Failure") {
+          const error = result.failure
+          if (error._tag === "ConnectionDead") {
+            yield* Effect.logWarning(`claim failed, connection dead; retrying in ${seconds(backoff)}: ${error.message}`)
+          } else {
+            yield* Effect.logError(`claim failed (${error._tag}); retrying in ${seconds(backoff)}: ${error.message}`)
+          }
+          yield* Effect.sleep(backoff)
+          backoff = Math.min(backoff * 2, settings.backoffMaxMs)
+          continue
+        }
+        backoff = settings.pollIntervalMs
+        const claims = result.success
+        if (claims.length === 0) {
+          if (++emptyInARow >= settings.queues.length) {
+            emptyInARow = 0
+            yield* Effect.sleep(settings.pollIntervalMs)
+          }
+          continue
+        }
+        emptyInARow = 0
+        inFlight += claims.length
+        yield* Metric.update(QueueMetrics.claimed, claims.length)
+        yield* Metric.update(QueueMetrics.inFlight, inFlight)
+        yield* Effect.forkIn(processClaim(claims, claimedAt), handlers)
+      }
+    }).pipe(Effect.annotateLogs({ ...annotations, module: "Consumer" }))
+
+    const loopFiber = yield* Effect.forkDetach(loop.pipe(Effect.provideContext(context)))
+
+    /** Stop claiming, let handlers finish within the grace, then interrupt and release the rest. */
+    const shutdown = Effect.gen(function*() {
+      stopping = true
+      yield* Effect.logInfo(`shutting down: ${inFlight} in flight, grace ${seconds(settings.shutdownGraceMs)}`)
+      yield* Fiber.interrupt(loopFiber)
+      const drained = yield* Effect.timeoutOption(
+        Effect.gen(function*() {
+          while (inFlight > 0) {
+            yield* slotFreed.close
+            if (inFlight > 0) yield* slotFreed.await
+          }
+        }),
+        settings.shutdownGraceMs
+      )
+      if (drained._tag === "None") {
+        yield* Effect.logWarning(`grace elapsed: interrupting ${inFlight} handlers and releasing their messages`)
+      }
+      yield* Scope.close(handlers, Exit.void)
+      yield* Effect.logInfo("consumer stopped")
+    }).pipe(Effect.annotateLogs(annotations))
+    yield* Effect.addFinalizer(() => shutdown)
+
+    yield* Effect.logInfo(
+      `consumer started: queues ${settings.queues.join(",")}, concurrency ${concurrency}, batch ${settings.batchSize}, lease ${seconds(leaseMs)}`
+    ).pipe(Effect.annotateLogs(annotations))
+
+    return Consumer.of({
+      settings,
+      health: Effect.map(Clock.currentTimeMillis, (now) => ({
+        healthy: now - lastProgress <= settings.healthStaleMs,
+        lastProgressAt: new Date(lastProgress),
+        inFlight,
+        stopping
+      }))
+    })
+  })
+
+/** A lease longer than the max runtime makes no sense: clamp it, and say so. */
+const clampLease = (settings: QueueConfig.ConsumerSettings) =>
+  Effect.gen(function*() {
+    if (settings.leaseMs <= settings.maxRuntimeMs) return settings
+    yield* Effect.logWarning(
+      `lease ${seconds(settings.leaseMs)} exceeds max runtime ${seconds(settings.maxRuntimeMs)}: clamping the lease to the max runtime`
+    ).pipe(Effect.annotateLogs({ module: "Consumer" }))
+    const leaseMs = settings.maxRuntimeMs
+    return { ...settings, leaseMs, leaseMarginMs: Math.min(settings.leaseMarginMs, Math.floor(leaseMs / 6)) }
+  })
+
+/** A consumer running `handler`, configured in code; it runs while the layer is in use. */
+export const layer = <R>(
+  handler: Handler<R>,
+  options: QueueConfig.ConsumerOptions = {}
+): Layer.Layer<Consumer, ConfigInvalid, QueueStore | R> =>
+  Layer.effect(Consumer, Effect.flatMap(QueueConfig.resolve(options), (settings) => make(handler, settings)))
+
+/** A consumer running `handler`, configured from `LEASEHOLD_*` environment variables. */
+export const layerFromEnv = <R>(handler: Handler<R>): Layer.Layer<Consumer, ConfigInvalid, QueueStore | R> =>
+  Layer.effect(Consumer, Effect.flatMap(QueueConfig.fromEnv, (settings) => make(handler, settings)))

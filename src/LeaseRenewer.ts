@@ -1,0 +1,224 @@
+/**
+ * The renewer of one claim: a fiber that keeps the leases of every unfinished
+ * message of the claim alive, in one fenced statement every lease/3, and tells
+ * each handler when its lease is lost.
+ *
+ * @since 0.1.0
+ */
+import { Cause, Clock, Deferred, Effect, Exit, Fiber, Metric, Option, type Scope, Semaphore } from "effect"
+import type { Claim, ClaimRef, MessageId } from "./Message.ts"
+import { LeaseLost, QueryFailed } from "./QueueError.ts"
+import * as QueueMetrics from "./QueueMetrics.ts"
+import { QueueStore } from "./QueueStore.ts"
+
+/** Timing of a renewer, in milliseconds of Effect's `Clock`. */
+export interface RenewerOptions {
+  /** The lease each renewal asks for. Renewals run every lease/3. */
+  readonly leaseMs: number
+  /** The local deadline is last successful renewal + lease - margin. */
+  readonly marginMs: number
+  /** How long `finish` and the final stop wait for the renewer before reporting it wedged. */
+  readonly stopTimeoutMs: number
+  /** Clock time taken just before the claim statement: the lease is known good from then. */
+  readonly claimedAt: number
+}
+
+/** A running renewer, as the consumer sees it. */
+export interface LeaseRenewer {
+  /**
+   * Completes when the lease of `id` is lost: the renewal answer left it out,
+   * renewals failed for a whole lease, or its local deadline passed without a
+   * successful renewal. Never completes while the lease is held. Race the
+   * handler against it.
+   */
+  readonly lost: (id: MessageId) => Effect.Effect<LeaseLost>
+  /** When the lease of `id` ends as far as this consumer knows (last successful renewal + lease). */
+  readonly expiresAt: (id: MessageId) => number
+  /**
+   * Take `id` out of renewal before its final write. Waits for a renewal in
+   * flight that includes it, so no renewal of `id` runs after this returns;
+   * after the last id of the claim, stops the renewer. Never fails, and waits
+   * at most the stop timeout (a renewer that takes longer is reported wedged).
+   */
+  readonly finish: (id: MessageId) => Effect.Effect<void>
+}
+
+interface Entry {
+  readonly ref: ClaimRef
+  renewedAt: number
+  /** Still renewed: not finished, not reported reclaimed. */
+  active: boolean
+  finished: boolean
+  readonly lost: Deferred.Deferred<LeaseLost>
+}
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)}s`
+
+/**
+ * Start the renewer of `claims` in the current scope. Closing the scope stops
+ * it (bounded by the stop timeout), so a claim processed inside `Effect.scoped`
+ * can never leave a renewer behind.
+ *
+ * Why not plain `Effect.forkScoped`: its finalizer waits for the interruption
+ * without bound, and a renewer wedged in a dead connection would then hold the
+ * claim open; here the stop is bounded, reported, and its exit inspected.
+ */
+export const start = (
+  claims: ReadonlyArray<Claim>,
+  options: RenewerOptions
+): Effect.Effect<LeaseRenewer, never, QueueStore | Scope.Scope> =>
+  Effect.gen(function*() {
+    const store = yield* QueueStore
+    const { leaseMs, marginMs, stopTimeoutMs } = options
+    const entries = new Map<MessageId, Entry>()
+    for (const claim of claims) {
+      entries.set(claim.id, {
+        ref: { id: claim.id, leaseToken: claim.leaseToken },
+        renewedAt: options.claimedAt,
+        active: true,
+        finished: false,
+        lost: yield* Deferred.make<LeaseLost>()
+      })
+    }
+    const ids = [...entries.keys()]
+    // One permit: a renewal holds it from snapshot to answer; `finish` takes it to drop an id.
+    const renewing = yield* Semaphore.make(1)
+    let wedgedReported = false
+    let stopped = false
+
+    const markLost = (lost: ReadonlyArray<Entry>, reason: LeaseLost["reason"], message: string) =>
+      Effect.gen(function*() {
+        const fresh: Array<Entry> = []
+        for (const e of lost) {
+          const error = new LeaseLost({ ids: [e.ref.id], reason, message })
+          if (yield* Deferred.succeed(e.lost, error)) fresh.push(e)
+        }
+        if (fresh.length === 0) return
+        yield* Metric.update(QueueMetrics.leaseLostBy(reason), fresh.length)
+        yield* Effect.logError(message).pipe(Effect.annotateLogs({ messageIds: fresh.map((e) => e.ref.id).join(",") }))
+      })
+
+    const renewOnce = (lastSuccess: { at: number; escalated: boolean }) =>
+      renewing.withPermits(1)(Effect.gen(function*() {
+        const sent = [...entries.values()].filter((e) => e.active)
+        if (sent.length === 0) return
+        const startedAt = yield* Clock.currentTimeMillis
+        const result = yield* store.renew(sent.map((e) => e.ref), leaseMs).pipe(
+          // A defect in the store is a bug like any other: report it as a failed query, at once.
+          Effect.catchDefect((defect) => Effect.fail(new QueryFailed({ operation: "renew", message: `renew: ${String(defect)}` }))),
+          Effect.result
+        )
+        if (result._tag === "Success") {
+          const held = new Set(result.success)
+          lastSuccess.at = startedAt
+          lastSuccess.escalated = false
+          const missing = sent.filter((e) => !held.has(e.ref.id))
+          for (const e of sent) if (held.has(e.ref.id)) e.renewedAt = startedAt
+          yield* Metric.update(QueueMetrics.renewals, held.size)
+          if (missing.length > 0) {
+            for (const e of missing) e.active = false
+            yield* markLost(
+              missing,
+              "reclaimed",
+              `lease lost: renewal did not return ${missing.map((e) => e.ref.id).join(", ")}; another consumer holds or finished them (double run)`
+            )
+          }
+          return
+        }
+        yield* Metric.update(QueueMetrics.renewalFailures, 1)
+        const error = result.failure
+        if (error._tag !== "ConnectionDead") {
+          // A bug or a bad statement: never a blip. Fail the renewer; the local deadline protects the handlers.
+          yield* Effect.logError(`renewal failed (${error._tag}), renewer stopping: ${error.message}`)
+          yield* Metric.update(QueueMetrics.leaseLostBy("renewer-failed"), sent.length)
+          return yield* error
+        }
+        const failingFor = (yield* Clock.currentTimeMillis) - lastSuccess.at
+        yield* Effect.logWarning(`renewal failed, connection dead; retrying next tick: ${error.message}`)
+        if (failingFor >= leaseMs && !lastSuccess.escalated) {
+          lastSuccess.escalated = true
+          yield* markLost(sent, "renewals-failing", `lease lost: renewals failing for ${seconds(failingFor)} (lease ${seconds(leaseMs)})`)
+        }
+      }))
+
+    const loop = Effect.gen(function*() {
+      const lastSuccess = { at: options.claimedAt, escalated: false }
+      while (true) {
+        yield* Effect.sleep(Math.max(1, Math.floor(leaseMs / 3)))
+        yield* renewOnce(lastSuccess)
+      }
+    }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
+
+    const fiber = yield* Effect.forkDetach(loop)
+
+    const reportWedged = (what: string) =>
+      Effect.gen(function*() {
+        if (wedgedReported) return
+        wedgedReported = true
+        yield* Metric.update(QueueMetrics.wedgedRenewers, 1)
+        yield* Effect.logError(`renewer wedged: ${what} within ${seconds(stopTimeoutMs)}; going on without it`).pipe(
+          Effect.annotateLogs({ module: "LeaseRenewer", messageIds: ids.join(",") })
+        )
+      })
+
+    /** Interrupt the renewer, wait a bounded time, and say how it ended. Runs once. */
+    const stop = Effect.gen(function*() {
+      if (stopped) return
+      stopped = true
+      // Fire the interruption without waiting on it; wait on the exit separately, with a bound.
+      yield* Effect.forkDetach(Fiber.interrupt(fiber))
+      if (wedgedReported) return
+      const exit = yield* Fiber.await(fiber).pipe(Effect.timeoutOption(stopTimeoutMs))
+      if (Option.isNone(exit)) return yield* reportWedged("did not stop")
+      if (Exit.isFailure(exit.value) && !Cause.hasInterruptsOnly(exit.value.cause)) {
+        yield* Effect.logError(`renewer had failed before the claim finished:\n${Cause.pretty(exit.value.cause)}`).pipe(
+          Effect.annotateLogs({ module: "LeaseRenewer", messageIds: ids.join(",") })
+        )
+      }
+    })
+    yield* Effect.addFinalizer(() => stop)
+
+    const entry = (id: MessageId): Entry => {
+      const e = entries.get(id)
+      if (e === undefined) throw new Error(`LeaseRenewer: ${id} is not part of this claim`)
+      return e
+    }
+
+    /** Sleep until the local deadline, moving it each time a renewal succeeds. */
+    const localDeadline = (e: Entry) =>
+      Effect.gen(function*() {
+        while (true) {
+          const deadline = e.renewedAt + leaseMs - marginMs
+          const now = yield* Clock.currentTimeMillis
+          if (now >= deadline) break
+          yield* Effect.sleep(deadline - now)
+        }
+        yield* markLost(
+          [e],
+          "local-deadline",
+          `lease at risk: no successful renewal for ${seconds(leaseMs - marginMs)}; stopping the handler before the lease can expire`
+        )
+      })
+
+    return {
+      lost: (id) => {
+        const e = entry(id)
+        return Effect.raceFirst(Deferred.await(e.lost), Effect.andThen(localDeadline(e), Deferred.await(e.lost)))
+      },
+      expiresAt: (id) => entry(id).renewedAt + leaseMs,
+      finish: (id) =>
+        Effect.gen(function*() {
+          const e = entry(id)
+          if (e.finished) return
+          e.finished = true
+          const dropped = yield* renewing.withPermits(1)(Effect.sync(() => {
+            e.active = false
+          })).pipe(Effect.timeoutOption(stopTimeoutMs))
+          if (Option.isNone(dropped)) {
+            e.active = false
+            yield* reportWedged("a renewal in flight did not answer")
+          }
+          if ([...entries.values()].every((x) => x.finished)) yield* stop
+        })
+    } satisfies LeaseRenewer
+  })

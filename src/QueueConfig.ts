@@ -1,0 +1,291 @@
+/**
+ * Consumer configuration: from the environment (`LEASEHOLD_*`, through
+ * Effect's `Config`) or from code, with defaults, validated at start. An
+ * invalid value fails with {@link ConfigInvalid} naming the variable and the
+ * rule it broke.
+ *
+ * @since 0.1.0
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Config, Effect, Layer, Option, type Redacted } from "effect"
+import type { SqlClient } from "effect/sql"
+import * as os from "node:os"
+import { classify, ConfigInvalid, type StoreError } from "./QueueError.ts"
+
+/** What the consumer does when it loses a lease while the handler still runs. */
+export type OnLeaseLost = "interrupt" | "continue"
+
+/** Resolved consumer settings: every duration in milliseconds. */
+export interface ConsumerSettings {
+  /** Queues to consume, claimed round-robin. */
+  readonly queues: ReadonlyArray<string>
+  /** This consumer's id, recorded as `leased_by` and in every log line. */
+  readonly consumerId: string
+  /** Handlers running at once. */
+  readonly concurrency: number
+  /** Messages taken per claim (never more than free slots). */
+  readonly batchSize: number
+  /** The claim window, renewed every lease/3. */
+  readonly leaseMs: number
+  /** The local deadline is last successful renewal + lease - margin. */
+  readonly leaseMarginMs: number
+  /** Per-message deadline after which a handler is interrupted and the message retried. */
+  readonly maxRuntimeMs: number
+  /** Sleep after an empty poll. */
+  readonly pollIntervalMs: number
+  /** Longest back-off after store errors. */
+  readonly backoffMaxMs: number
+  /** On shutdown, how long in-flight handlers get to finish before they are interrupted and released. */
+  readonly shutdownGraceMs: number
+  /** How long finishing a claim waits for its renewer to stop before reporting it wedged. */
+  readonly renewerStopTimeoutMs: number
+  /** `health` reports stale when the loop has made no progress for this long. */
+  readonly healthStaleMs: number
+  /** Interrupt (default) or let run a handler whose lease is lost. */
+  readonly onLeaseLost: OnLeaseLost
+  /** First retry delay after a failed attempt; doubles per attempt, with jitter. */
+  readonly retryBaseMs: number
+  /** Longest retry delay. */
+  readonly retryMaxMs: number
+}
+
+/** The settings a consumer takes from code: anything left out takes its default. Durations as `Duration.Input` or "30s". */
+export interface ConsumerOptions {
+  readonly queues?: ReadonlyArray<string> | undefined
+  readonly consumerId?: string | undefined
+  readonly concurrency?: number | undefined
+  readonly batchSize?: number | undefined
+  readonly lease?: DurationLike | undefined
+  readonly leaseMargin?: DurationLike | undefined
+  readonly maxRuntime?: DurationLike | undefined
+  readonly pollInterval?: DurationLike | undefined
+  readonly backoffMax?: DurationLike | undefined
+  readonly shutdownGrace?: DurationLike | undefined
+  readonly renewerStopTimeout?: DurationLike | undefined
+  readonly healthStale?: DurationLike | undefined
+  readonly onLeaseLost?: OnLeaseLost | undefined
+  readonly retryBase?: DurationLike | undefined
+  readonly retryMax?: DurationLike | undefined
+}
+
+/** A duration: milliseconds as a number, or text such as `30s`, `500ms`, `2m`, `1h`, `30 seconds`. */
+export type DurationLike = number | string
+
+/** The defaults, as documented in the README. */
+export const defaults = {
+  queues: ["default"],
+  concurrency: 10,
+  batchSize: 5,
+  leaseMs: 30_000,
+  maxRuntimeMs: 3_600_000,
+  pollIntervalMs: 1_000,
+  backoffMaxMs: 30_000,
+  shutdownGraceMs: 30_000,
+  renewerStopTimeoutMs: 5_000,
+  healthStaleMs: 60_000,
+  onLeaseLost: "interrupt" as OnLeaseLost,
+  retryBaseMs: 1_000,
+  retryMaxMs: 3_600_000
+} as const
+
+/** The environment variable behind each option. */
+export const variables = {
+  databaseUrl: "LEASEHOLD_DATABASE_URL",
+  schema: "LEASEHOLD_SCHEMA",
+  queues: "LEASEHOLD_QUEUES",
+  consumerId: "LEASEHOLD_CONSUMER_ID",
+  concurrency: "LEASEHOLD_CONCURRENCY",
+  batchSize: "LEASEHOLD_BATCH_SIZE",
+  lease: "LEASEHOLD_LEASE",
+  leaseMargin: "LEASEHOLD_LEASE_MARGIN",
+  maxRuntime: "LEASEHOLD_MAX_RUNTIME",
+  pollInterval: "LEASEHOLD_POLL_INTERVAL",
+  backoffMax: "LEASEHOLD_BACKOFF_MAX",
+  shutdownGrace: "LEASEHOLD_SHUTDOWN_GRACE",
+  renewerStopTimeout: "LEASEHOLD_RENEWER_STOP_TIMEOUT",
+  healthStale: "LEASEHOLD_HEALTH_STALE",
+  onLeaseLost: "LEASEHOLD_ON_LEASE_LOST",
+  retryBase: "LEASEHOLD_RETRY_BASE",
+  retryMax: "LEASEHOLD_RETRY_MAX"
+} as const
+
+const unitMs: Record<string, number> = {
+  ms: 1, millis: 1, millisecond: 1, milliseconds: 1,
+  s: 1000, sec: 1000, secs: 1000, second: 1000, seconds: 1000,
+  m: 60_000, min: 60_000, mins: 60_000, minute: 60_000, minutes: 60_000,
+  h: 3_600_000, hour: 3_600_000, hours: 3_600_000
+}
+
+const durationRule = "a duration such as 500ms, 30s, 2m, 1h or \"30 seconds\""
+
+/** Parse a duration for `variable`; bare numbers are milliseconds only when given from code. */
+export const parseDuration = (variable: string, value: DurationLike): Effect.Effect<number, ConfigInvalid> => {
+  if (typeof value === "number") {
+    return Number.isFinite(value) && value >= 0
+      ? Effect.succeed(Math.round(value))
+      : Effect.fail(invalid(variable, durationRule, String(value)))
+  }
+  const match = /^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$/i.exec(value)
+  const factor = match === null ? undefined : unitMs[match[2]!.toLowerCase()]
+  if (match === null || factor === undefined) return Effect.fail(invalid(variable, durationRule, value))
+  return Effect.succeed(Math.round(Number(match[1]) * factor))
+}
+
+const invalid = (variable: string, rule: string, value: string) =>
+  new ConfigInvalid({ variable, rule, message: `${variable}: ${JSON.stringify(value)} is invalid; expected ${rule}` })
+
+const inRange = (variable: string, value: number, min: number, max: number, unit = "") =>
+  Number.isInteger(value) && value >= min && value <= max
+    ? Effect.succeed(value)
+    : Effect.fail(invalid(variable, `a whole number from ${min}${unit} to ${max}${unit}`, String(value)))
+
+const namePattern = /^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$/
+const nameRule = "1-128 characters of A-Z a-z 0-9 _ . : / -, starting with a letter or digit"
+
+const checkName = (variable: string, value: string) =>
+  namePattern.test(value) ? Effect.succeed(value) : Effect.fail(invalid(variable, nameRule, value))
+
+/** A consumer id unique enough to tell processes apart in logs and `leased_by`. */
+export const defaultConsumerId = (): string =>
+  `${os.hostname().replace(/[^A-Za-z0-9_.:/-]/g, "-").slice(0, 80)}-${process.pid}-${Math.random().toString(36).slice(2, 6)}`
+
+/**
+ * Validate options given in code (or read from the environment) and fill in
+ * defaults. `source` maps each option to the variable named in errors.
+ */
+export const resolve = (
+  options: ConsumerOptions,
+  source: "code" | "env" = "code"
+): Effect.Effect<ConsumerSettings, ConfigInvalid> =>
+  Effect.gen(function*() {
+    const label = (key: keyof typeof variables) => source === "env" ? variables[key] : key
+    const duration = (key: keyof typeof variables, value: DurationLike | undefined, fallback: number) =>
+      value === undefined ? Effect.succeed(fallback) : parseDuration(label(key), value)
+
+    const queues = options.queues ?? defaults.queues
+    if (queues.length === 0) return yield* invalid(label("queues"), "at least one queue name", "")
+    for (const q of queues) yield* checkName(label("queues"), q)
+    const consumerId = yield* checkName(label("consumerId"), options.consumerId ?? defaultConsumerId())
+    const concurrency = yield* inRange(label("concurrency"), options.concurrency ?? defaults.concurrency, 1, 10_000)
+    const batchSize = yield* inRange(label("batchSize"), options.batchSize ?? defaults.batchSize, 1, 1_000)
+    const leaseMs = yield* duration("lease", options.lease, defaults.leaseMs)
+    yield* inRange(label("lease"), leaseMs, 300, 24 * 3_600_000, " ms")
+    const leaseMarginMs = yield* duration("leaseMargin", options.leaseMargin, Math.round(leaseMs / 6))
+    if (leaseMarginMs >= leaseMs / 3) {
+      return yield* invalid(label("leaseMargin"), "less than a third of the lease (renewals run every lease/3)", `${leaseMarginMs}ms`)
+    }
+    const maxRuntimeMs = yield* duration("maxRuntime", options.maxRuntime, defaults.maxRuntimeMs)
+    yield* inRange(label("maxRuntime"), maxRuntimeMs, 1, 7 * 24 * 3_600_000, " ms")
+    const pollIntervalMs = yield* duration("pollInterval", options.pollInterval, defaults.pollIntervalMs)
+    yield* inRange(label("pollInterval"), pollIntervalMs, 1, 3_600_000, " ms")
+    const backoffMaxMs = yield* duration("backoffMax", options.backoffMax, defaults.backoffMaxMs)
+    yield* inRange(label("backoffMax"), backoffMaxMs, 1, 3_600_000, " ms")
+    const shutdownGraceMs = yield* duration("shutdownGrace", options.shutdownGrace, defaults.shutdownGraceMs)
+    const renewerStopTimeoutMs = yield* duration("renewerStopTimeout", options.renewerStopTimeout, defaults.renewerStopTimeoutMs)
+    yield* inRange(label("renewerStopTimeout"), renewerStopTimeoutMs, 1, 600_000, " ms")
+    const healthStaleMs = yield* duration("healthStale", options.healthStale, defaults.healthStaleMs)
+    yield* inRange(label("healthStale"), healthStaleMs, 1, 24 * 3_600_000, " ms")
+    const onLeaseLost = options.onLeaseLost ?? defaults.onLeaseLost
+    if (onLeaseLost !== "interrupt" && onLeaseLost !== "continue") {
+      return yield* invalid(label("onLeaseLost"), "interrupt or continue", String(onLeaseLost))
+    }
+    const retryBaseMs = yield* duration("retryBase", options.retryBase, defaults.retryBaseMs)
+    const retryMaxMs = yield* duration("retryMax", options.retryMax, defaults.retryMaxMs)
+    if (retryMaxMs < retryBaseMs) return yield* invalid(label("retryMax"), "at least the retry base", `${retryMaxMs}ms`)
+    return {
+      queues,
+      consumerId,
+      concurrency,
+      batchSize,
+      leaseMs,
+      leaseMarginMs,
+      maxRuntimeMs,
+      pollIntervalMs,
+      backoffMaxMs,
+      shutdownGraceMs,
+      renewerStopTimeoutMs,
+      healthStaleMs,
+      onLeaseLost,
+      retryBaseMs,
+      retryMaxMs
+    }
+  })
+
+const optionalString = (name: string) => Config.option(Config.String(name))
+
+const readEnv = <K extends keyof typeof variables>(key: K) =>
+  Effect.map(
+    Effect.mapError(optionalString(variables[key]), (e) =>
+      new ConfigInvalid({ variable: variables[key], rule: "readable", message: `${variables[key]}: ${e.message}` })),
+    (o) => Option.getOrUndefined(Option.filter(o, (s) => s.trim() !== ""))
+  )
+
+const readInt = (key: keyof typeof variables) =>
+  Effect.flatMap(readEnv(key), (text) => {
+    if (text === undefined) return Effect.succeed(undefined)
+    return /^\s*\d+\s*$/.test(text)
+      ? Effect.succeed(Number(text))
+      : Effect.fail(invalid(variables[key], "a whole number", text))
+  })
+
+/** Read the consumer settings from `LEASEHOLD_*` variables (through the current `ConfigProvider`). */
+export const fromEnv: Effect.Effect<ConsumerSettings, ConfigInvalid> = Effect.gen(function*() {
+  const queues = yield* readEnv("queues")
+  const onLeaseLost = yield* readEnv("onLeaseLost")
+  const options: ConsumerOptions = {
+    queues: queues?.split(",").map((q) => q.trim()).filter((q) => q !== ""),
+    consumerId: yield* readEnv("consumerId"),
+    concurrency: yield* readInt("concurrency"),
+    batchSize: yield* readInt("batchSize"),
+    lease: yield* readEnv("lease"),
+    leaseMargin: yield* readEnv("leaseMargin"),
+    maxRuntime: yield* readEnv("maxRuntime"),
+    pollInterval: yield* readEnv("pollInterval"),
+    backoffMax: yield* readEnv("backoffMax"),
+    shutdownGrace: yield* readEnv("shutdownGrace"),
+    renewerStopTimeout: yield* readEnv("renewerStopTimeout"),
+    healthStale: yield* readEnv("healthStale"),
+    onLeaseLost: onLeaseLost as OnLeaseLost | undefined,
+    retryBase: yield* readEnv("retryBase"),
+    retryMax: yield* readEnv("retryMax")
+  }
+  return yield* resolve(options, "env")
+})
+
+/** The SQL schema from `LEASEHOLD_SCHEMA` (default `leasehold`); the store validates it. */
+export const schemaFromEnv: Effect.Effect<string | undefined, ConfigInvalid> = readEnv("schema")
+
+/** The database URL from `LEASEHOLD_DATABASE_URL`, kept redacted. */
+export const databaseUrl: Effect.Effect<Redacted.Redacted, ConfigInvalid> = Effect.mapError(
+  Config.Redacted(variables.databaseUrl),
+  () =>
+    new ConfigInvalid({
+      variable: variables.databaseUrl,
+      rule: "a PostgreSQL URL such as postgres://user:password@host:5432/db",
+      message: `${variables.databaseUrl} is not set; expected a PostgreSQL URL such as postgres://user:password@host:5432/db`
+    })
+)
+
+/**
+ * A PostgreSQL client for `url`, with connection failures classified and the
+ * URL redacted from every error. Use it for the main pool of an application.
+ */
+export const pgLayer = (
+  url: Redacted.Redacted,
+  options: { readonly maxConnections?: number | undefined; readonly applicationName?: string | undefined } = {}
+): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, StoreError> =>
+  PgClient.layerFrom(
+    PgClient.make({
+      url,
+      maxConnections: options.maxConnections ?? 10,
+      applicationName: options.applicationName ?? "leasehold",
+      keepAlive: "10 seconds",
+      connectTimeout: "10 seconds"
+    }).pipe(classify("connect"))
+  )
+
+/** {@link pgLayer} with the URL from `LEASEHOLD_DATABASE_URL`. */
+export const pgLayerFromEnv = (
+  options: { readonly maxConnections?: number | undefined; readonly applicationName?: string | undefined } = {}
+): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, StoreError | ConfigInvalid> =>
+  Layer.unwrap(Effect.map(databaseUrl, (url) => pgLayer(url, options)))
