@@ -5,7 +5,9 @@
  *
  * @since 0.1.0
  */
-import { Clock, Effect, Layer, Option } from "effect"
+import { PgClient } from "@effect/sql-pg"
+import { Clock, Duration, Effect, Layer, Option, type Scope } from "effect"
+import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql"
 import type { Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
 import * as Migrations from "./Migrations.ts"
@@ -30,6 +32,18 @@ export interface PgQueueStoreOptions {
    * time of every statement, so tests can drive leases with `TestClock`.
    */
   readonly clock?: "database" | "effect" | undefined
+  /**
+   * A small pool of its own for lease traffic (renew, ack, release, retry,
+   * dead-letter), so handlers that exhaust the main pool cannot starve
+   * renewals, with a `statement_timeout` so a stuck statement cannot hold a
+   * renewal forever. Built from the `PgClient` in context (default: 2
+   * connections, 10 s timeout); `false` sends lease traffic through the main
+   * client. Ignored when the context has no `PgClient`.
+   */
+  readonly leasePool?: false | {
+    readonly maxConnections?: number | undefined
+    readonly statementTimeout?: Duration.Input | undefined
+  } | undefined
 }
 
 /** Rows of the messages table, as the driver returns them. */
@@ -92,12 +106,13 @@ const SEND_CHUNK = 500
  */
 export const make = (
   options: PgQueueStoreOptions = {}
-): Effect.Effect<QueueStoreShape, InvalidInput | StoreError, SqlClient.SqlClient> =>
+): Effect.Effect<QueueStoreShape, InvalidInput | StoreError, SqlClient.SqlClient | Scope.Scope> =>
   Effect.gen(function*() {
     const schema = yield* Validate.schemaName(options.schema ?? Migrations.defaultSchema)
     if (options.migrate ?? true) yield* Migrations.run({ schema })
     const sql = (yield* SqlClient.SqlClient).withoutTransforms()
     const table = sql(`${schema}.messages`)
+    const leaseSql = (yield* makeLeaseClient(options.leasePool)) ?? sql
     const limits: Validate.SendLimits = {
       maxPayloadBytes: options.maxPayloadBytes ?? defaults.maxPayloadBytes,
       defaultMaxAttempts: options.defaultMaxAttempts ?? defaults.maxAttempts
@@ -237,7 +252,7 @@ export const make = (
         const now = yield* currentTime
         const refs = JSON.stringify(claims.map((c) => ({ id: c.id, token: c.leaseToken })))
         // One statement for the whole claim; only rows whose token still matches move.
-        const rows = yield* sql<{ id: bigint }>`
+        const rows = yield* leaseSql<{ id: bigint }>`
           UPDATE ${table} AS m
           SET visible_at = coalesce(${now}::timestamptz, now()) + ${leaseMs}::bigint * interval '1 millisecond'
           FROM jsonb_to_recordset(${refs}::jsonb) AS c(id bigint, token uuid)
@@ -247,7 +262,7 @@ export const make = (
       }).pipe((e) => op("renew", { count: claims.length }, e))
 
     const ack: QueueStoreShape["ack"] = (ref) =>
-      sql<{ id: bigint }>`
+      leaseSql<{ id: bigint }>`
         DELETE FROM ${table} WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid
         RETURNING id`.pipe(
         Effect.map((rows) => rows.length === 1),
@@ -261,7 +276,7 @@ export const make = (
           : yield* Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie)
         const now = yield* currentTime
         // The attempt is given back: a release is not a failure of the handler.
-        const rows = yield* sql<{ id: bigint }>`
+        const rows = yield* leaseSql<{ id: bigint }>`
           UPDATE ${table} SET
             visible_at  = coalesce(${now}::timestamptz, now()) + ${delayMs}::bigint * interval '1 millisecond',
             attempts    = greatest(attempts - 1, 0),
@@ -275,7 +290,7 @@ export const make = (
       Effect.gen(function*() {
         const delayMs = yield* Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie)
         const now = yield* currentTime
-        const rows = yield* sql<{ id: bigint }>`
+        const rows = yield* leaseSql<{ id: bigint }>`
           UPDATE ${table} SET
             visible_at  = coalesce(${now}::timestamptz, now()) + ${delayMs}::bigint * interval '1 millisecond',
             last_error  = ${Validate.boundedText(options.error)},
@@ -289,7 +304,7 @@ export const make = (
       Effect.gen(function*() {
         const now = yield* currentTime
         const error = options.error === undefined ? null : Validate.boundedText(options.error)
-        const rows = yield* sql<{ id: bigint }>`
+        const rows = yield* leaseSql<{ id: bigint }>`
           UPDATE ${table} SET
             state       = 'dead',
             dead_reason = ${Validate.boundedText(options.reason)},
@@ -401,6 +416,28 @@ export const make = (
       stats,
       nextVisibleAt
     })
+  })
+
+/**
+ * The lease pool: a second client on the same server as the main `PgClient`,
+ * small, with its own `statement_timeout`. `undefined` when there is no
+ * `PgClient` to copy the connection settings from, or when disabled.
+ */
+const makeLeaseClient = (options: PgQueueStoreOptions["leasePool"]) =>
+  Effect.gen(function*() {
+    if (options === false) return undefined
+    const main = yield* Effect.serviceOption(PgClient.PgClient)
+    if (main._tag === "None") return undefined
+    const timeoutMs = Duration.toMillis(options?.statementTimeout ?? "10 seconds")
+    const client = yield* PgClient.make({
+      ...main.value.config,
+      maxConnections: options?.maxConnections ?? 2,
+      minConnections: 0,
+      applicationName: `${main.value.config.applicationName ?? "leasehold"}-lease`,
+      keepAlive: main.value.config.keepAlive ?? "10 seconds",
+      startupParameters: { ...main.value.config.startupParameters, statement_timeout: String(Math.round(timeoutMs)) }
+    }).pipe(Effect.provide(Reactivity.layer), classify("connect lease pool"))
+    return client.withoutTransforms()
   })
 
 /** The store as a layer over the `SqlClient` in context (migrating first unless `migrate: false`). */
