@@ -292,7 +292,11 @@ export const make = <R>(
     const shutdown = Effect.gen(function*() {
       stopping = true
       yield* Effect.logInfo(`shutting down: ${inFlight} in flight, grace ${seconds(settings.shutdownGraceMs)}`)
-      yield* Fiber.interrupt(loopFiber)
+      // The loop's claim is uninterruptible (a committed claim must be dispatched); do not wait on a stuck one forever.
+      const loopStopped = yield* Effect.timeoutOption(Fiber.interrupt(loopFiber), settings.renewerStopTimeoutMs)
+      if (loopStopped._tag === "None") {
+        yield* Effect.logWarning(`claim loop did not stop within ${seconds(settings.renewerStopTimeoutMs)}: a claim is stuck; going on`)
+      }
       const drained = yield* Effect.timeoutOption(
         Effect.gen(function*() {
           while (inFlight > 0) {

@@ -86,8 +86,10 @@ export const start = (
     let wedgedReported = false
     let stopped = false
 
+    // Uninterruptible: completing the Deferred wakes the handler's race, which
+    // interrupts the racer that called this; the metric and log must still land.
     const markLost = (lost: ReadonlyArray<Entry>, reason: LeaseLost["reason"], message: string) =>
-      Effect.gen(function*() {
+      Effect.uninterruptible(Effect.gen(function*() {
         const fresh: Array<Entry> = []
         for (const e of lost) {
           const error = new LeaseLost({ ids: [e.ref.id], reason, message })
@@ -96,7 +98,7 @@ export const start = (
         if (fresh.length === 0) return
         yield* Metric.update(QueueMetrics.leaseLostBy(reason), fresh.length)
         yield* Effect.logError(message).pipe(Effect.annotateLogs({ messageIds: fresh.map((e) => e.ref.id).join(",") }))
-      })
+      }))
 
     const renewOnce = (lastSuccess: { at: number; escalated: boolean }) =>
       renewing.withPermits(1)(Effect.gen(function*() {

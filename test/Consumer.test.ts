@@ -1,0 +1,343 @@
+/**
+ * The consumer and its lease renewer on the memory store, with TestClock:
+ * every timing claim of the lease protocol, checked to the tick.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Deferred, Effect, Exit, Fiber, Metric, Ref, Scope } from "effect"
+import { TestClock } from "effect/testing"
+import type * as Consumer from "../src/Consumer.ts"
+import type { MessageId } from "../src/Message.ts"
+import { ConnectionDead, QueryFailed } from "../src/QueueError.ts"
+import * as QueueMetrics from "../src/QueueMetrics.ts"
+import { captureLogs, makeSpy, startConsumer } from "./support/ConsumerHarness.ts"
+
+const queue = "default"
+const lease = "30 seconds"
+
+/** A handler whose runs the test controls: each message waits for its own gate. */
+const gatedHandler = () =>
+  Effect.gen(function*() {
+    const started = yield* Ref.make<Array<MessageId>>([])
+    const interrupted = yield* Ref.make<Array<MessageId>>([])
+    const gates = new Map<string, Deferred.Deferred<void>>()
+    const gate = (id: string) => {
+      let g = gates.get(id)
+      if (g === undefined) {
+        g = Deferred.makeUnsafe<void>()
+        gates.set(id, g)
+      }
+      return g
+    }
+    const handler: Consumer.Handler = (m) =>
+      Ref.update(started, (s) => [...s, m.id]).pipe(
+        Effect.andThen(Deferred.await(gate(m.id))),
+        Effect.onInterrupt(() => Ref.update(interrupted, (s) => [...s, m.id]))
+      )
+    return {
+      handler,
+      started,
+      interrupted,
+      open: (id: string) => Deferred.succeed(gate(id), undefined)
+    }
+  })
+
+/** Let forked fibers run without moving time. */
+const settle = Effect.gen(function*() {
+  for (let i = 0; i < 20; i++) yield* Effect.yieldNow
+})
+
+const counter = (metric: Metric.Metric<number, any>) =>
+  Effect.map(Metric.value(metric), (state: any) => Number(state.count ?? state.value ?? 0))
+
+const connectionDead = new ConnectionDead({ operation: "renew", message: "renew: Connection terminated" })
+
+describe("Consumer (memory store, TestClock)", () => {
+  it.effect("renews every lease/3 while the handler runs, and never after the ack", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const h = yield* gatedHandler()
+      const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      yield* startConsumer(spy, h.handler, { lease })
+      yield* settle
+      assert.deepStrictEqual(yield* Ref.get(h.started), [sent!.id])
+      yield* TestClock.adjust("9 seconds")
+      assert.strictEqual(spy.of("renew").length, 0)
+      yield* TestClock.adjust("1 second")
+      assert.deepStrictEqual(spy.of("renew").map((c) => c.at), [10_000])
+      yield* TestClock.adjust("20 seconds")
+      assert.deepStrictEqual(spy.of("renew").map((c) => c.at), [10_000, 20_000, 30_000])
+      // The lease really moved: well past the first 30 s, nobody else can claim it.
+      yield* TestClock.adjust("5 seconds")
+      assert.strictEqual((yield* spy.inner.claim(queue, { lease, limit: 1, consumer: "other" })).length, 0)
+      yield* h.open(sent!.id)
+      yield* settle
+      const [ack] = spy.of("ack")
+      assert.isDefined(ack)
+      assert.strictEqual(ack!.at, 35_000)
+      yield* TestClock.adjust("2 minutes")
+      assert.isFalse(spy.calls.some((c) => c.op === "renew" && c.seq > ack!.seq), "no renewal after the ack")
+      assert.strictEqual((yield* spy.inner.stats(queue)).inFlight, 0)
+    }))
+
+  it.effect("a handler ending during a slow renewal is acked only after that renewal answered", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const h = yield* gatedHandler()
+      const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      // Every renewal takes 2 s to answer.
+      spy.renew = (refs, inner) => Effect.delay(inner.renew(refs, lease), "2 seconds")
+      yield* startConsumer(spy, h.handler, { lease })
+      yield* settle
+      yield* TestClock.adjust("11 seconds") // renewal started at 10 s, answers at 12 s
+      yield* h.open(sent!.id)
+      yield* settle
+      assert.strictEqual(spy.of("ack").length, 0, "the ack waits for the renewal in flight")
+      yield* TestClock.adjust("1 second")
+      yield* settle
+      const renewEnd = spy.of("renew")[0]!
+      const ack = spy.of("ack")[0]!
+      assert.strictEqual(renewEnd.at, 12_000)
+      assert.isTrue(ack.seq > renewEnd.seq)
+      yield* TestClock.adjust("1 minute")
+      assert.isFalse(spy.calls.some((c) => c.op === "renew" && c.seq > ack.seq))
+    }))
+
+  it.effect("a batch is renewed in one statement, and finished messages drop out of it", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const h = yield* gatedHandler()
+      const sent = yield* spy.store.send(queue, [1, 2, 3].map((n) => ({ task: "t", payload: n })))
+      const [a, b, c] = sent.map((s) => s.id)
+      yield* startConsumer(spy, h.handler, { lease, batchSize: 3 })
+      yield* settle
+      assert.strictEqual(spy.of("claim").length, 1)
+      assert.deepStrictEqual(spy.of("claim")[0]!.ids, [a, b, c])
+      yield* TestClock.adjust("10 seconds")
+      assert.deepStrictEqual(spy.of("renew").map((r) => r.ids), [[a, b, c]])
+      yield* h.open(b!)
+      yield* settle
+      yield* TestClock.adjust("10 seconds")
+      assert.deepStrictEqual(spy.of("renew").map((r) => r.ids), [[a, b, c], [a, c]])
+      yield* h.open(a!)
+      yield* h.open(c!)
+      yield* settle
+      assert.strictEqual(spy.of("ack").length, 3)
+      yield* TestClock.adjust("1 minute")
+      assert.strictEqual(spy.of("renew").length, 2, "renewer stopped with the last message")
+    }))
+
+  it.effect("connection-dead renewals are retried each tick and escalate exactly when failures reach the lease", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const h = yield* gatedHandler()
+      const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      spy.renew = () => Effect.fail(connectionDead)
+      const lostBefore = yield* counter(QueueMetrics.leaseLostBy("renewals-failing"))
+      // `continue`: the local deadline does not stop the handler, so escalation is visible.
+      // Concurrency 1: the consumer does not reclaim its own expired message meanwhile.
+      yield* startConsumer(spy, h.handler, { lease, onLeaseLost: "continue", concurrency: 1 }, logs)
+      yield* settle
+      yield* TestClock.adjust("29 seconds")
+      assert.strictEqual(spy.of("renew").length, 2)
+      assert.strictEqual(logs.entries.filter((e) => e.level === "Warn" && /renewal failed, connection dead/.test(e.message)).length, 2)
+      assert.isFalse(logs.entries.some((e) => e.level === "Error"), "no escalation before the lease")
+      yield* TestClock.adjust("1 second")
+      assert.strictEqual(spy.of("renew").length, 3)
+      const escalations = logs.entries.filter((e) => e.level === "Error" && /lease lost: renewals failing for 30\.0s/.test(e.message))
+      assert.strictEqual(escalations.length, 1)
+      assert.strictEqual((yield* counter(QueueMetrics.leaseLostBy("renewals-failing"))) - lostBefore, 1)
+      // Renewals recover: the renewer kept trying, and the handler can still ack.
+      spy.renew = undefined
+      yield* TestClock.adjust("10 seconds")
+      assert.strictEqual(spy.of("renew").length, 4)
+      yield* h.open(sent!.id)
+      yield* settle
+      assert.strictEqual(spy.of("ack").length, 1)
+    }))
+
+  it.effect("a non-connection renewal error fails the renewer at once, logged at ERROR", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const h = yield* gatedHandler()
+      const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      spy.renew = () => Effect.fail(new QueryFailed({ operation: "renew", message: "renew: syntax error at or near \"UPDAT\"", code: "42601" }))
+      yield* startConsumer(spy, h.handler, { lease }, logs)
+      yield* settle
+      yield* TestClock.adjust("10 seconds")
+      const errors = logs.entries.filter((e) => e.level === "Error" && /renewal failed \(QueryFailed\), renewer stopping/.test(e.message))
+      assert.strictEqual(errors.length, 1)
+      yield* TestClock.adjust("10 seconds")
+      assert.strictEqual(spy.of("renew").length, 1, "the failed renewer does not tick again")
+      // The handler goes on until the local deadline (tested below); end it here.
+      yield* h.open(sent!.id)
+      yield* settle
+      assert.strictEqual(spy.of("ack").length, 1)
+      assert.isTrue(logs.entries.some((e) => e.level === "Error" && /renewer had failed before the claim finished/.test(e.message)))
+    }))
+
+  it.effect("the local deadline interrupts the handler before the lease can expire; the message is not acked", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const runs: Array<{ attempt: number; lastError: string | null; interrupted: boolean }> = []
+      const handler: Consumer.Handler = (m) =>
+        Effect.suspend(() => {
+          const run = { attempt: m.attempts, lastError: m.lastError, interrupted: false }
+          runs.push(run)
+          return Effect.never.pipe(Effect.onInterrupt(() => Effect.sync(() => { run.interrupted = true })))
+        })
+      yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      spy.renew = () => Effect.fail(connectionDead)
+      const before = yield* counter(QueueMetrics.leaseLostBy("local-deadline"))
+      yield* startConsumer(spy, handler, { lease }, logs)
+      yield* settle
+      // Lease 30 s, margin lease/6 = 5 s: deadline at 25 s after the claim.
+      yield* TestClock.adjust("24999 millis")
+      assert.deepStrictEqual(runs.map((r) => r.interrupted), [false])
+      yield* TestClock.adjust("1 millis")
+      yield* settle
+      assert.isTrue(runs[0]!.interrupted)
+      assert.strictEqual(spy.of("ack").length, 0)
+      assert.strictEqual((yield* counter(QueueMetrics.leaseLostBy("local-deadline"))) - before, 1)
+      assert.isTrue(logs.entries.some((e) => e.level === "Error" && /lease at risk/.test(e.message)))
+      // Still holding the token, the consumer hands the message back at once, with the attempt counted,
+      // and (having a free slot) claims it again right away.
+      assert.strictEqual(spy.of("retry").length, 1)
+      assert.strictEqual(runs.length, 2)
+      assert.strictEqual(runs[1]!.attempt, 2)
+      assert.match(runs[1]!.lastError ?? "", /lease at risk/)
+    }))
+
+  it.effect("a renewer that never returns is reported wedged and the claim still finishes within the stop timeout", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const h = yield* gatedHandler()
+      const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      spy.renew = () => Effect.uninterruptible(Effect.never)
+      const before = yield* counter(QueueMetrics.wedgedRenewers)
+      yield* startConsumer(spy, h.handler, { lease, renewerStopTimeout: "5 seconds" }, logs)
+      yield* settle
+      yield* TestClock.adjust("12 seconds") // the renewal of 10 s hangs
+      yield* h.open(sent!.id)
+      yield* settle
+      assert.strictEqual(spy.of("ack").length, 0)
+      yield* TestClock.adjust("5 seconds")
+      yield* settle
+      const [ack] = spy.of("ack")
+      assert.isDefined(ack, "the claim finished despite the wedged renewer")
+      assert.isTrue(ack!.at <= 12_000 + 5_000)
+      assert.strictEqual((yield* counter(QueueMetrics.wedgedRenewers)) - before, 1)
+      assert.strictEqual(logs.entries.filter((e) => e.level === "Error" && /renewer wedged/.test(e.message)).length, 1)
+      assert.strictEqual((yield* spy.inner.stats(queue)).inFlight, 0)
+    }))
+
+  it.effect("a renewal that loses ids interrupts exactly those handlers", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const h = yield* gatedHandler()
+      const sent = yield* spy.store.send(queue, [1, 2, 3].map((n) => ({ task: "t", payload: n })))
+      const [a, b, c] = sent.map((s) => s.id)
+      // The renewal answers without b: another consumer took it.
+      spy.renew = (refs, inner) => Effect.map(inner.renew(refs, lease), (held) => held.filter((id) => id !== b))
+      const before = yield* counter(QueueMetrics.leaseLostBy("reclaimed"))
+      yield* startConsumer(spy, h.handler, { lease, batchSize: 3 }, logs)
+      yield* settle
+      yield* TestClock.adjust("10 seconds")
+      yield* settle
+      assert.deepStrictEqual(yield* Ref.get(h.interrupted), [b])
+      assert.strictEqual((yield* counter(QueueMetrics.leaseLostBy("reclaimed"))) - before, 1)
+      const error = logs.entries.find((e) => e.level === "Error" && /lease lost: renewal did not return/.test(e.message))
+      assert.include(error?.message ?? "", String(b))
+      assert.notInclude(error?.message ?? "", `${a},`)
+      // Nothing is written for b: it belongs to someone else now.
+      assert.isFalse(spy.calls.some((x) => x.ids.includes(b!) && ["ack", "retry", "release", "deadLetter"].includes(x.op)))
+      yield* TestClock.adjust("10 seconds")
+      assert.deepStrictEqual(spy.of("renew").at(-1)!.ids, [a, c], "b dropped out of renewal")
+      yield* h.open(a!)
+      yield* h.open(c!)
+      yield* settle
+      assert.deepStrictEqual(spy.of("ack").map((x) => x.ids[0]).sort(), [a, c].sort())
+    }))
+
+  it.effect("max runtime interrupts a hung handler and retries the message; a lease over it is clamped with a warning", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      yield* startConsumer(spy, () => Effect.never, { lease: "2 minutes", maxRuntime: "1 minute", retryBase: "10 seconds" }, logs)
+      yield* settle
+      assert.isTrue(logs.entries.some((e) => e.level === "Warn" && /clamping the lease/.test(e.message)))
+      assert.strictEqual(spy.of("claim").length, 1)
+      yield* TestClock.adjust("59 seconds")
+      assert.strictEqual(spy.of("retry").length, 0)
+      yield* TestClock.adjust("1 second")
+      yield* settle
+      assert.strictEqual(spy.of("retry").length, 1)
+      const waiting = yield* spy.inner.stats(queue)
+      assert.strictEqual(waiting.delayed, 1, "waiting for its retry, holding no lease")
+      // The clamped lease (1 minute) was renewed every 20 s.
+      assert.deepStrictEqual(spy.of("renew").map((r) => r.at), [20_000, 40_000])
+    }))
+
+  it.effect("a failing handler is retried with backoff and dead-lettered when its attempts are used up", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      yield* spy.store.send(queue, [{ task: "t", payload: 1, maxAttempts: 3 }])
+      yield* startConsumer(spy, () => Effect.fail("boom"), { retryBase: "1 second", pollInterval: "100 millis" })
+      yield* settle
+      assert.strictEqual(spy.of("retry").length, 1)
+      yield* TestClock.adjust("10 seconds")
+      yield* settle
+      assert.strictEqual(spy.of("retry").length, 2)
+      assert.strictEqual(spy.of("deadLetter").length, 1)
+      const [dead] = yield* spy.inner.deadLetters({ queue })
+      assert.match(dead!.reason, /attempts exhausted: 3 of 3/)
+      assert.match(dead!.lastError ?? "", /boom/)
+    }))
+
+  it.effect("shutdown stops claiming, lets a short handler finish and releases a long one after the grace", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const h = yield* gatedHandler()
+      const sent = yield* spy.store.send(queue, [1, 2].map((n) => ({ task: "t", payload: n })))
+      const [short, long] = sent.map((s) => s.id)
+      const scope = yield* Scope.make()
+      const logs = captureLogs()
+      yield* startConsumer(spy, h.handler, { lease, batchSize: 2, shutdownGrace: "10 seconds" }, logs, true).pipe(
+        Scope.provide(scope)
+      )
+      yield* settle
+      const closing = yield* Effect.forkChild(Scope.close(scope, Exit.void))
+      yield* settle
+      yield* spy.store.send(queue, [{ task: "t", payload: "after shutdown" }])
+      yield* TestClock.adjust("3 seconds")
+      yield* h.open(short!)
+      yield* settle
+      assert.deepStrictEqual(spy.of("ack").map((x) => x.ids[0]), [short])
+      assert.strictEqual(spy.of("claim").length, 1, "no claim after shutdown began")
+      assert.strictEqual(spy.of("renew").length, 0)
+      yield* TestClock.adjust("7 seconds")
+      yield* Fiber.join(closing)
+      assert.deepStrictEqual(yield* Ref.get(h.interrupted), [long])
+      assert.deepStrictEqual(spy.of("release").map((x) => x.ids[0]), [long])
+      assert.isTrue(logs.entries.some((e) => e.level === "Warn" && /grace elapsed: interrupting 1 handlers/.test(e.message)))
+      // Released: visible at once, attempt given back; the message sent after shutdown began is untouched.
+      const next = yield* spy.inner.claim(queue, { lease, limit: 10, consumer: "next" })
+      assert.deepStrictEqual(next.map((c) => [c.payload, c.attempts]), [["after shutdown", 1], [2, 1]])
+    }))
+
+  it.effect("health turns stale when the loop stops making progress", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      // A claim that never answers wedges the loop.
+      const stuck = { ...spy.store, claim: () => Effect.never }
+      const service = yield* startConsumer({ ...spy, store: stuck }, () => Effect.void, { healthStale: "1 minute" })
+      assert.isTrue((yield* service.health).healthy)
+      yield* TestClock.adjust("61 seconds")
+      assert.isFalse((yield* service.health).healthy)
+    }))
+})
