@@ -117,6 +117,11 @@ export const start = (
           const missing = sent.filter((e) => !held.has(e.ref.id))
           for (const e of sent) if (held.has(e.ref.id)) e.renewedAt = startedAt
           yield* Metric.update(QueueMetrics.renewals, held.size)
+          if (held.size > 0) {
+            yield* Effect.logDebug(`lease renewed for ${held.size} message(s), ${seconds(leaseMs)} from now`).pipe(
+              Effect.annotateLogs({ messageIds: [...held].join(",") })
+            )
+          }
           if (missing.length > 0) {
             for (const e of missing) e.active = false
             yield* markLost(
