@@ -1,0 +1,132 @@
+#!/usr/bin/env node
+/**
+ * The `leasehold` command: operate queues from a shell. Connects with
+ * LEASEHOLD_DATABASE_URL (schema LEASEHOLD_SCHEMA, default `leasehold`).
+ *
+ *   leasehold migrate
+ *   leasehold send <queue> <task> <json> [--delay 5s] [--priority N] [--dedup KEY] [--max-attempts N]
+ *   leasehold stats [queue...]                       (default: LEASEHOLD_QUEUES or "default")
+ *   leasehold dead-letters list   [--queue Q] [--ids 1,2] [--limit N]
+ *   leasehold dead-letters redrive [--queue Q] [--ids 1,2] | --all
+ *   leasehold dead-letters purge   [--queue Q] [--ids 1,2] | --all
+ */
+import { Cause, Effect, Layer } from "effect"
+import type { MessageId } from "../Message.ts"
+import * as Migrations from "../Migrations.ts"
+import * as PgQueueStore from "../PgQueueStore.ts"
+import * as QueueConfig from "../QueueConfig.ts"
+import type { DeadLetterFilter } from "../QueueStore.ts"
+import { QueueStore } from "../QueueStore.ts"
+
+const usage = `usage:
+  leasehold migrate
+  leasehold send <queue> <task> <json> [--delay 5s] [--priority N] [--dedup KEY] [--max-attempts N]
+  leasehold stats [queue...]
+  leasehold dead-letters list [--queue Q] [--ids 1,2] [--limit N]
+  leasehold dead-letters redrive (--queue Q | --ids 1,2 | --all)
+  leasehold dead-letters purge (--queue Q | --ids 1,2 | --all)
+environment: LEASEHOLD_DATABASE_URL (required), LEASEHOLD_SCHEMA (default leasehold)`
+
+class UsageError extends Error {}
+
+/** Split argv into positional words and `--flag value` / `--flag` options. */
+const parseArgs = (argv: ReadonlyArray<string>) => {
+  const words: Array<string> = []
+  const flags = new Map<string, string>()
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!
+    if (!arg.startsWith("--")) {
+      words.push(arg)
+    } else if (arg === "--all") {
+      flags.set("all", "true")
+    } else {
+      const value = argv[i + 1]
+      if (value === undefined) throw new UsageError(`${arg} needs a value`)
+      flags.set(arg.slice(2), value)
+      i++
+    }
+  }
+  return { words, flags }
+}
+
+const filterFrom = (flags: Map<string, string>, requireOne: boolean): DeadLetterFilter => {
+  const queue = flags.get("queue")
+  const ids = flags.get("ids")?.split(",").map((s) => s.trim()).filter((s) => /^\d+$/.test(s)) as Array<MessageId> | undefined
+  if (requireOne && queue === undefined && ids === undefined && !flags.has("all")) {
+    throw new UsageError("say which dead letters: --queue Q, --ids 1,2 or --all")
+  }
+  return { queue, ids }
+}
+
+const print = (value: unknown) => Effect.sync(() => console.log(typeof value === "string" ? value : JSON.stringify(value, null, 2)))
+
+const command = (argv: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const { words, flags } = parseArgs(argv)
+    const [verb, ...rest] = words
+    if (verb === "migrate") {
+      return // the store layer migrates when built
+    }
+    const store = yield* QueueStore
+    switch (verb) {
+      case "send": {
+        const [queue, task, json] = rest
+        if (queue === undefined || task === undefined || json === undefined) throw new UsageError("send needs <queue> <task> <json>")
+        let payload: unknown
+        try {
+          payload = JSON.parse(json)
+        } catch (e) {
+          throw new UsageError(`payload is not valid JSON: ${(e as Error).message}`)
+        }
+        const delay = flags.has("delay") ? yield* QueueConfig.parseDuration("--delay", flags.get("delay")!) : undefined
+        const [result] = yield* store.send(queue, [{
+          task,
+          payload,
+          delay,
+          priority: flags.has("priority") ? Number(flags.get("priority")) : undefined,
+          dedupKey: flags.get("dedup"),
+          maxAttempts: flags.has("max-attempts") ? Number(flags.get("max-attempts")) : undefined
+        }])
+        return yield* print(result)
+      }
+      case "stats": {
+        const queues = rest.length > 0 ? rest : (process.env["LEASEHOLD_QUEUES"] ?? "default").split(",").map((q) => q.trim())
+        return yield* print(yield* Effect.forEach(queues, (q) => store.stats(q)))
+      }
+      case "dead-letters": {
+        const [action] = rest
+        if (action === "list") {
+          const limit = flags.has("limit") ? Number(flags.get("limit")) : 100
+          return yield* print(yield* store.deadLetters({ ...filterFrom(flags, false), limit }))
+        }
+        if (action === "redrive") return yield* print({ redriven: yield* store.redrive(filterFrom(flags, true)) })
+        if (action === "purge") return yield* print({ purged: yield* store.purge(filterFrom(flags, true)) })
+        throw new UsageError(`dead-letters needs list, redrive or purge`)
+      }
+      default:
+        throw new UsageError(verb === undefined ? "no command given" : `unknown command "${verb}"`)
+    }
+  })
+
+const argv = process.argv.slice(2)
+const main = Effect.gen(function*() {
+  if (argv.length === 0 || argv[0] === "help" || argv[0] === "--help") return yield* print(usage)
+  const schema = yield* QueueConfig.schemaFromEnv
+  const layer = PgQueueStore.layer({ schema, leasePool: false }).pipe(
+    Layer.provide(QueueConfig.pgLayerFromEnv({ maxConnections: 2, applicationName: "leasehold-cli" }))
+  )
+  yield* command(argv).pipe(Effect.provide(layer))
+  if (argv[0] === "migrate") yield* print(`schema ${schema ?? Migrations.defaultSchema} is up to date`)
+})
+
+Effect.runPromiseExit(main).then((exit) => {
+  if (exit._tag === "Success") return
+  const failure = Cause.squash(exit.cause)
+  const message = failure instanceof UsageError
+    ? `${failure.message}\n\n${usage}`
+    : typeof failure === "object" && failure !== null && "message" in failure
+    ? `${(failure as { _tag?: string })._tag ?? "Error"}: ${(failure as { message: string }).message}`
+    : String(failure)
+  console.error(`leasehold: ${message}`)
+  process.exitCode = failure instanceof UsageError ? 2 : 1
+})
