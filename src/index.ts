@@ -4,9 +4,13 @@
  *
  * @since 0.1.0
  */
+export * as Consumer from "./Consumer.ts"
+export * as LeaseRenewer from "./LeaseRenewer.ts"
 export * as MemoryQueueStore from "./MemoryQueueStore.ts"
 export * as Message from "./Message.ts"
 export * as Migrations from "./Migrations.ts"
 export * as PgQueueStore from "./PgQueueStore.ts"
+export * as QueueConfig from "./QueueConfig.ts"
 export * as QueueError from "./QueueError.ts"
+export * as QueueMetrics from "./QueueMetrics.ts"
 export * as QueueStore from "./QueueStore.ts"
