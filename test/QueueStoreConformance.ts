@@ -330,6 +330,9 @@ export const conformance = (
           [msg(undefined), "payload", /undefined/],
           [msg(() => 1), "payload", /function/],
           [msg("\u0000"), "payload", /NUL/],
+          [msg({ ["k\u0000"]: 1 }), "payload", /NUL/],
+          [msg("a\ud800b"), "payload", /lone surrogate/],
+          [msg(1, { headers: { h: "\udc00" } }), "headers", /invalid/],
           [msg("x".repeat(1024 * 1024 + 1)), "payload", /bytes/],
           [msg(1, { delay: -1 }), "delay", /not allowed/],
           [msg(1, { delay: Number.NaN }), "delay", /not allowed/],
@@ -349,6 +352,12 @@ export const conformance = (
         assert.strictEqual(e.field, "limit")
         const stats = yield* store.stats(queue)
         assert.strictEqual(stats.ready + stats.delayed + stats.inFlight + stats.dead, 0, "nothing was written")
+        // Text that merely looks like an escape is fine, and comes back as sent.
+        const [literal] = yield* store.send(queue, [msg({ s: "\\u0000 and \\ud800", emoji: "😀" })])
+        const [claimed] = yield* store.claim(queue, { lease: "1 minute", limit: 1, consumer: "c" })
+        assert.strictEqual(claimed!.id, literal!.id)
+        assert.deepStrictEqual(claimed!.payload, { s: "\\u0000 and \\ud800", emoji: "😀" })
+        yield* store.ack(claimed!)
         // Just under the limit is fine.
         const [ok] = yield* store.send(queue, [msg("x".repeat(1024 * 1024 - 2))])
         assert.isFalse(ok!.deduplicated)

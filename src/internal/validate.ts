@@ -85,8 +85,20 @@ export interface SendLimits {
 
 const encodePayload = (payload: unknown, limits: SendLimits): Effect.Effect<string, InvalidInput> => {
   let json: string | undefined
+  // PostgreSQL's jsonb refuses NUL characters and lone UTF-16 surrogates, which JSON.stringify
+  // lets through as escapes: find them here, to refuse them with a clear message instead of a failed INSERT.
+  let nul = false
+  let malformed = false
+  const check = (text: string) => {
+    if (text.includes("\u0000")) nul = true
+    if (!text.isWellFormed()) malformed = true
+  }
   try {
-    json = JSON.stringify(payload)
+    json = JSON.stringify(payload, (key, value) => {
+      check(key)
+      if (typeof value === "string") check(value)
+      return value
+    })
   } catch (error) {
     const reason = error instanceof Error ? error.message : String(error)
     return Effect.fail(invalid("payload", "must be JSON-encodable (no bigint, no cycles)", `cannot be encoded as JSON: ${reason}`))
@@ -94,9 +106,11 @@ const encodePayload = (payload: unknown, limits: SendLimits): Effect.Effect<stri
   if (json === undefined) {
     return Effect.fail(invalid("payload", "must be JSON-encodable", `is ${typeof payload}, which has no JSON form`))
   }
-  // jsonb refuses the NUL character; refuse it here with a clear message instead of a failed INSERT.
-  if (json.includes("\\u0000")) {
+  if (nul) {
     return Effect.fail(invalid("payload", "no NUL (\\u0000) characters: PostgreSQL jsonb cannot store them", "contains a NUL character"))
+  }
+  if (malformed) {
+    return Effect.fail(invalid("payload", "well-formed Unicode: no lone UTF-16 surrogates", "contains a lone surrogate"))
   }
   const bytes = Buffer.byteLength(json, "utf8")
   if (bytes > limits.maxPayloadBytes) {
@@ -112,7 +126,9 @@ const checkHeaders = (headers: unknown): Effect.Effect<Readonly<Record<string, s
     return Effect.fail(invalid("headers", rule, "is not an object"))
   }
   const entries = Object.entries(headers)
-  const bad = entries.find(([k, v]) => k.length === 0 || k.length > 128 || typeof v !== "string" || v.includes("\u0000"))
+  const bad = entries.find(([k, v]) =>
+    k.length === 0 || k.length > 128 || !k.isWellFormed() || typeof v !== "string" || v.includes("\u0000") || !v.isWellFormed()
+  )
   if (entries.length > 64 || bad !== undefined) {
     return Effect.fail(invalid("headers", rule, bad === undefined ? "has too many entries" : `entry ${show(bad[0])} is invalid`))
   }
@@ -139,7 +155,7 @@ export const prepareMessage = (
     }
     const maxAttempts = yield* positiveInt("maxAttempts", message.maxAttempts ?? limits.defaultMaxAttempts, 10_000)
     const dedupKey = message.dedupKey ?? null
-    if (dedupKey !== null && (typeof dedupKey !== "string" || dedupKey.length === 0 || dedupKey.length > 512 || dedupKey.includes("\u0000"))) {
+    if (dedupKey !== null && (typeof dedupKey !== "string" || dedupKey.length === 0 || dedupKey.length > 512 || dedupKey.includes("\u0000") || !dedupKey.isWellFormed())) {
       return yield* invalid("dedupKey", "a string of 1-512 characters", `${show(dedupKey)} is not allowed`)
     }
     return { queue, task, payloadJson, headers, priority, delayMs: Math.round(delay), maxAttempts, dedupKey }
