@@ -7,6 +7,7 @@
  * @since 0.1.0
  */
 import { Cause, Clock, Context, Effect, Exit, Fiber, Latch, Layer, Metric, Random, Scope } from "effect"
+import * as EventLoopLag from "./internal/eventLoopLag.ts"
 import * as LeaseRenewer from "./LeaseRenewer.ts"
 import type { Claim } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
@@ -286,6 +287,12 @@ export const make = <R>(
       }
     }).pipe(Effect.annotateLogs({ ...annotations, module: "Consumer" }))
 
+    // Warn when the event loop stalls for half a renewal interval: renewals would be late.
+    yield* Effect.forkScoped(
+      EventLoopLag.watch({ intervalMs: Math.floor(leaseMs / 3), warnAboveMs: Math.floor(leaseMs / 6) }).pipe(
+        Effect.annotateLogs(annotations)
+      )
+    )
     const loopFiber = yield* Effect.forkDetach(loop.pipe(Effect.provideContext(context)))
 
     /** Stop claiming, let handlers finish within the grace, then interrupt and release the rest. */

@@ -41,3 +41,5 @@ export const handlerDuration = Metric.histogram("leasehold_handler_duration_ms",
   description: "Handler duration (ms)",
   boundaries: Metric.exponentialBoundaries({ start: 5, factor: 2, count: 20 })
 })
+/** Worst event-loop delay in the last renewal interval, in milliseconds. */
+export const eventLoopLag = Metric.gauge("leasehold_event_loop_lag_ms", { description: "Worst event-loop delay per renewal interval (ms)" })

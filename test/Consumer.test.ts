@@ -341,3 +341,25 @@ describe("Consumer (memory store, TestClock)", () => {
       assert.isFalse((yield* service.health).healthy)
     }))
 })
+
+describe("Consumer (real time)", () => {
+  it.live("warns when a handler blocks the event loop for half a renewal interval", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      yield* spy.store.send(queue, [{ task: "cpu", payload: 1 }])
+      // Lease 900 ms: renewals every 300 ms, warning above 150 ms of lag; the handler blocks for 600 ms.
+      const blocking: Consumer.Handler = () =>
+        Effect.sync(() => {
+          const end = Date.now() + 600
+          while (Date.now() < end) { /* a CPU-bound handler */ }
+        })
+      yield* startConsumer(spy, blocking, { lease: "900 millis", pollInterval: "50 millis" }, logs, true)
+      const deadline = Date.now() + 10_000
+      const warned = () => logs.entries.some((e) => e.level === "Warn" && /event loop blocked for up to \d+ms/.test(e.message))
+      while (!warned() || spy.of("ack").length === 0) {
+        if (Date.now() > deadline) assert.fail(`no event-loop warning and ack within 10 s (warned: ${warned()})`)
+        yield* Effect.sleep("50 millis")
+      }
+    }))
+})
