@@ -20,6 +20,9 @@ const all: ReadonlyArray<readonly [id: number, name: string, make: (schema: stri
   [2, "attempts_and_lease_expiries", attemptsAndLeaseExpiries]
 ]
 
+/** The ids and names of every migration, in order: what a fully migrated schema has run. */
+export const known: ReadonlyArray<readonly [id: number, name: string]> = all.map(([id, name]) => [id, name] as const)
+
 /**
  * Bring `schema` up to date. Safe to run from many workers at once: the run
  * holds a transaction-scoped advisory lock keyed by the schema name, so one

@@ -161,7 +161,8 @@ layer(StoreLive, { excludeTestServices: true })("PgQueueStore on PostgreSQL: bey
       const concurrent = PgTest.uniqueSchema("mig")
       yield* Effect.gen(function*() {
         const first = yield* Migrations.run({ schema: sequential })
-        assert.deepStrictEqual(first.map(([id, name]) => [id, name]), [[1, "create_messages"]])
+        assert.deepStrictEqual(first.map(([id, name]) => [id, name]), Migrations.known.map(([id, name]) => [id, name]))
+        assert.deepStrictEqual(first[0], [1, "create_messages"])
         const second = yield* Migrations.run({ schema: sequential })
         assert.deepStrictEqual(second, [])
         assert.strictEqual(yield* tableExists(sequential, "messages"), 1)
@@ -169,10 +170,14 @@ layer(StoreLive, { excludeTestServices: true })("PgQueueStore on PostgreSQL: bey
         const both = yield* Effect.all([Migrations.run({ schema: concurrent }), Migrations.run({ schema: concurrent })], {
           concurrency: 2
         })
-        assert.deepStrictEqual(both.map((ran) => ran.length).sort(), [0, 1], "one run migrated, the other found nothing to do")
+        assert.deepStrictEqual(
+          both.map((ran) => ran.length).sort(),
+          [0, Migrations.known.length],
+          "one run migrated, the other found nothing to do"
+        )
         assert.strictEqual(yield* tableExists(concurrent, "messages"), 1)
         const [row] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(`${concurrent}.migrations`)}`
-        assert.strictEqual(row!.n, 1)
+        assert.strictEqual(row!.n, Migrations.known.length)
         // And a store on it works.
         const store = yield* PgQueueStore.make({ schema: concurrent, clock: "database", migrate: false })
         yield* store.send("q", [msg("x")])
