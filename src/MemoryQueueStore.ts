@@ -6,8 +6,8 @@
  *
  * @since 0.1.0
  */
-import { Clock, Effect, Layer, Option } from "effect"
-import type { Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
+import { Clock, Duration, Effect, Layer, Option } from "effect"
+import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
 import type { InvalidInput } from "./QueueError.ts"
 import { defaults, type DeadLetterFilter, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Validate from "./internal/validate.ts"
@@ -35,6 +35,8 @@ interface Row {
   attempts: number
   leaseToken: string | null
   leasedBy: string | null
+  leasedAt: number | null
+  leaseExpiries: number
   dedupKey: string | null
   lastError: string | null
   deadReason: string | null
@@ -52,7 +54,8 @@ const message = (row: Row) => ({
   maxAttempts: row.maxAttempts,
   enqueuedAt: new Date(row.enqueuedAt),
   dedupKey: row.dedupKey,
-  lastError: row.lastError
+  lastError: row.lastError,
+  leaseExpiries: row.leaseExpiries
 })
 
 /** Claim order: lowest priority number, then earliest visibility, then id. */
@@ -66,6 +69,7 @@ const claimOrder = (a: Row, b: Row) =>
 export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<QueueStoreShape> =>
   Effect.sync(() => {
     const rows = new Map<bigint, Row>()
+    const history: Array<Attempt> = []
     let nextId = 1n
     const limits: Validate.SendLimits = {
       maxPayloadBytes: options.maxPayloadBytes ?? defaults.maxPayloadBytes,
@@ -80,6 +84,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
     const clearLease = (row: Row) => {
       row.leaseToken = null
       row.leasedBy = null
+      row.leasedAt = null
     }
     const live = (queue: string) => [...rows.values()].filter((r) => r.queue === queue && r.state === "ready")
     const matching = (filter: DeadLetterFilter) => {
@@ -124,6 +129,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             attempts: 0,
             leaseToken: null,
             leasedBy: null,
+            leasedAt: null,
+            leaseExpiries: 0,
             dedupKey: m.dedupKey,
             lastError: null,
             deadReason: null,
@@ -141,11 +148,29 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
         const now = yield* Clock.currentTimeMillis
         const picked = live(queue).filter((r) => r.visibleAt <= now).sort(claimOrder).slice(0, limit)
-        return picked.map((row): Claim => {
+        // Same rule as SQL: a suspect (lease expired now or before) is claimed alone.
+        const suspect = (r: Row) => r.leaseExpiries > 0 || r.leaseToken !== null
+        const chosen = picked.length > 0 && suspect(picked[0]!) ? [picked[0]!] : picked.filter((r) => !suspect(r))
+        return chosen.map((row): Claim => {
+          if (row.leaseToken !== null) {
+            row.leaseExpiries += 1
+            history.push({
+              messageId: String(row.id) as MessageId,
+              queue: row.queue,
+              task: row.task,
+              attempt: row.attempts,
+              consumer: row.leasedBy ?? "",
+              startedAt: new Date(row.leasedAt ?? row.visibleAt),
+              endedAt: new Date(row.visibleAt),
+              outcome: "lease-expired",
+              error: "lease expired: the holder stopped renewing (died, hung or lost its connection)"
+            })
+          }
           row.visibleAt = now + leaseMs
           row.attempts += 1
           row.leaseToken = crypto.randomUUID()
           row.leasedBy = options.consumer
+          row.leasedAt = now
           return {
             ...message(row),
             leaseToken: row.leaseToken as Claim["leaseToken"],
@@ -205,6 +230,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
           if (row.dedupKey !== null && live(row.queue).some((r) => r.dedupKey === row.dedupKey)) row.dedupKey = null
           row.state = "ready"
           row.attempts = 0
+          row.leaseExpiries = 0
           row.deadReason = null
           row.deadAt = null
           row.visibleAt = now
@@ -227,6 +253,22 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
           deadAt: new Date(row.deadAt ?? 0)
         }))
       )
+
+    const recordAttempt: QueueStoreShape["recordAttempt"] = (a) =>
+      Effect.sync(() => {
+        history.push({ ...a, error: a.error === null ? null : Validate.boundedText(a.error) })
+      })
+
+    const attempts: QueueStoreShape["attempts"] = (id) => Effect.sync(() => history.filter((a) => a.messageId === id))
+
+    const pruneAttempts: QueueStoreShape["pruneAttempts"] = (olderThan) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const cutoff = now - Duration.toMillis(olderThan)
+        const kept = history.filter((a) => a.endedAt.getTime() >= cutoff)
+        const removed = history.length - kept.length
+        history.splice(0, history.length, ...kept)
+        return removed
+      })
 
     const stats: QueueStoreShape["stats"] = (queue) =>
       Effect.gen(function*() {
@@ -264,6 +306,9 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       redrive,
       purge,
       deadLetters,
+      recordAttempt,
+      attempts,
+      pruneAttempts,
       stats,
       nextVisibleAt
     })

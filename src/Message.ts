@@ -31,7 +31,9 @@ export const Message = Schema.Struct({
   maxAttempts: Schema.Int,
   enqueuedAt: Schema.Date,
   dedupKey: Schema.NullOr(Schema.String),
-  lastError: Schema.NullOr(Schema.String)
+  lastError: Schema.NullOr(Schema.String),
+  /** Claims of this message that ended because the lease ran out (the holder died or hung). */
+  leaseExpiries: Schema.Int
 })
 /** @see {@link Message} */
 export type Message = typeof Message.Type
@@ -103,3 +105,23 @@ export interface QueueStats {
   /** Age in milliseconds of the oldest ready message, 0 when none. */
   readonly oldestReadyAgeMs: number
 }
+
+/** How an attempt ended, as kept in the attempt history. */
+export const AttemptOutcome = Schema.Literals(["acked", "retried", "dead-lettered", "released", "lease-lost", "lease-expired"])
+/** @see {@link AttemptOutcome} */
+export type AttemptOutcome = typeof AttemptOutcome.Type
+
+/** One attempt of one message: who ran it, when, and how it ended. */
+export const Attempt = Schema.Struct({
+  messageId: MessageId,
+  queue: Schema.String,
+  task: Schema.String,
+  attempt: Schema.Int,
+  consumer: Schema.String,
+  startedAt: Schema.Date,
+  endedAt: Schema.Date,
+  outcome: AttemptOutcome,
+  error: Schema.NullOr(Schema.String)
+})
+/** @see {@link Attempt} */
+export type Attempt = typeof Attempt.Type

@@ -9,7 +9,7 @@ import { PgClient } from "@effect/sql-pg"
 import { Clock, Duration, Effect, Layer, Option, type Scope } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql"
-import type { Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
+import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
 import * as Migrations from "./Migrations.ts"
 import { classify, type InvalidInput, type StoreError } from "./QueueError.ts"
 import { defaults, type DeadLetterFilter, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
@@ -64,6 +64,7 @@ interface MessageRow {
   readonly last_error: string | null
   readonly dead_reason: string | null
   readonly dead_at: Date | null
+  readonly lease_expiries: number
 }
 
 const toMessage = (row: MessageRow) => ({
@@ -77,7 +78,8 @@ const toMessage = (row: MessageRow) => ({
   maxAttempts: row.max_attempts,
   enqueuedAt: row.enqueued_at,
   dedupKey: row.dedup_key,
-  lastError: row.last_error
+  lastError: row.last_error,
+  leaseExpiries: row.lease_expiries
 })
 
 const toClaim = (row: MessageRow): Claim => ({
@@ -112,6 +114,7 @@ export const make = (
     if (options.migrate ?? true) yield* Migrations.run({ schema })
     const sql = (yield* SqlClient.SqlClient).withoutTransforms()
     const table = sql(`${schema}.messages`)
+    const attemptsTable = sql(`${schema}.attempts`)
     const leaseSql = (yield* makeLeaseClient(options.leasePool)) ?? sql
     const limits: Validate.SendLimits = {
       maxPayloadBytes: options.maxPayloadBytes ?? defaults.maxPayloadBytes,
@@ -221,25 +224,44 @@ export const make = (
         const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
         const now = yield* currentTime
         // Lock the first `limit` ready rows that no other claimer has locked
-        // (SKIP LOCKED: concurrent claimers never wait on or share a row), then
-        // lease them. The outer SELECT restores claim order, which UPDATE
-        // RETURNING does not keep.
+        // (SKIP LOCKED: concurrent claimers never wait on or share a row).
+        // A row still carrying a lease token was not finished by its last holder:
+        // its lease expired. Such a suspect (or one that expired before) is
+        // claimed alone, never batched with others; otherwise only non-suspects
+        // are taken. The expired attempt is recorded in the history in the same
+        // statement. The final SELECT restores claim order, which RETURNING does not keep.
         const rows = yield* sql<MessageRow & { was_visible_at: Date }>`
           WITH picked AS (
-            SELECT id, visible_at FROM ${table}
+            SELECT id, priority, visible_at, lease_expiries, lease_token IS NOT NULL AS expired,
+                   leased_by AS prev_consumer, leased_at AS prev_leased_at
+            FROM ${table}
             WHERE queue = ${queue} AND state = 'ready' AND visible_at <= coalesce(${now}::timestamptz, now())
             ORDER BY priority, visible_at, id
             LIMIT ${limit}
             FOR UPDATE SKIP LOCKED
+          ), ranked AS (
+            SELECT picked.*, row_number() OVER (ORDER BY priority, visible_at, id) AS rn FROM picked
+          ), chosen AS (
+            SELECT * FROM ranked
+            WHERE CASE WHEN (SELECT lease_expiries > 0 OR expired FROM ranked WHERE rn = 1)
+                       THEN rn = 1
+                       ELSE lease_expiries = 0 AND NOT expired END
           ), claimed AS (
             UPDATE ${table} AS m SET
-              visible_at  = coalesce(${now}::timestamptz, now()) + ${leaseMs}::bigint * interval '1 millisecond',
-              attempts    = m.attempts + 1,
-              lease_token = gen_random_uuid(),
-              leased_by   = ${options.consumer},
-              leased_at   = coalesce(${now}::timestamptz, now())
-            FROM picked WHERE m.id = picked.id
-            RETURNING m.*, picked.visible_at AS was_visible_at
+              visible_at     = coalesce(${now}::timestamptz, now()) + ${leaseMs}::bigint * interval '1 millisecond',
+              attempts       = m.attempts + 1,
+              lease_expiries = m.lease_expiries + chosen.expired::int,
+              lease_token    = gen_random_uuid(),
+              leased_by      = ${options.consumer},
+              leased_at      = coalesce(${now}::timestamptz, now())
+            FROM chosen WHERE m.id = chosen.id
+            RETURNING m.*, chosen.visible_at AS was_visible_at, chosen.expired,
+                      chosen.prev_consumer, chosen.prev_leased_at
+          ), expired_attempts AS (
+            INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
+            SELECT id, queue, task, attempts - 1, coalesce(prev_consumer, ''), coalesce(prev_leased_at, was_visible_at),
+                   was_visible_at, 'lease-expired', 'lease expired: the holder stopped renewing (died, hung or lost its connection)'
+            FROM claimed WHERE expired
           )
           SELECT * FROM claimed ORDER BY priority, was_visible_at, id`
         return rows.map(toClaim)
@@ -327,7 +349,7 @@ export const make = (
         // its key up rather than fail the redrive or merge with the other message.
         const rows = yield* sql<{ id: bigint }>`
           UPDATE ${table} AS m SET
-            state = 'ready', attempts = 0, dead_reason = NULL, dead_at = NULL,
+            state = 'ready', attempts = 0, lease_expiries = 0, dead_reason = NULL, dead_at = NULL,
             visible_at = coalesce(${now}::timestamptz, now()),
             dedup_key = CASE WHEN EXISTS (
               SELECT 1 FROM ${table} AS o
@@ -359,6 +381,57 @@ export const make = (
         Effect.map((rows) => rows.map(toDeadLetter)),
         (e) => op("deadLetters", { queue: filter.queue ?? "*" }, e)
       )
+
+    const recordAttempt: QueueStoreShape["recordAttempt"] = (a) =>
+      sql`
+        INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
+        VALUES (${a.messageId}::bigint, ${a.queue}, ${a.task}, ${a.attempt}, ${a.consumer}, ${a.startedAt}, ${a.endedAt},
+                ${a.outcome}, ${a.error === null ? null : Validate.boundedText(a.error)})`.pipe(
+        Effect.asVoid,
+        (e) => op("recordAttempt", { messageId: a.messageId }, e)
+      )
+
+    const attempts: QueueStoreShape["attempts"] = (id) =>
+      sql<{
+        message_id: bigint
+        queue: string
+        task: string
+        attempt: number
+        consumer: string
+        started_at: Date
+        ended_at: Date
+        outcome: Attempt["outcome"]
+        error: string | null
+      }>`SELECT * FROM ${attemptsTable} WHERE message_id = ${id}::bigint ORDER BY id`.pipe(
+        Effect.map((rows) =>
+          rows.map((r): Attempt => ({
+            messageId: String(r.message_id) as MessageId,
+            queue: r.queue,
+            task: r.task,
+            attempt: r.attempt,
+            consumer: r.consumer,
+            startedAt: r.started_at,
+            endedAt: r.ended_at,
+            outcome: r.outcome,
+            error: r.error
+          }))
+        ),
+        (e) => op("attempts", { messageId: id }, e)
+      )
+
+    const pruneAttempts: QueueStoreShape["pruneAttempts"] = (olderThan) =>
+      Effect.gen(function*() {
+        const now = yield* currentTime
+        const ms = Duration.toMillis(olderThan)
+        const rows = yield* sql<{ n: number }>`
+          WITH gone AS (
+            DELETE FROM ${attemptsTable}
+            WHERE ended_at < coalesce(${now}::timestamptz, now()) - ${Math.round(ms)}::bigint * interval '1 millisecond'
+            RETURNING 1
+          )
+          SELECT count(*)::int AS n FROM gone`
+        return rows[0]?.n ?? 0
+      }).pipe((e) => op("pruneAttempts", {}, e))
 
     const stats: QueueStoreShape["stats"] = (queue) =>
       Effect.gen(function*() {
@@ -413,6 +486,9 @@ export const make = (
       redrive,
       purge,
       deadLetters,
+      recordAttempt,
+      attempts,
+      pruneAttempts,
       stats,
       nextVisibleAt
     })

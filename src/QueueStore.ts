@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { Context, type Duration, type Effect, type Option } from "effect"
-import type { Claim, ClaimRef, DeadLetter, MessageId, NewMessage, QueueStats, SendResult } from "./Message.ts"
+import type { Attempt, Claim, ClaimRef, DeadLetter, MessageId, NewMessage, QueueStats, SendResult } from "./Message.ts"
 import type { InvalidInput, StoreError } from "./QueueError.ts"
 
 /** How to claim: for how long, how many at most, and who is claiming (recorded as `leased_by`). */
@@ -36,7 +36,10 @@ export interface QueueStoreShape {
   /**
    * Atomically take up to `limit` ready messages, lowest priority number first,
    * then oldest visibility, then id; hide them for `lease`, count the attempt
-   * and give each a fresh lease token.
+   * and give each a fresh lease token. A message whose previous lease expired
+   * (its holder died) has `leaseExpiries` counted up, its expired attempt
+   * recorded, and is claimed alone: a suspected worker-killer is never batched
+   * with other messages.
    */
   readonly claim: (queue: string, options: ClaimOptions) => Effect.Effect<ReadonlyArray<Claim>, InvalidInput | StoreError>
   /**
@@ -62,7 +65,7 @@ export interface QueueStoreShape {
     claim: ClaimRef,
     options: { readonly reason: string; readonly error?: string | undefined }
   ) => Effect.Effect<boolean, StoreError>
-  /** Return dead letters to ready with a fresh attempt budget; returns the ids redriven. */
+  /** Return dead letters to ready with a fresh attempt budget (attempts and lease expiries reset); returns the ids redriven. */
   readonly redrive: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, StoreError>
   /** Delete dead letters for good; returns the ids purged. */
   readonly purge: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, StoreError>
@@ -70,6 +73,12 @@ export interface QueueStoreShape {
   readonly deadLetters: (
     filter: DeadLetterFilter & { readonly limit?: number | undefined }
   ) => Effect.Effect<ReadonlyArray<DeadLetter>, StoreError>
+  /** Keep the record of a finished attempt (bounded by {@link QueueStoreShape.pruneAttempts}). */
+  readonly recordAttempt: (attempt: Attempt) => Effect.Effect<void, StoreError>
+  /** The attempt history of a message, oldest first. */
+  readonly attempts: (id: MessageId) => Effect.Effect<ReadonlyArray<Attempt>, StoreError>
+  /** Delete attempt records that ended more than `olderThan` ago; returns how many. */
+  readonly pruneAttempts: (olderThan: Duration.Input) => Effect.Effect<number, StoreError>
   /** Counts of one queue: ready, delayed, in flight, dead, age of the oldest ready message. */
   readonly stats: (queue: string) => Effect.Effect<QueueStats, InvalidInput | StoreError>
   /**

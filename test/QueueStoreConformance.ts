@@ -155,7 +155,8 @@ export const conformance = (
         // Renew only `kept`, so `stolen` expires and another consumer takes it.
         assert.deepStrictEqual(yield* store.renew([kept], "10 seconds"), [kept.id])
         yield* TestClock.adjust("3 seconds")
-        const reclaimed = yield* claimAll(queue, { consumer: "c2" })
+        // Expired leases make suspects, claimed one at a time.
+        const reclaimed = [...yield* claimAll(queue, { consumer: "c2" }), ...yield* claimAll(queue, { consumer: "c2" })]
         assert.deepStrictEqual(reclaimed.map((c) => c.id).sort(), [stolen.id, forged.id].sort())
         const held = yield* store.renew(
           [kept, acked, stolen, { id: forged.id, leaseToken: "00000000-0000-4000-8000-000000000000" as Claim["leaseToken"] }],
@@ -361,6 +362,74 @@ export const conformance = (
         // Just under the limit is fine.
         const [ok] = yield* store.send(queue, [msg("x".repeat(1024 * 1024 - 2))])
         assert.isFalse(ok!.deduplicated)
+      }))
+
+    it.effect("a lease that expired is counted, recorded in the history, and its message claimed alone", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("expiry")
+        yield* TestClock.setTime(30_000_000)
+        const [s1] = yield* sendAll(queue, [msg("suspect", { priority: -1 })])
+        const [first] = yield* claimAll(queue, { lease: "1 second", consumer: "doomed" })
+        assert.strictEqual(first!.leaseExpiries, 0)
+        yield* sendAll(queue, [msg("a"), msg("b")])
+        yield* TestClock.adjust("2 seconds")
+        // The suspect comes first in claim order: it is claimed alone.
+        const alone = yield* claimAll(queue, { consumer: "next" })
+        assert.deepStrictEqual(alone.map((c) => c.payload), ["suspect"])
+        assert.strictEqual(alone[0]!.leaseExpiries, 1)
+        assert.strictEqual(alone[0]!.attempts, 2)
+        const history = yield* store.attempts(s1!.id)
+        assert.strictEqual(history.length, 1)
+        assert.deepStrictEqual(
+          [history[0]!.outcome, history[0]!.attempt, history[0]!.consumer, history[0]!.startedAt.getTime(), history[0]!.endedAt.getTime()],
+          ["lease-expired", 1, "doomed", 30_000_000, 30_001_000]
+        )
+        // With a non-suspect first, suspects are left for a claim of their own.
+        const rest = yield* claimAll(queue, { consumer: "next" })
+        assert.deepStrictEqual(rest.map((c) => c.payload), ["a", "b"])
+        yield* TestClock.adjust("1 minute") // all three leases expire
+        const order = [
+          yield* claimAll(queue, { consumer: "n1" }),
+          yield* claimAll(queue, { consumer: "n2" }),
+          yield* claimAll(queue, { consumer: "n3" })
+        ]
+        assert.deepStrictEqual(order.map((cs) => cs.map((c) => c.payload)), [["suspect"], ["a"], ["b"]])
+        assert.deepStrictEqual(order.map((cs) => cs[0]!.leaseExpiries), [2, 1, 1])
+        // A finished claim clears the lease: no expiry is counted after a release.
+        assert.isTrue(yield* store.release(order[1]![0]!))
+        const [again] = yield* claimAll(queue, { consumer: "n4" })
+        assert.strictEqual(again!.payload, "a")
+        assert.strictEqual(again!.leaseExpiries, 1)
+        // Redrive gives a fresh budget, lease expiries included.
+        assert.isTrue(yield* store.deadLetter(order[0]![0]!, { reason: "suspected worker-killer" }))
+        yield* store.redrive({ ids: [s1!.id] })
+        const [redriven] = yield* claimAll(queue, { consumer: "n5" })
+        assert.deepStrictEqual([redriven!.payload, redriven!.attempts, redriven!.leaseExpiries], ["suspect", 1, 0])
+      }))
+
+    it.effect("attempt history: recorded, listed in order, pruned by age", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("history")
+        yield* TestClock.setTime(40_000_000)
+        const [s] = yield* sendAll(queue, [msg("h")])
+        const base = {
+          messageId: s!.id,
+          queue,
+          task: "job",
+          consumer: "c1",
+          startedAt: new Date(40_000_000),
+          endedAt: new Date(40_001_000)
+        }
+        yield* store.recordAttempt({ ...base, attempt: 1, outcome: "retried", error: "boom" })
+        yield* TestClock.adjust("1 hour")
+        yield* store.recordAttempt({ ...base, attempt: 2, outcome: "acked", error: null, endedAt: new Date(40_000_000 + 3_600_000) })
+        const history = yield* store.attempts(s!.id)
+        assert.deepStrictEqual(history.map((a) => [a.attempt, a.outcome, a.error]), [[1, "retried", "boom"], [2, "acked", null]])
+        // Pruning is store-wide (other tests' records may go too); this message keeps only its recent attempt.
+        assert.isAtLeast(yield* store.pruneAttempts("30 minutes"), 1)
+        assert.deepStrictEqual((yield* store.attempts(s!.id)).map((a) => a.attempt), [2])
       }))
 
     it.effect(`concurrent claimers over ${options.exactlyOnceMessages} messages deliver each exactly once`, () =>
