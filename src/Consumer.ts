@@ -6,12 +6,13 @@
  *
  * @since 0.1.0
  */
-import { Cause, Clock, Context, Effect, Exit, Fiber, Latch, Layer, Metric, Random, Scope } from "effect"
+import { Clock, Context, Effect, Exit, Fiber, Latch, Layer, Metric, Random, Scope } from "effect"
 import * as EventLoopLag from "./internal/eventLoopLag.ts"
 import * as LeaseRenewer from "./LeaseRenewer.ts"
 import type { Claim } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
-import { type ConfigInvalid, type LeaseLost, MaxRuntimeExceeded, type StoreError } from "./QueueError.ts"
+import * as Outcome from "./internal/outcome.ts"
+import { type ConfigInvalid, MaxRuntimeExceeded, type StoreError } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
 import { QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 
@@ -28,10 +29,28 @@ export interface HandlerContext {
 
 /**
  * Runs one message. Succeed to ack it; fail or die to retry it with backoff
- * (dead-lettered once its attempts are used up). Interruption comes from
- * shutdown, max runtime or a lost lease: make handlers interruptible.
+ * (dead-lettered once its attempts are used up). Fail with `Unrecoverable` or
+ * `DecodeFailed` to dead-letter at once, with `UnknownTask` to have it tried
+ * again later (perhaps by a newer worker). Interruption comes from shutdown,
+ * max runtime or a lost lease: make handlers interruptible.
  */
 export type Handler<R = never> = (message: Claim, context: HandlerContext) => Effect.Effect<unknown, unknown, R>
+
+/** Settings of one message that differ from the consumer's: what a task definition carries. */
+export interface MessagePolicy {
+  readonly maxRuntimeMs?: number | undefined
+  /** Delay before retry number `attempt + 1`; `random` is uniform in [0, 1) for jitter. */
+  readonly retryDelayMs?: ((attempt: number, random: number) => number) | undefined
+}
+
+/** A handler with per-message policies: build one from tasks with `Task.dispatcher`. */
+export interface Dispatcher<R = never> {
+  readonly handle: Handler<R>
+  readonly policy: (message: Claim) => MessagePolicy | undefined
+}
+
+const toDispatcher = <R>(handler: Handler<R> | Dispatcher<R>): Dispatcher<R> =>
+  typeof handler === "function" ? { handle: handler, policy: () => undefined } : handler
 
 /** The consumer's view of its own liveness, for an orchestrator's health check. */
 export interface Health {
@@ -52,12 +71,6 @@ export interface ConsumerShape {
 /** The consumer service: present while the consumer runs (its layer's scope). */
 export class Consumer extends Context.Service<Consumer, ConsumerShape>()("leasehold/Consumer") {}
 
-/** How a handler run ended, before the finishing write. */
-type Outcome =
-  | { readonly _tag: "Handled"; readonly exit: Exit.Exit<unknown, unknown> }
-  | { readonly _tag: "LeaseLost"; readonly error: LeaseLost }
-  | { readonly _tag: "Exhausted" }
-
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)}s`
 
 /**
@@ -65,10 +78,11 @@ const seconds = (ms: number) => `${(ms / 1000).toFixed(1)}s`
  * gracefully. Most programs use {@link layer} or {@link layerFromEnv} instead.
  */
 export const make = <R>(
-  handler: Handler<R>,
+  handler: Handler<R> | Dispatcher<R>,
   configured: QueueConfig.ConsumerSettings
 ): Effect.Effect<ConsumerShape, never, QueueStore | Scope.Scope | R> =>
   Effect.gen(function*() {
+    const dispatcher = toDispatcher(handler)
     const store = yield* QueueStore
     const context = yield* Effect.context<R | QueueStore>()
     const settings = yield* clampLease(configured)
@@ -84,11 +98,18 @@ export const make = <R>(
       lastProgress = now
     })
 
-    const retryDelay = (attempt: number) =>
-      Effect.map(Random.next, (r) => {
-        const exponential = Math.min(settings.retryMaxMs, settings.retryBaseMs * 2 ** Math.min(attempt - 1, 30))
-        return Math.round(exponential * (0.5 + r / 2))
-      })
+    /** The rules for one message: the consumer's, with the task's retry policy where it has one. */
+    const rulesFor = (claim: Claim, random: number): Outcome.Rules => {
+      const policy = dispatcher.policy(claim)
+      return {
+        quarantineAfter: settings.quarantineAfter,
+        unknownTaskAttempts: settings.unknownTaskAttempts,
+        unknownTaskDelayMs: settings.unknownTaskDelayMs,
+        retryDelayMs: (attempt) =>
+          policy?.retryDelayMs?.(attempt, random) ??
+            Outcome.backoffMs({ baseMs: settings.retryBaseMs, maxMs: settings.retryMaxMs, factor: 2, jitter: true }, attempt, random)
+      }
+    }
 
     /**
      * A finishing write, fenced by the lease token. Connection-dead failures are
@@ -124,108 +145,140 @@ export const make = <R>(
       return attempt(100)
     }
 
+    /** The fenced write of an action; `true` when the lease was still held. */
+    const write = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim, action: Outcome.Action) => {
+      switch (action._tag) {
+        case "Ack":
+          return fencedWrite(renewer, claim, "ack", (s) => s.ack(claim))
+        case "Retry":
+          return fencedWrite(renewer, claim, "retry", (s) => s.retry(claim, { delay: action.delayMs, error: action.error }))
+        case "DeadLetter":
+          return fencedWrite(renewer, claim, "deadLetter", (s) =>
+            s.deadLetter(claim, { reason: action.reason, error: action.error }))
+        case "Release":
+          return fencedWrite(renewer, claim, "release", (s) => s.release(claim))
+        case "Abandon":
+          return Effect.succeed(false)
+      }
+    }
+
+    /** Report a finished message: metrics, one log line, and its record in the attempt history. */
+    const report = (claim: Claim, action: Outcome.Action, held: boolean | "failed", startedAt: number) =>
+      Effect.gen(function*() {
+        switch (action._tag) {
+          case "Ack":
+            if (held === true) yield* Metric.update(QueueMetrics.acked, 1)
+            if (held === false) {
+              yield* Metric.update(QueueMetrics.doubleRuns, 1)
+              yield* Effect.logWarning("double run: the ack found the lease gone; another consumer has taken this message")
+            }
+            break
+          case "Retry":
+            if (held === true) {
+              yield* Metric.update(QueueMetrics.retried, 1)
+              yield* Effect.logWarning(`retry in ${seconds(action.delayMs)}:\n${action.error}`)
+            }
+            break
+          case "DeadLetter":
+            if (held === true) {
+              yield* Metric.update(QueueMetrics.deadLettered, 1)
+              yield* Effect.logWarning(`dead-lettered: ${action.reason}${action.error === undefined ? "" : `\n${action.error}`}`)
+            }
+            break
+          case "Release":
+            if (held === true) {
+              yield* Metric.update(QueueMetrics.released, 1)
+              yield* Effect.logInfo("released on shutdown")
+            }
+            break
+          case "Abandon":
+            yield* Effect.logError("handler stopped: another consumer holds the message now")
+            break
+        }
+        const endedAt = yield* Clock.currentTimeMillis
+        const error = action._tag === "Abandon"
+          ? action.error
+          : action._tag === "Retry" || action._tag === "DeadLetter"
+          ? (action.error ?? (action._tag === "DeadLetter" ? action.reason : null))
+          : held === "failed"
+          ? "the finishing write failed"
+          : null
+        yield* store.recordAttempt({
+          messageId: claim.id,
+          queue: claim.queue,
+          task: claim.task,
+          attempt: claim.attempts,
+          consumer: consumerId,
+          startedAt: new Date(startedAt),
+          endedAt: new Date(endedAt),
+          outcome: Outcome.historyOutcome(action, held === true),
+          error
+        }).pipe(
+          Effect.catch((e) => Effect.logWarning(`attempt history not recorded: ${e.message}`))
+        )
+      })
+
     /** Write the outcome of one message. Runs uninterruptibly, after the renewer let go of the message. */
-    const finish = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim, exit: Exit.Exit<Outcome>) =>
+    const finish = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim, exit: Exit.Exit<Outcome.RunResult>, startedAt: number) =>
       Effect.gen(function*() {
         yield* renewer.finish(claim.id)
-        if (Exit.isFailure(exit)) {
-          // Interrupted from outside: shutdown. Give the message back now rather than after its lease.
-          const released = yield* fencedWrite(renewer, claim, "release", (s) => s.release(claim))
-          if (released === true) {
-            yield* Metric.update(QueueMetrics.released, 1)
-            yield* Effect.logInfo("released on shutdown")
-          }
-          return
-        }
-        const outcome = exit.value
-        switch (outcome._tag) {
-          case "Exhausted": {
-            const reason = `attempts exhausted: claimed ${claim.attempts} times, max ${claim.maxAttempts} (the last claims ended without an outcome)`
-            if ((yield* fencedWrite(renewer, claim, "deadLetter", (s) => s.deadLetter(claim, { reason }))) === true) {
-              yield* Metric.update(QueueMetrics.deadLettered, 1)
-              yield* Effect.logWarning(reason)
-            }
-            return
-          }
-          case "LeaseLost": {
-            if (outcome.error.reason === "reclaimed") {
-              yield* Effect.logError("handler stopped: another consumer holds the message now")
-              return
-            }
-            // We may still hold the token: make the message available at once, with the attempt counted.
-            yield* fencedWrite(renewer, claim, "retry", (s) => s.retry(claim, { delay: 0, error: outcome.error.message }))
-            return
-          }
-          case "Handled": {
-            if (Exit.isSuccess(outcome.exit)) {
-              const acked = yield* fencedWrite(renewer, claim, "ack", (s) => s.ack(claim))
-              if (acked === true) yield* Metric.update(QueueMetrics.acked, 1)
-              if (acked === false) {
-                yield* Metric.update(QueueMetrics.doubleRuns, 1)
-                yield* Effect.logWarning("double run: the ack found the lease gone; another consumer has taken this message")
-              }
-              return
-            }
-            const error = Cause.pretty(outcome.exit.cause)
-            if (claim.attempts >= claim.maxAttempts) {
-              const reason = `attempts exhausted: ${claim.attempts} of ${claim.maxAttempts}`
-              if ((yield* fencedWrite(renewer, claim, "deadLetter", (s) => s.deadLetter(claim, { reason, error }))) === true) {
-                yield* Metric.update(QueueMetrics.deadLettered, 1)
-                yield* Effect.logWarning(`dead-lettered, ${reason}:\n${error}`)
-              }
-              return
-            }
-            const delay = yield* retryDelay(claim.attempts)
-            if ((yield* fencedWrite(renewer, claim, "retry", (s) => s.retry(claim, { delay, error }))) === true) {
-              yield* Metric.update(QueueMetrics.retried, 1)
-              yield* Effect.logWarning(`handler failed, retry in ${seconds(delay)}:\n${error}`)
-            }
-            return
-          }
-        }
+        const result: Outcome.RunResult = Exit.isSuccess(exit) ? exit.value : { _tag: "Interrupted" }
+        const action = Outcome.decide(claim, result, rulesFor(claim, yield* Random.next))
+        const held = yield* write(renewer, claim, action)
+        yield* report(claim, action, held, startedAt)
       })
 
     /** Run one message of a claim, then finish it, whatever happened. */
     const runMessage = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim) =>
-      Effect.gen(function*() {
-        if (claim.attempts > claim.maxAttempts) return { _tag: "Exhausted" } as Outcome
-        const startedAt = yield* Clock.currentTimeMillis
-        const handled = handler(claim, {
-          messageId: claim.id,
-          queue: claim.queue,
-          attempt: claim.attempts,
-          consumerId,
-          leaseDeadline: Effect.sync(() => new Date(renewer.expiresAt(claim.id)))
+      Effect.suspend(() => {
+        let startedAt = 0
+        return Effect.gen(function*() {
+          startedAt = yield* Clock.currentTimeMillis
+          if (claim.leaseExpiries >= settings.quarantineAfter) return { _tag: "Quarantined" } as Outcome.RunResult
+          if (claim.attempts > claim.maxAttempts) return { _tag: "Exhausted" } as Outcome.RunResult
+          const maxRuntimeMs = dispatcher.policy(claim)?.maxRuntimeMs ?? settings.maxRuntimeMs
+          const handled = dispatcher.handle(claim, {
+            messageId: claim.id,
+            queue: claim.queue,
+            attempt: claim.attempts,
+            consumerId,
+            leaseDeadline: Effect.sync(() => new Date(renewer.expiresAt(claim.id)))
+          }).pipe(
+            Effect.timeoutOrElse({
+              duration: maxRuntimeMs,
+              orElse: () =>
+                Effect.fail(
+                  new MaxRuntimeExceeded({
+                    messageId: claim.id,
+                    maxRuntimeMs,
+                    message: `handler ran past its max runtime of ${seconds(maxRuntimeMs)} and was interrupted`
+                  })
+                )
+            }),
+            Effect.exit,
+            Effect.map((exit): Outcome.RunResult => ({ _tag: "Handled", exit })),
+            Effect.withSpan("leasehold.handle", {
+              attributes: { queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts }
+            })
+          )
+          const result = settings.onLeaseLost === "interrupt"
+            ? yield* Effect.raceFirst(
+              handled,
+              Effect.map(renewer.lost(claim.id), (error): Outcome.RunResult => ({ _tag: "LeaseLost", error }))
+            )
+            : yield* handled
+          yield* Metric.update(QueueMetrics.handlerDuration, (yield* Clock.currentTimeMillis) - startedAt)
+          return result
         }).pipe(
-          Effect.timeoutOrElse({
-            duration: settings.maxRuntimeMs,
-            orElse: () =>
-              Effect.fail(
-                new MaxRuntimeExceeded({
-                  messageId: claim.id,
-                  maxRuntimeMs: settings.maxRuntimeMs,
-                  message: `handler ran past its max runtime of ${seconds(settings.maxRuntimeMs)} and was interrupted`
-                })
-              )
-          }),
-          Effect.exit,
-          Effect.map((exit): Outcome => ({ _tag: "Handled", exit })),
-          Effect.withSpan("leasehold.handle", { attributes: { queue: claim.queue, messageId: claim.id, attempt: claim.attempts } })
+          Effect.onExit((exit) => finish(renewer, claim, exit, startedAt)),
+          Effect.ensuring(Effect.gen(function*() {
+            inFlight -= 1
+            yield* Metric.update(QueueMetrics.inFlight, inFlight)
+            yield* slotFreed.open
+          })),
+          Effect.annotateLogs({ queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts })
         )
-        const outcome = settings.onLeaseLost === "interrupt"
-          ? yield* Effect.raceFirst(handled, Effect.map(renewer.lost(claim.id), (error): Outcome => ({ _tag: "LeaseLost", error })))
-          : yield* handled
-        yield* Metric.update(QueueMetrics.handlerDuration, (yield* Clock.currentTimeMillis) - startedAt)
-        return outcome
-      }).pipe(
-        Effect.onExit((exit) => finish(renewer, claim, exit)),
-        Effect.ensuring(Effect.gen(function*() {
-          inFlight -= 1
-          yield* Metric.update(QueueMetrics.inFlight, inFlight)
-          yield* slotFreed.open
-        })),
-        Effect.annotateLogs({ queue: claim.queue, messageId: claim.id, attempt: claim.attempts })
-      )
+      })
 
     /** Process one claim: its renewer lives exactly as long as the claim's scope. */
     const processClaim = (claims: ReadonlyArray<Claim>, claimedAt: number) =>
@@ -294,6 +347,15 @@ export const make = <R>(
       )
     )
     const loopFiber = yield* Effect.forkDetach(loop.pipe(Effect.provideContext(context)))
+    // Keep the attempt history bounded: every consumer prunes now and then (an indexed delete).
+    yield* Effect.forkScoped(
+      Effect.forever(
+        Effect.sleep("10 minutes").pipe(
+          Effect.andThen(store.pruneAttempts(settings.attemptRetentionMs)),
+          Effect.catch((e) => Effect.logWarning(`attempt history not pruned: ${e.message}`))
+        )
+      ).pipe(Effect.annotateLogs(annotations))
+    )
 
     /** Stop claiming, let handlers finish within the grace, then interrupt and release the rest. */
     const shutdown = Effect.gen(function*() {
@@ -349,11 +411,11 @@ const clampLease = (settings: QueueConfig.ConsumerSettings) =>
 
 /** A consumer running `handler`, configured in code; it runs while the layer is in use. */
 export const layer = <R>(
-  handler: Handler<R>,
+  handler: Handler<R> | Dispatcher<R>,
   options: QueueConfig.ConsumerOptions = {}
 ): Layer.Layer<Consumer, ConfigInvalid, QueueStore | R> =>
   Layer.effect(Consumer, Effect.flatMap(QueueConfig.resolve(options), (settings) => make(handler, settings)))
 
 /** A consumer running `handler`, configured from `LEASEHOLD_*` environment variables. */
-export const layerFromEnv = <R>(handler: Handler<R>): Layer.Layer<Consumer, ConfigInvalid, QueueStore | R> =>
+export const layerFromEnv = <R>(handler: Handler<R> | Dispatcher<R>): Layer.Layer<Consumer, ConfigInvalid, QueueStore | R> =>
   Layer.effect(Consumer, Effect.flatMap(QueueConfig.fromEnv, (settings) => make(handler, settings)))

@@ -47,6 +47,14 @@ export interface ConsumerSettings {
   readonly retryBaseMs: number
   /** Longest retry delay. */
   readonly retryMaxMs: number
+  /** A message whose lease expired this many times is dead-lettered as a suspected worker-killer. */
+  readonly quarantineAfter: number
+  /** A message of a task this worker does not know is retried this many times before it is dead-lettered. */
+  readonly unknownTaskAttempts: number
+  /** Delay before such a message is tried again (perhaps by a newer worker). */
+  readonly unknownTaskDelayMs: number
+  /** Attempt history older than this is deleted. */
+  readonly attemptRetentionMs: number
 }
 
 /** The settings a consumer takes from code: anything left out takes its default. Durations as `Duration.Input` or "30s". */
@@ -66,6 +74,10 @@ export interface ConsumerOptions {
   readonly onLeaseLost?: OnLeaseLost | undefined
   readonly retryBase?: DurationLike | undefined
   readonly retryMax?: DurationLike | undefined
+  readonly quarantineAfter?: number | undefined
+  readonly unknownTaskAttempts?: number | undefined
+  readonly unknownTaskDelay?: DurationLike | undefined
+  readonly attemptRetention?: DurationLike | undefined
 }
 
 /** A duration: milliseconds as a number, or text such as `30s`, `500ms`, `2m`, `1h`, `30 seconds`. */
@@ -85,7 +97,11 @@ export const defaults = {
   healthStaleMs: 60_000,
   onLeaseLost: "interrupt" as OnLeaseLost,
   retryBaseMs: 1_000,
-  retryMaxMs: 3_600_000
+  retryMaxMs: 3_600_000,
+  quarantineAfter: 3,
+  unknownTaskAttempts: 5,
+  unknownTaskDelayMs: 30_000,
+  attemptRetentionMs: 7 * 86_400_000
 } as const
 
 /** The environment variable behind each option. */
@@ -106,17 +122,22 @@ export const variables = {
   healthStale: "LEASEHOLD_HEALTH_STALE",
   onLeaseLost: "LEASEHOLD_ON_LEASE_LOST",
   retryBase: "LEASEHOLD_RETRY_BASE",
-  retryMax: "LEASEHOLD_RETRY_MAX"
+  retryMax: "LEASEHOLD_RETRY_MAX",
+  quarantineAfter: "LEASEHOLD_QUARANTINE_AFTER",
+  unknownTaskAttempts: "LEASEHOLD_UNKNOWN_TASK_ATTEMPTS",
+  unknownTaskDelay: "LEASEHOLD_UNKNOWN_TASK_DELAY",
+  attemptRetention: "LEASEHOLD_ATTEMPT_RETENTION"
 } as const
 
 const unitMs: Record<string, number> = {
   ms: 1, millis: 1, millisecond: 1, milliseconds: 1,
   s: 1000, sec: 1000, secs: 1000, second: 1000, seconds: 1000,
   m: 60_000, min: 60_000, mins: 60_000, minute: 60_000, minutes: 60_000,
-  h: 3_600_000, hour: 3_600_000, hours: 3_600_000
+  h: 3_600_000, hour: 3_600_000, hours: 3_600_000,
+  d: 86_400_000, day: 86_400_000, days: 86_400_000
 }
 
-const durationRule = "a duration such as 500ms, 30s, 2m, 1h or \"30 seconds\""
+const durationRule = "a duration such as 500ms, 30s, 2m, 1h, 7d or \"30 seconds\""
 
 /** Parse a duration for `variable`; bare numbers are milliseconds only when given from code. */
 export const parseDuration = (variable: string, value: DurationLike): Effect.Effect<number, ConfigInvalid> => {
@@ -192,6 +213,16 @@ export const resolve = (
     const retryBaseMs = yield* duration("retryBase", options.retryBase, defaults.retryBaseMs)
     const retryMaxMs = yield* duration("retryMax", options.retryMax, defaults.retryMaxMs)
     if (retryMaxMs < retryBaseMs) return yield* invalid(label("retryMax"), "at least the retry base", `${retryMaxMs}ms`)
+    const quarantineAfter = yield* inRange(label("quarantineAfter"), options.quarantineAfter ?? defaults.quarantineAfter, 1, 1_000)
+    const unknownTaskAttempts = yield* inRange(
+      label("unknownTaskAttempts"),
+      options.unknownTaskAttempts ?? defaults.unknownTaskAttempts,
+      1,
+      1_000
+    )
+    const unknownTaskDelayMs = yield* duration("unknownTaskDelay", options.unknownTaskDelay, defaults.unknownTaskDelayMs)
+    const attemptRetentionMs = yield* duration("attemptRetention", options.attemptRetention, defaults.attemptRetentionMs)
+    yield* inRange(label("attemptRetention"), attemptRetentionMs, 60_000, 3_650 * 86_400_000, " ms")
     return {
       queues,
       consumerId,
@@ -207,7 +238,11 @@ export const resolve = (
       healthStaleMs,
       onLeaseLost,
       retryBaseMs,
-      retryMaxMs
+      retryMaxMs,
+      quarantineAfter,
+      unknownTaskAttempts,
+      unknownTaskDelayMs,
+      attemptRetentionMs
     }
   })
 
@@ -247,7 +282,11 @@ export const fromEnv: Effect.Effect<ConsumerSettings, ConfigInvalid> = Effect.ge
     healthStale: yield* readEnv("healthStale"),
     onLeaseLost: onLeaseLost as OnLeaseLost | undefined,
     retryBase: yield* readEnv("retryBase"),
-    retryMax: yield* readEnv("retryMax")
+    retryMax: yield* readEnv("retryMax"),
+    quarantineAfter: yield* readInt("quarantineAfter"),
+    unknownTaskAttempts: yield* readInt("unknownTaskAttempts"),
+    unknownTaskDelay: yield* readEnv("unknownTaskDelay"),
+    attemptRetention: yield* readEnv("attemptRetention")
   }
   return yield* resolve(options, "env")
 })

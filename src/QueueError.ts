@@ -164,3 +164,30 @@ export class ConfigInvalid extends Schema.TaggedError<ConfigInvalid>()("ConfigIn
   rule: Schema.String,
   message: Schema.String
 }) {}
+
+/**
+ * A message's payload did not decode with its task's schema. The consumer
+ * dead-letters it at once, with this message as the reason: retrying cannot help.
+ */
+export class DecodeFailed extends Schema.TaggedError<DecodeFailed>()("DecodeFailed", {
+  task: Schema.String,
+  message: Schema.String
+}) {}
+
+/**
+ * No handler for the message's task on this worker. The consumer retries it
+ * after a delay a few times (a newer worker version may know it during a
+ * rolling deploy), then dead-letters it.
+ */
+export class UnknownTask extends Schema.TaggedError<UnknownTask>()("UnknownTask", {
+  task: Schema.String,
+  message: Schema.String
+}) {}
+
+/**
+ * Fail a handler with this to say retrying cannot help: the message goes
+ * straight to dead letters with this message as the reason.
+ */
+export class Unrecoverable extends Schema.TaggedError<Unrecoverable>()("Unrecoverable", {
+  message: Schema.String
+}) {}

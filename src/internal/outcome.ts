@@ -1,0 +1,114 @@
+/**
+ * What to write when a message's run ends: the consumer's decision, as a pure
+ * function of the claim and how the run ended, so every rule is in one place.
+ */
+import { Cause, Exit } from "effect"
+import type { AttemptOutcome, Claim } from "../Message.ts"
+import type { LeaseLost } from "../QueueError.ts"
+
+/** How a run ended. */
+export type RunResult =
+  /** The handler returned (successfully or not). */
+  | { readonly _tag: "Handled"; readonly exit: Exit.Exit<unknown, unknown> }
+  /** The lease was lost and the handler stopped. */
+  | { readonly _tag: "LeaseLost"; readonly error: LeaseLost }
+  /** Not run: the message had used up its attempts (earlier claims ended without an outcome). */
+  | { readonly _tag: "Exhausted" }
+  /** Not run: its lease expired too often; suspected of killing workers. */
+  | { readonly _tag: "Quarantined" }
+  /** Interrupted from outside: the consumer is shutting down. */
+  | { readonly _tag: "Interrupted" }
+
+/** The finishing write to make. `lost` marks a write that follows a lost lease, for the history. */
+export type Action =
+  | { readonly _tag: "Ack" }
+  | { readonly _tag: "Retry"; readonly delayMs: number; readonly error: string; readonly lost?: true }
+  | { readonly _tag: "DeadLetter"; readonly reason: string; readonly error: string | undefined }
+  | { readonly _tag: "Release" }
+  /** Write nothing: another consumer holds the message now. */
+  | { readonly _tag: "Abandon"; readonly error: string }
+
+/** The rules the decision follows, from the consumer's settings and the task's policy. */
+export interface Rules {
+  readonly quarantineAfter: number
+  readonly unknownTaskAttempts: number
+  readonly unknownTaskDelayMs: number
+  /** Delay before retry number `attempt + 1`. */
+  readonly retryDelayMs: (attempt: number) => number
+}
+
+const typedFailure = (cause: Cause.Cause<unknown>): { readonly _tag?: unknown; readonly message?: unknown } | undefined => {
+  const failure = cause.reasons.find(Cause.isFailReason)
+  const error = failure?.error
+  return typeof error === "object" && error !== null ? error : undefined
+}
+
+/** Decide the finishing write for `claim`. */
+export const decide = (claim: Claim, result: RunResult, rules: Rules): Action => {
+  switch (result._tag) {
+    case "Interrupted":
+      return { _tag: "Release" }
+    case "Exhausted":
+      return {
+        _tag: "DeadLetter",
+        reason: `attempts exhausted: claimed ${claim.attempts} times, max ${claim.maxAttempts} (earlier claims ended without an outcome)`,
+        error: undefined
+      }
+    case "Quarantined":
+      return {
+        _tag: "DeadLetter",
+        reason: `suspected worker-killer: its lease expired ${claim.leaseExpiries} times (the workers running it died or hung)`,
+        error: undefined
+      }
+    case "LeaseLost":
+      return result.error.reason === "reclaimed"
+        ? { _tag: "Abandon", error: result.error.message }
+        // We may still hold the token: make the message available at once, the attempt counted.
+        : { _tag: "Retry", delayMs: 0, error: result.error.message, lost: true }
+    case "Handled": {
+      if (Exit.isSuccess(result.exit)) return { _tag: "Ack" }
+      const cause = result.exit.cause
+      const error = Cause.pretty(cause)
+      const failure = typedFailure(cause)
+      const detail = typeof failure?.message === "string" ? failure.message : error
+      switch (failure?._tag) {
+        case "DecodeFailed":
+          return { _tag: "DeadLetter", reason: `payload does not match the task's schema: ${detail}`, error }
+        case "Unrecoverable":
+          return { _tag: "DeadLetter", reason: `unrecoverable: ${detail}`, error }
+        case "UnknownTask":
+          return claim.attempts >= Math.min(rules.unknownTaskAttempts, claim.maxAttempts)
+            ? { _tag: "DeadLetter", reason: `unknown task "${claim.task}": no worker handled it in ${claim.attempts} attempts`, error }
+            : { _tag: "Retry", delayMs: rules.unknownTaskDelayMs, error }
+      }
+      return claim.attempts >= claim.maxAttempts
+        ? { _tag: "DeadLetter", reason: `attempts exhausted: ${claim.attempts} of ${claim.maxAttempts}`, error }
+        : { _tag: "Retry", delayMs: rules.retryDelayMs(claim.attempts), error }
+    }
+  }
+}
+
+/** What the attempt history records for an action, given whether its fenced write found the lease. */
+export const historyOutcome = (action: Action, held: boolean): AttemptOutcome => {
+  if (!held || action._tag === "Abandon") return "lease-lost"
+  switch (action._tag) {
+    case "Ack":
+      return "acked"
+    case "Retry":
+      return action.lost === true ? "lease-lost" : "retried"
+    case "DeadLetter":
+      return "dead-lettered"
+    case "Release":
+      return "released"
+  }
+}
+
+/** Jittered exponential backoff: base x factor^(attempt-1), capped, then 50-100% of it. */
+export const backoffMs = (
+  policy: { readonly baseMs: number; readonly maxMs: number; readonly factor: number; readonly jitter: boolean },
+  attempt: number,
+  random: number
+): number => {
+  const exponential = Math.min(policy.maxMs, policy.baseMs * policy.factor ** Math.min(Math.max(attempt - 1, 0), 60))
+  return Math.round(policy.jitter ? exponential * (0.5 + random / 2) : exponential)
+}
