@@ -1,0 +1,213 @@
+/**
+ * Typed tasks: define a task once (a name, a payload Schema, a handler and its
+ * policies) and share the definition between producers and workers. Sending is
+ * type-checked and encodes through the schema; the worker decodes through it.
+ *
+ * @since 0.1.0
+ */
+import { Effect, Schema } from "effect"
+import type * as Consumer from "./Consumer.ts"
+import * as Outcome from "./internal/outcome.ts"
+import type { Claim, SendResult } from "./Message.ts"
+import * as QueueConfig from "./QueueConfig.ts"
+import { DecodeFailed, InvalidInput, type StoreError, UnknownTask, Unrecoverable } from "./QueueError.ts"
+import { QueueStore } from "./QueueStore.ts"
+
+/** How a task retries a failed attempt: jittered exponential backoff. */
+export interface RetryPolicy {
+  /** First delay (default 1s). */
+  readonly base?: QueueConfig.DurationLike | undefined
+  /** Longest delay (default 1h). */
+  readonly max?: QueueConfig.DurationLike | undefined
+  /** Growth per attempt (default 2). */
+  readonly factor?: number | undefined
+  /** Spread delays over 50-100% of the computed value (default true). */
+  readonly jitter?: boolean | undefined
+}
+
+/** What a task's handler gets besides its decoded payload. */
+export interface TaskContext extends Consumer.HandlerContext {
+  /** The claimed message, raw: headers, priority, enqueue time. */
+  readonly message: Claim
+}
+
+/** A task definition. Create with {@link make}. */
+export interface Task<in out Name extends string, in out A, in out I, out E, out R> {
+  readonly name: Name
+  /** The queue it is sent to unless a send says otherwise. */
+  readonly queue: string
+  readonly payload: Schema.Codec<A, I>
+  /** Optional: the schema of the handler's success value (documentation and encoding of results). */
+  readonly success: Schema.Top | undefined
+  /** Optional: the schema of the handler's typed error, used to record failures as JSON. */
+  readonly error: Schema.Top | undefined
+  readonly retry: RetryPolicy | undefined
+  readonly maxAttempts: number | undefined
+  readonly maxRuntime: QueueConfig.DurationLike | undefined
+  readonly handler: (payload: A, context: TaskContext) => Effect.Effect<unknown, E | Unrecoverable, R>
+}
+
+/** Any task, for collections of tasks. */
+export type Any = Task<string, any, any, any, any>
+
+/** Define a task. The name must be a valid task name (1-128 of `A-Za-z0-9_.:/-`). */
+export const make = <const Name extends string, A, I, E = never, R = never>(definition: {
+  readonly name: Name
+  readonly payload: Schema.Codec<A, I>
+  readonly handler: (payload: A, context: TaskContext) => Effect.Effect<unknown, E | Unrecoverable, R>
+  readonly queue?: string | undefined
+  readonly success?: Schema.Top | undefined
+  readonly error?: Schema.Top | undefined
+  readonly retry?: RetryPolicy | undefined
+  readonly maxAttempts?: number | undefined
+  readonly maxRuntime?: QueueConfig.DurationLike | undefined
+}): Task<Name, A, I, E, R> => ({
+  name: definition.name,
+  queue: definition.queue ?? "default",
+  payload: definition.payload,
+  success: definition.success,
+  error: definition.error,
+  retry: definition.retry,
+  maxAttempts: definition.maxAttempts,
+  maxRuntime: definition.maxRuntime,
+  handler: definition.handler
+})
+
+/** Fail a handler with this to send the message straight to dead letters. */
+export const unrecoverable = (message: string): Effect.Effect<never, Unrecoverable> => Effect.fail(new Unrecoverable({ message }))
+
+/** Options of one send. Lower `priority` numbers run first. */
+export interface SendOptions {
+  /** Hide the message for this long. */
+  readonly delay?: QueueConfig.DurationLike | undefined
+  /** Or until this time (the later of the two wins when both are given). */
+  readonly runAt?: Date | undefined
+  readonly priority?: number | undefined
+  readonly dedupKey?: string | undefined
+  /** Overrides the task's max attempts. */
+  readonly maxAttempts?: number | undefined
+  readonly headers?: Readonly<Record<string, string>> | undefined
+  /** Overrides the task's queue. */
+  readonly queue?: string | undefined
+}
+
+const encodeIssue = (task: { readonly name: string }, error: Schema.SchemaError) =>
+  new InvalidInput({
+    field: "payload",
+    rule: `must match the schema of task "${task.name}"`,
+    message: `payload of task "${task.name}" does not encode: ${error.message}`
+  })
+
+/**
+ * Send one message of `task`, type-checked and encoded through its schema. A
+ * payload that does not encode is refused with the schema's message. Inside the
+ * caller's `sql.withTransaction` (PostgreSQL store), the send joins it.
+ */
+export const send = <Name extends string, A, I, E, R>(
+  task: Task<Name, A, I, E, R>,
+  payload: A,
+  options: SendOptions = {}
+): Effect.Effect<SendResult, InvalidInput | StoreError, QueueStore> =>
+  Effect.map(sendMany(task, [payload], options), (results) => results[0]!)
+
+/** Send many messages of `task` at once (one batch: all or none). */
+export const sendMany = <Name extends string, A, I, E, R>(
+  task: Task<Name, A, I, E, R>,
+  payloads: ReadonlyArray<A>,
+  options: SendOptions = {}
+): Effect.Effect<ReadonlyArray<SendResult>, InvalidInput | StoreError, QueueStore> =>
+  Effect.gen(function*() {
+    const store = yield* QueueStore
+    const encode = Schema.encodeEffect(task.payload)
+    const encoded = yield* Effect.forEach(payloads, (p) => Effect.mapError(encode(p), (e) => encodeIssue(task, e)))
+    const delayMs = yield* sendDelay(options)
+    return yield* store.send(
+      options.queue ?? task.queue,
+      encoded.map((payload) => ({
+        task: task.name,
+        payload,
+        headers: options.headers,
+        priority: options.priority,
+        delay: delayMs,
+        maxAttempts: options.maxAttempts ?? task.maxAttempts,
+        dedupKey: options.dedupKey
+      }))
+    )
+  })
+
+const sendDelay = (options: SendOptions): Effect.Effect<number | undefined, InvalidInput> =>
+  Effect.gen(function*() {
+    const delay = options.delay === undefined
+      ? 0
+      : yield* Effect.mapError(QueueConfig.parseDuration("delay", options.delay), (e) =>
+        new InvalidInput({ field: "delay", rule: e.rule, message: e.message }))
+    if (options.runAt === undefined) return options.delay === undefined ? undefined : delay
+    if (!(options.runAt instanceof Date) || Number.isNaN(options.runAt.getTime())) {
+      return yield* new InvalidInput({ field: "runAt", rule: "a valid Date", message: "runAt is not a valid Date" })
+    }
+    // The producer's clock sets run-at; the lease arithmetic stays on the database's clock.
+    return Math.max(delay, options.runAt.getTime() - Date.now(), 0)
+  })
+
+/** The task's failure, as recorded: JSON through its error schema when it has one and it encodes. */
+const describeFailure = (task: Any, error: unknown): Effect.Effect<never, unknown> =>
+  task.error === undefined
+    ? Effect.fail(error)
+    : Schema.encodeUnknownEffect(task.error as Schema.Codec<unknown, unknown>)(error).pipe(
+      Effect.matchEffect({
+        onFailure: () => Effect.fail(error),
+        onSuccess: (json) => Effect.fail(new Error(`${task.name} failed: ${JSON.stringify(json)}`))
+      })
+    )
+
+/**
+ * A consumer dispatcher for `tasks`: decodes each message's payload through
+ * its task's schema (a payload that does not decode is dead-lettered at once,
+ * with the schema's message), runs the handler, and applies the task's retry
+ * policy and max runtime. A task this worker does not know fails with
+ * `UnknownTask`, which the consumer retries later a few times, then dead-letters.
+ */
+export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
+  ...tasks: Tasks
+): Consumer.Dispatcher<Tasks[number] extends Task<any, any, any, any, infer R> ? R : never> => {
+  const byName = new Map<string, Any>()
+  for (const task of tasks) {
+    if (byName.has(task.name)) throw new Error(`Task.dispatcher: task "${task.name}" is defined twice`)
+    byName.set(task.name, task)
+  }
+  const policies = new Map<string, Consumer.MessagePolicy>()
+  for (const task of tasks) {
+    const retry = task.retry
+    const backoff = retry === undefined ? undefined : {
+      baseMs: Effect.runSync(QueueConfig.parseDuration(`task ${task.name} retry.base`, retry.base ?? 1_000)),
+      maxMs: Effect.runSync(QueueConfig.parseDuration(`task ${task.name} retry.max`, retry.max ?? 3_600_000)),
+      factor: retry.factor ?? 2,
+      jitter: retry.jitter ?? true
+    }
+    policies.set(task.name, {
+      maxRuntimeMs: task.maxRuntime === undefined
+        ? undefined
+        : Effect.runSync(QueueConfig.parseDuration(`task ${task.name} maxRuntime`, task.maxRuntime)),
+      retryDelayMs: backoff === undefined ? undefined : (attempt, random) => Outcome.backoffMs(backoff, attempt, random)
+    })
+  }
+  return {
+    policy: (message) => policies.get(message.task),
+    handle: (message, context) =>
+      Effect.gen(function*() {
+        const task = byName.get(message.task)
+        if (task === undefined) {
+          return yield* new UnknownTask({ task: message.task, message: `no handler for task "${message.task}" on this worker` })
+        }
+        const payload = yield* Schema.decodeUnknownEffect(task.payload)(message.payload).pipe(
+          Effect.mapError((e) => new DecodeFailed({ task: task.name, message: e.message }))
+        )
+        return yield* task.handler(payload, { ...context, message }).pipe(
+          Effect.catchIf(
+            (e): e is unknown => !(e instanceof Unrecoverable),
+            (e) => describeFailure(task, e)
+          )
+        )
+      })
+  }
+}
