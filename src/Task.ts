@@ -32,7 +32,7 @@ export interface TaskContext extends Consumer.HandlerContext {
 }
 
 /** A task definition. Create with {@link make}. */
-export interface Task<in out Name extends string, in out A, in out I, out E, out R> {
+export interface Task<Name extends string, A, I, E, R> {
   readonly name: Name
   /** The queue it is sent to unless a send says otherwise. */
   readonly queue: string

@@ -89,7 +89,7 @@ export const captureLogs = () => {
  */
 export const startConsumer = (
   spy: Spy,
-  handler: Consumer.Handler,
+  handler: Consumer.Handler | Consumer.Dispatcher,
   options: ConsumerOptions,
   logs?: ReturnType<typeof captureLogs>,
   manualShutdown = false

@@ -1,0 +1,227 @@
+/**
+ * Typed tasks on the memory store with TestClock: sending through the schema,
+ * decoding on the worker, retry policies, unrecoverable failures, unknown
+ * tasks, quarantine and the attempt history.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Clock, Effect, Layer, Option, Schema } from "effect"
+import { TestClock } from "effect/testing"
+import type { MessageId } from "../src/Message.ts"
+import { QueueStore, type QueueStoreShape } from "../src/QueueStore.ts"
+import * as Task from "../src/Task.ts"
+import { makeSpy, startConsumer, type Spy } from "./support/ConsumerHarness.ts"
+
+const Email = Schema.Struct({ to: Schema.String, count: Schema.NumberFromString })
+
+const settle = Effect.gen(function*() {
+  for (let i = 0; i < 20; i++) yield* Effect.yieldNow
+})
+
+/** Provide the spy's store to a producer-side effect. */
+const withStore = (spy: Spy) => Effect.provide(Layer.succeed(QueueStore, spy.store))
+
+const claimRaw = (store: QueueStoreShape, queue = "default") =>
+  store.claim(queue, { lease: "1 minute", limit: 10, consumer: "inspector" })
+
+describe("Task (memory store, TestClock)", () => {
+  it.effect("send encodes through the schema; the worker decodes back", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const seen: Array<{ to: string; count: number }> = []
+      const email = Task.make({
+        name: "email.send",
+        payload: Email,
+        handler: (payload) => Effect.sync(() => seen.push(payload))
+      })
+      const sent = yield* Task.send(email, { to: "ada@example.com", count: 3 }).pipe(withStore(spy))
+      // @ts-expect-error: the payload is type-checked against the task's schema
+      yield* Effect.ignore(Task.send(email, { to: 1, count: "x" }).pipe(withStore(spy)))
+      // Stored encoded: count as a string.
+      const [raw] = yield* spy.inner.claim("default", { lease: "1 second", limit: 1, consumer: "peek" })
+      assert.deepStrictEqual(raw!.payload, { to: "ada@example.com", count: "3" })
+      assert.isTrue(yield* spy.inner.release(raw!))
+      yield* startConsumer(spy, Task.dispatcher(email), {})
+      yield* settle
+      assert.deepStrictEqual(seen, [{ to: "ada@example.com", count: 3 }])
+      assert.deepStrictEqual(spy.of("ack").map((c) => c.ids[0]), [sent.id])
+    }))
+
+  it.effect("a payload that does not encode is refused at send with the schema's message", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const positive = Task.make({
+        name: "positive",
+        payload: Schema.Struct({ n: Schema.Number.check(Schema.isGreaterThan(0)) }),
+        handler: () => Effect.void
+      })
+      const e = yield* Effect.flip(Task.send(positive, { n: -1 }).pipe(withStore(spy)))
+      assert.strictEqual(e._tag, "InvalidInput")
+      if (e._tag !== "InvalidInput") return
+      assert.strictEqual(e.field, "payload")
+      assert.include(e.message, `task "positive"`)
+      assert.match(e.message, /greater than 0/)
+      assert.strictEqual((yield* spy.inner.stats("default")).ready, 0, "nothing was written")
+    }))
+
+  it.effect("send options: delay, run-at, priority, dedup key, max attempts, headers, queue", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const job = Task.make({ name: "job", queue: "jobs", payload: Schema.Number, handler: () => Effect.void, maxAttempts: 4 })
+      yield* Task.send(job, 1, { delay: "10s" }).pipe(withStore(spy))
+      yield* Task.send(job, 2, { priority: -5, headers: { trace: "t-2" }, maxAttempts: 9 }).pipe(withStore(spy))
+      const first = yield* Task.send(job, 3, { dedupKey: "k" }).pipe(withStore(spy))
+      const again = yield* Task.send(job, 4, { dedupKey: "k" }).pipe(withStore(spy))
+      assert.deepStrictEqual(again, { id: first.id, deduplicated: true })
+      yield* Task.send(job, 5, { queue: "elsewhere" }).pipe(withStore(spy))
+      const ready = yield* claimRaw(spy.inner, "jobs")
+      assert.deepStrictEqual(ready.map((c) => [c.payload, c.priority, c.maxAttempts]), [[2, -5, 9], [3, 0, 4]])
+      assert.deepStrictEqual(ready[0]!.headers, { trace: "t-2" })
+      assert.strictEqual((yield* claimRaw(spy.inner, "elsewhere")).length, 1)
+      yield* TestClock.adjust("10 seconds")
+      assert.deepStrictEqual((yield* claimRaw(spy.inner, "jobs")).map((c) => c.payload), [1])
+      // Run-at is the producer's wall clock; a past run-at means now.
+      const past = yield* Task.send(job, 6, { runAt: new Date(0) }).pipe(withStore(spy))
+      const [ran] = yield* claimRaw(spy.inner, "jobs")
+      assert.strictEqual(ran!.id, past.id)
+      const bad = yield* Effect.flip(Task.send(job, 7, { delay: "soon" }).pipe(withStore(spy)))
+      assert.strictEqual(bad._tag === "InvalidInput" ? bad.field : bad._tag, "delay")
+    }))
+
+  it.effect("a failed attempt is retried after the task's backoff, with the error recorded; no lease held meanwhile", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      let runs = 0
+      const flaky = Task.make({
+        name: "flaky",
+        payload: Schema.Number,
+        retry: { base: "1s", factor: 3, jitter: false },
+        maxAttempts: 4,
+        handler: () => Effect.suspend(() => ++runs < 4 ? Effect.fail(new Error(`failure ${runs}`)) : Effect.void)
+      })
+      const sent = yield* Task.send(flaky, 1).pipe(withStore(spy))
+      yield* startConsumer(spy, Task.dispatcher(flaky), { pollInterval: "100 millis" })
+      yield* settle
+      // Delays 1 s, 3 s, 9 s: each retry waits, visible at exactly that time, holding nothing.
+      for (const [delay, expectedRuns] of [[1_000, 2], [3_000, 3], [9_000, 4]] as const) {
+        assert.strictEqual(runs, expectedRuns - 1)
+        const stats = yield* spy.inner.stats("default")
+        assert.deepStrictEqual([stats.delayed, stats.inFlight], [1, 0])
+        const next = Option.getOrThrow(yield* spy.inner.nextVisibleAt("default"))
+        assert.strictEqual(next.getTime() - (yield* Clock.currentTimeMillis), delay)
+        yield* TestClock.adjust(delay)
+        yield* settle
+        assert.strictEqual(runs, expectedRuns)
+      }
+      const history = yield* spy.inner.attempts(sent.id)
+      assert.deepStrictEqual(history.map((a) => [a.attempt, a.outcome]), [[1, "retried"], [2, "retried"], [3, "retried"], [4, "acked"]])
+      assert.match(history[0]!.error ?? "", /failure 1/)
+      assert.strictEqual(history[0]!.consumer, "test-consumer")
+    }))
+
+  it.effect("a failure marked unrecoverable goes straight to dead letters", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const doomed = Task.make({
+        name: "doomed",
+        payload: Schema.String,
+        maxAttempts: 10,
+        handler: (account) => Task.unrecoverable(`account ${account} is closed`)
+      })
+      const sent = yield* Task.send(doomed, "acct-9").pipe(withStore(spy))
+      yield* startConsumer(spy, Task.dispatcher(doomed), {})
+      yield* settle
+      const [dead] = yield* spy.inner.deadLetters({})
+      assert.strictEqual(dead!.id, sent.id)
+      assert.strictEqual(dead!.reason, "unrecoverable: account acct-9 is closed")
+      assert.strictEqual(dead!.attempts, 1)
+      assert.strictEqual(spy.of("retry").length, 0)
+    }))
+
+  it.effect("a payload that fails the task's schema is dead-lettered at once with the parse error, never run", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      let runs = 0
+      const email = Task.make({ name: "email.send", payload: Email, handler: () => Effect.sync(() => runs++) })
+      // Written by an old producer, or by hand: not what the schema says.
+      const [bad] = yield* spy.store.send("default", [{ task: "email.send", payload: { to: 42 } }])
+      const [nul] = yield* spy.store.send("default", [{ task: "email.send", payload: null }])
+      yield* startConsumer(spy, Task.dispatcher(email), {})
+      yield* settle
+      assert.strictEqual(runs, 0)
+      const dead = yield* spy.inner.deadLetters({})
+      assert.deepStrictEqual(dead.map((d) => d.id).sort(), [bad!.id, nul!.id].sort())
+      for (const d of dead) {
+        assert.match(d.reason, /^payload does not match the task's schema: /)
+        assert.strictEqual(d.attempts, 1)
+      }
+      assert.match(dead.find((d) => d.id === bad!.id)!.reason, /Expected string\s+at \["to"\]/)
+    }))
+
+  it.effect("a task this worker does not know is retried later a few times, then dead-lettered with the reason", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const known = Task.make({ name: "known", payload: Schema.Unknown, handler: () => Effect.void })
+      const [sent] = yield* spy.store.send("default", [{ task: "from-the-future", payload: {} }])
+      yield* startConsumer(spy, Task.dispatcher(known), { unknownTaskAttempts: 3, unknownTaskDelay: "30s" })
+      yield* settle
+      assert.strictEqual(spy.of("retry").length, 1)
+      const next = Option.getOrThrow(yield* spy.inner.nextVisibleAt("default"))
+      assert.strictEqual(next.getTime() - (yield* Clock.currentTimeMillis), 30_000)
+      yield* TestClock.adjust("30 seconds")
+      yield* settle
+      assert.strictEqual(spy.of("retry").length, 2)
+      yield* TestClock.adjust("30 seconds")
+      yield* settle
+      const [dead] = yield* spy.inner.deadLetters({})
+      assert.strictEqual(dead!.id, sent!.id)
+      assert.strictEqual(dead!.reason, `unknown task "from-the-future": no worker handled it in 3 attempts`)
+    }))
+
+  it.effect("a message whose lease expired K times is dead-lettered as a suspected worker-killer, without running", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      let runs = 0
+      const killer = Task.make({ name: "killer", payload: Schema.Unknown, handler: () => Effect.sync(() => runs++) })
+      const sent = yield* Task.send(killer, {}).pipe(withStore(spy))
+      // Two workers took it and died: their leases ran out.
+      for (const worker of ["w1", "w2"]) {
+        yield* spy.inner.claim("default", { lease: "1 second", limit: 1, consumer: worker })
+        yield* TestClock.adjust("2 seconds")
+      }
+      yield* startConsumer(spy, Task.dispatcher(killer), { quarantineAfter: 2 })
+      yield* settle
+      assert.strictEqual(runs, 0)
+      const [dead] = yield* spy.inner.deadLetters({})
+      assert.strictEqual(dead!.id, sent.id)
+      assert.match(dead!.reason, /suspected worker-killer: its lease expired 2 times/)
+      const history = yield* spy.inner.attempts(sent.id as MessageId)
+      assert.deepStrictEqual(history.map((a) => [a.attempt, a.outcome, a.consumer]), [
+        [1, "lease-expired", "w1"],
+        [2, "lease-expired", "w2"],
+        [3, "dead-lettered", "test-consumer"]
+      ])
+    }))
+
+  it.effect("a task's error schema turns typed failures into JSON in the recorded error", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      class PaymentDeclined extends Schema.TaggedError<PaymentDeclined>()("PaymentDeclined", { code: Schema.String }) {}
+      const charge = Task.make({
+        name: "charge",
+        payload: Schema.Number,
+        error: PaymentDeclined,
+        maxAttempts: 1,
+        handler: () => Effect.fail(new PaymentDeclined({ code: "insufficient_funds" }))
+      })
+      yield* Task.send(charge, 100).pipe(withStore(spy))
+      yield* startConsumer(spy, Task.dispatcher(charge), {})
+      yield* settle
+      const [dead] = yield* spy.inner.deadLetters({})
+      assert.include(dead!.lastError ?? "", `charge failed: {"_tag":"PaymentDeclined","code":"insufficient_funds"}`)
+    }))
+
+  it("a dispatcher refuses two tasks of the same name", () => {
+    const a = Task.make({ name: "same", payload: Schema.Unknown, handler: () => Effect.void })
+    assert.throws(() => Task.dispatcher(a, a), /defined twice/)
+  })
+})
