@@ -1,0 +1,25 @@
+/**
+ * Sending (see README): type-checked, encoded through the task's schema, and
+ * inside your own transaction when you want it to commit with your writes.
+ */
+import { NodeRuntime } from "@effect/platform-node"
+import { Effect, Layer } from "effect"
+import { SqlClient } from "effect/sql"
+import { PgQueueStore, QueueConfig, Task } from "leasehold"
+import { sendWelcomeEmail } from "./tasks.ts"
+
+const signUp = (name: string, to: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    // The user row and the email commit together, or not at all.
+    return yield* sql.withTransaction(Effect.gen(function*() {
+      yield* sql`INSERT INTO users (name, email) VALUES (${name}, ${to})`
+      return yield* Task.send(sendWelcomeEmail, { to, name }, { dedupKey: `welcome:${to}`, delay: "10s" })
+    }))
+  })
+
+signUp("Ada", "ada@example.com").pipe(
+  Effect.tap((sent) => Effect.logInfo(`enqueued ${sent.id}${sent.deduplicated ? " (already queued)" : ""}`)),
+  Effect.provide(PgQueueStore.layer().pipe(Layer.provideMerge(QueueConfig.pgLayerFromEnv()))),
+  NodeRuntime.runMain
+)

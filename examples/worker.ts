@@ -1,0 +1,15 @@
+/**
+ * A worker program (see README): `LEASEHOLD_DATABASE_URL=... LEASEHOLD_QUEUES=emails node examples/worker.ts`.
+ */
+import { NodeRuntime } from "@effect/platform-node"
+import { Layer } from "effect"
+import { Consumer, PgQueueStore, QueueConfig, Task } from "leasehold"
+import { sendWelcomeEmail } from "./tasks.ts"
+
+const WorkerLayer = Consumer.layerFromEnv(Task.dispatcher(sendWelcomeEmail)).pipe(
+  Layer.provide(PgQueueStore.layer()), // migrates the `leasehold` schema when built
+  Layer.provide(QueueConfig.pgLayerFromEnv())
+)
+
+// SIGTERM/SIGINT: stop claiming, let handlers finish within the grace, release the rest.
+Layer.launch(WorkerLayer).pipe(NodeRuntime.runMain)
