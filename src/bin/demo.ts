@@ -1,60 +1,78 @@
 /**
  * The demo: starts a throwaway PostgreSQL (embedded, nothing to set up), sends
- * a few messages, and runs a real consumer on them, printing what happens:
- * claims, a task that outlives its lease and keeps it by renewal, a failure
- * retried with backoff, a bad message dead-lettered, and a graceful shutdown.
+ * a few typed tasks, and runs a real consumer on them, printing what happens:
+ * a task that outlives its lease and keeps it by renewal, a failure retried
+ * with backoff, a payload that fails its schema dead-lettered, and a graceful
+ * shutdown.
  *
  * Run with `npm run demo`. Set LEASEHOLD_DATABASE_URL to use your own database instead.
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { Effect, Layer, Metric, Redacted, References } from "effect"
+import { Effect, Layer, Metric, Redacted, References, Schema } from "effect"
 import * as Consumer from "../Consumer.ts"
 import * as EmbeddedPostgres from "../internal/EmbeddedPostgres.ts"
 import * as PgQueueStore from "../PgQueueStore.ts"
 import * as QueueConfig from "../QueueConfig.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
 import { QueueStore } from "../QueueStore.ts"
+import * as Task from "../Task.ts"
 
 const queue = "demo"
 const lease = "2 seconds"
 
-/** The demo's tasks, dispatched by task name. */
-const handler: Consumer.Handler = (message, context) => {
-  const payload = message.payload as Record<string, unknown>
-  switch (message.task) {
-    case "greet":
-      return Effect.logInfo(`greet: hello, ${String(payload["name"])}!`)
-    case "slow-report":
-      // Runs 3x the lease: the renewer keeps the lease alive (see "lease renewed" lines).
-      return Effect.gen(function*() {
-        yield* Effect.logInfo(`slow-report: working for 6s with a ${lease} lease`)
-        yield* Effect.sleep("6 seconds")
-        yield* Effect.logInfo(`slow-report: done on attempt ${context.attempt}, lease held throughout`)
-      })
-    case "flaky":
-      return context.attempt < 2
-        ? Effect.fail(new Error(`flaky: upstream unavailable (attempt ${context.attempt})`))
-        : Effect.logInfo(`flaky: succeeded on attempt ${context.attempt}`)
-    default:
-      return Effect.fail(new Error(`no handler for task "${message.task}"`))
-  }
-}
+/** The demo's tasks: typed payloads, per-task policies. */
+const greet = Task.make({
+  name: "greet",
+  queue,
+  payload: Schema.Struct({ name: Schema.String }),
+  handler: ({ name }) => Effect.logInfo(`greet: hello, ${name}!`)
+})
+
+const slowReport = Task.make({
+  name: "slow-report",
+  queue,
+  payload: Schema.Struct({ report: Schema.Number }),
+  // Runs 3x the lease: the renewer keeps the lease alive (see the "lease renewed" lines).
+  handler: ({ report }, context) =>
+    Effect.gen(function*() {
+      yield* Effect.logInfo(`slow-report ${report}: working for 6s with a ${lease} lease`)
+      yield* Effect.sleep("6 seconds")
+      yield* Effect.logInfo(`slow-report ${report}: done on attempt ${context.attempt}, lease held throughout`)
+    })
+})
+
+const flaky = Task.make({
+  name: "flaky",
+  queue,
+  payload: Schema.Struct({}),
+  retry: { base: "500 millis" },
+  maxAttempts: 3,
+  handler: (_, context) =>
+    context.attempt < 2
+      ? Effect.fail(new Error(`flaky: upstream unavailable (attempt ${context.attempt})`))
+      : Effect.logInfo(`flaky: succeeded on attempt ${context.attempt}`)
+})
+
+const chargeCard = Task.make({
+  name: "charge-card",
+  queue,
+  payload: Schema.Struct({ cents: Schema.Int }),
+  handler: ({ cents }) => Effect.logInfo(`charged ${cents} cents`)
+})
 
 const program = Effect.gen(function*() {
   const store = yield* QueueStore
-  yield* store.send(queue, [
-    { task: "greet", payload: { name: "leasehold" } },
-    { task: "slow-report", payload: { report: 42 } },
-    { task: "flaky", payload: {}, maxAttempts: 3 },
-    { task: "mystery", payload: { x: 1 }, maxAttempts: 1 }
-  ])
+  yield* Task.send(greet, { name: "leasehold" })
+  yield* Task.send(slowReport, { report: 42 })
+  yield* Task.send(flaky, {})
+  // A message written by something that does not follow the schema: dead-lettered, never run.
+  yield* store.send(queue, [{ task: "charge-card", payload: { cents: "a lot" } }])
   yield* Effect.logInfo(`sent 4 messages to "${queue}": ${JSON.stringify(yield* store.stats(queue))}`)
   yield* Effect.scoped(Effect.gen(function*() {
-    yield* Layer.build(Consumer.layer(handler, {
+    yield* Layer.build(Consumer.layer(Task.dispatcher(greet, slowReport, flaky, chargeCard), {
       queues: [queue],
       lease,
       pollInterval: "200 millis",
-      retryBase: "500 millis",
       concurrency: 4
     }))
     // Wait until nothing is ready, delayed or in flight.
