@@ -12,11 +12,11 @@
  * `/usr/lib/postgresql/<version>/bin`.
  */
 import { type ChildProcess, execFile, spawn } from "node:child_process"
-import { accessSync, constants, existsSync, readdirSync, readFileSync, rmSync } from "node:fs"
+import { accessSync, constants, existsSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs"
 import { chown, mkdir, mkdtemp, rm } from "node:fs/promises"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { dirname, join, relative } from "node:path"
 import { Effect } from "effect"
 
 export interface PostgresServer {
@@ -128,6 +128,26 @@ const systemBinaries = (): Binaries | undefined => {
   return undefined
 }
 
+/**
+ * The embedded package ships its shared-library symlinks as a list, restored by
+ * a postinstall script; when install scripts were skipped, initdb fails on a
+ * missing libicuuc.so.NN. Restore any missing link here (idempotent, cheap).
+ */
+const restoreLibrarySymlinks = (packageDir: string): void => {
+  const list = join(packageDir, "native", "pg-symlinks.json")
+  if (!existsSync(list)) return
+  const links = JSON.parse(readFileSync(list, "utf8")) as ReadonlyArray<{ readonly source: string; readonly target: string }>
+  for (const { source, target } of links) {
+    const at = join(packageDir, target)
+    if (existsSync(at)) continue
+    try {
+      symlinkSync(relative(dirname(at), join(packageDir, source)), at)
+    } catch {
+      // A read-only install: initdb will report what is missing.
+    }
+  }
+}
+
 const findBinaries = async (): Promise<Binaries> => {
   const fromEnv = process.env["LEASEHOLD_PG_BIN"]
   if (fromEnv !== undefined && fromEnv !== "") {
@@ -146,6 +166,7 @@ const findBinaries = async (): Promise<Binaries> => {
       typeof mod.initdb === "string" && typeof mod.postgres === "string" &&
       existsSync(mod.initdb) && existsSync(mod.postgres)
     ) {
+      restoreLibrarySymlinks(dirname(dirname(dirname(mod.postgres))))
       return { initdb: mod.initdb, postgres: mod.postgres, source: pkg }
     }
   } catch {
