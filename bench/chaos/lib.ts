@@ -1,0 +1,346 @@
+/**
+ * Plumbing shared by the chaos suite (bench/chaos/run.ts) and the redelivery
+ * benchmark (bench/redelivery.ts): an embedded PostgreSQL, a client on it,
+ * the ledger table, worker processes (bench/chaos/worker.ts) and small
+ * statistics helpers.
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { createWriteStream, mkdirSync, type WriteStream } from "node:fs"
+import { dirname, join, resolve } from "node:path"
+import { fileURLToPath } from "node:url"
+import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
+import { SqlClient } from "effect/sql"
+import { PgClient } from "@effect/sql-pg"
+import * as PgQueueStore from "../../src/PgQueueStore.ts"
+import { QueueStore } from "../../src/QueueStore.ts"
+
+export const here = dirname(fileURLToPath(import.meta.url))
+export const repoRoot = resolve(here, "..", "..")
+export const WORKER = join(here, "worker.ts")
+
+/** Node >= 22 runs the .ts worker directly (type stripping): the orchestrators run on it through npm scripts. */
+export const nodeBinary = (() => {
+  const major = Number(process.versions.node.split(".")[0])
+  if (major >= 22) return process.execPath
+  return join(repoRoot, "node_modules", ".bin", "node")
+})()
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, Math.max(0, ms)))
+
+/** Poll `check` until it returns a value (not undefined); undefined after `timeoutMs`. */
+export const poll = async <A>(
+  check: () => Promise<A | undefined> | A | undefined,
+  timeoutMs: number,
+  intervalMs = 50
+): Promise<A | undefined> => {
+  const deadline = Date.now() + timeoutMs
+  while (true) {
+    const value = await check()
+    if (value !== undefined) return value
+    if (Date.now() > deadline) return undefined
+    await sleep(intervalMs)
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Database access for the orchestrator
+// ---------------------------------------------------------------------------------------------
+
+export interface Db {
+  readonly runtime: ManagedRuntime.ManagedRuntime<SqlClient.SqlClient | QueueStore, unknown>
+  readonly query: <A extends object>(text: string, params?: ReadonlyArray<unknown>) => Promise<ReadonlyArray<A>>
+  /** `query` retried (with a short pause) while the server restarts or a connection dies. */
+  readonly queryRetrying: <A extends object>(text: string, params?: ReadonlyArray<unknown>, timeoutMs?: number) => Promise<ReadonlyArray<A>>
+  readonly dispose: () => Promise<void>
+}
+
+/** A small pool for the orchestrator, with the store (migrating `schema` once, here). */
+export const openDb = async (url: string, schema: string, applicationName: string): Promise<Db> => {
+  const pg = PgClient.layer({ url: Redacted.make(url), maxConnections: 4, applicationName })
+  const layer = PgQueueStore.layer({ schema, leasePool: false }).pipe(Layer.provideMerge(pg))
+  const runtime = ManagedRuntime.make(layer)
+  await runtime.runPromise(Effect.void)
+  const query = <A extends object>(text: string, params: ReadonlyArray<unknown> = []) =>
+    runtime.runPromise(Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe<A>(text, params)))
+  const queryRetrying = async <A extends object>(text: string, params: ReadonlyArray<unknown> = [], timeoutMs = 60_000) => {
+    const deadline = Date.now() + timeoutMs
+    while (true) {
+      try {
+        return await query<A>(text, params)
+      } catch (error) {
+        if (Date.now() > deadline) throw error
+        await sleep(200)
+      }
+    }
+  }
+  return { runtime, query, queryRetrying, dispose: () => runtime.dispose() }
+}
+
+/** The ledger the chaos workers write: one row per handler execution. */
+export const createLedger = async (db: Db, schema: string): Promise<void> => {
+  await db.query(`CREATE TABLE ${schema}.ledger (
+    exec_id    uuid PRIMARY KEY,
+    message_id bigint NOT NULL,
+    n          integer NOT NULL,
+    attempt    integer NOT NULL,
+    consumer   text NOT NULL,
+    pid        integer NOT NULL,
+    task       text NOT NULL,
+    started_ms float8 NOT NULL,
+    ended_ms   float8,
+    outcome    text,
+    written_at timestamptz NOT NULL DEFAULT clock_timestamp()
+  )`)
+  await db.query(`CREATE INDEX ledger_n_idx ON ${schema}.ledger (n)`)
+}
+
+export interface LedgerRow {
+  readonly exec_id: string
+  readonly message_id: string
+  readonly n: number
+  readonly attempt: number
+  readonly consumer: string
+  readonly pid: number
+  readonly task: string
+  readonly started_ms: number
+  readonly ended_ms: number | null
+  readonly outcome: string | null
+}
+
+export const readLedger = (db: Db, schema: string) =>
+  db.queryRetrying<LedgerRow>(
+    `SELECT exec_id::text, message_id::text, n, attempt, consumer, pid, task, started_ms, ended_ms, outcome
+     FROM ${schema}.ledger ORDER BY started_ms`
+  )
+
+// ---------------------------------------------------------------------------------------------
+// Worker processes
+// ---------------------------------------------------------------------------------------------
+
+/** A journal line of a worker (see worker.ts). */
+export interface JournalEvent {
+  readonly ev: "interrupted" | "abandoned" | "end-write-failed"
+  readonly exec: string
+  readonly id: string
+  readonly n: number
+  readonly attempt: number
+  readonly consumer: string
+  readonly pid: number
+  readonly task: string
+  readonly startedMs: number
+  readonly endedMs?: number
+  readonly at: number
+}
+
+/** Worker log lines worth counting (the consumer's own words, see src/Consumer.ts and src/LeaseRenewer.ts). */
+export const logPatterns = {
+  doubleRun: /double run: the ack found the lease gone/,
+  finishFailed: /could not be written; the message runs again/,
+  leaseLost: /lease lost: |lease at risk: /,
+  wedged: /renewer wedged/,
+  ledgerFailed: /ledger (start|end) (failed|still failing)/
+} as const
+
+export type LogCounts = Record<keyof typeof logPatterns, number>
+
+export interface Worker {
+  readonly name: string
+  readonly consumerId: string
+  readonly proc: ChildProcess
+  readonly pid: number
+  readonly spawnedAt: number
+  readyAt: number | undefined
+  /** Set just before this process was sent SIGKILL by the orchestrator. */
+  killedAt: number | undefined
+  /** Set when SIGTERM was sent for the final shutdown. */
+  terminatedAt: number | undefined
+  exit: { readonly code: number | null; readonly signal: NodeJS.Signals | null; readonly at: number } | undefined
+  /** Resolves when the process exited and its output was read to the end. */
+  readonly closed: Promise<void>
+  readonly journal: Array<JournalEvent>
+  readonly logCounts: LogCounts
+  /** The last lines of output, for failure reports. */
+  readonly tail: Array<string>
+}
+
+export interface SpawnOptions {
+  readonly name: string
+  readonly consumerId: string
+  readonly env: Record<string, string>
+  /** Folder for `<name>.log` with everything the worker printed; none when undefined. */
+  readonly logDir?: string | undefined
+  readonly onReady?: ((worker: Worker) => void) | undefined
+  readonly onExit?: ((worker: Worker) => void) | undefined
+}
+
+const logStreams = new Map<string, WriteStream>()
+
+const logStream = (dir: string | undefined, name: string): WriteStream | undefined => {
+  if (dir === undefined) return undefined
+  const file = join(dir, `${name}.log`)
+  let stream = logStreams.get(file)
+  if (stream === undefined) {
+    mkdirSync(dir, { recursive: true })
+    stream = createWriteStream(file, { flags: "a" })
+    logStreams.set(file, stream)
+  }
+  return stream
+}
+
+/** Close every worker log file (at the end of a run). */
+export const closeLogs = async (): Promise<void> => {
+  await Promise.all([...logStreams.values()].map((s) => new Promise<void>((r) => s.end(r))))
+  logStreams.clear()
+}
+
+const allWorkers = new Set<Worker>()
+
+// A crashing or interrupted orchestrator must not leave workers behind.
+process.on("exit", () => {
+  for (const w of allWorkers) {
+    if (w.exit === undefined) {
+      try {
+        w.proc.kill("SIGKILL")
+      } catch {
+        // already gone
+      }
+    }
+  }
+})
+
+export const spawnWorker = (options: SpawnOptions): Worker => {
+  const proc = spawn(nodeBinary, [WORKER], {
+    cwd: repoRoot,
+    env: { ...process.env, ...options.env, LEASEHOLD_CONSUMER_ID: options.consumerId },
+    stdio: ["ignore", "pipe", "pipe"]
+  })
+  const log = logStream(options.logDir, options.name.replace(/-g\d+$/, ""))
+  let resolveClosed!: () => void
+  const closed = new Promise<void>((r) => {
+    resolveClosed = r
+  })
+  const worker: Worker = {
+    name: options.name,
+    consumerId: options.consumerId,
+    proc,
+    pid: proc.pid ?? -1,
+    spawnedAt: Date.now(),
+    readyAt: undefined,
+    killedAt: undefined,
+    terminatedAt: undefined,
+    exit: undefined,
+    closed,
+    journal: [],
+    logCounts: { doubleRun: 0, finishFailed: 0, leaseLost: 0, wedged: 0, ledgerFailed: 0 },
+    tail: []
+  }
+  allWorkers.add(worker)
+  log?.write(`=== ${new Date().toISOString()} spawned ${options.name} (${options.consumerId}) pid ${worker.pid}\n`)
+  const reader = (stream: "out" | "err") => {
+    let pending = ""
+    return (chunk: Buffer) => {
+      pending += chunk.toString("utf8")
+      const lines = pending.split("\n")
+      pending = lines.pop() ?? ""
+      for (const line of lines) {
+        if (line.startsWith("CHAOS ")) {
+          try {
+            worker.journal.push(JSON.parse(line.slice(6)) as JournalEvent)
+          } catch {
+            // a torn line cannot happen on a pipe below PIPE_BUF; ignore anything else
+          }
+        } else if (stream === "out" && line.startsWith(`READY ${options.consumerId} `)) {
+          worker.readyAt ??= Date.now()
+          options.onReady?.(worker)
+        }
+        for (const key of Object.keys(logPatterns) as Array<keyof typeof logPatterns>) {
+          if (logPatterns[key].test(line)) worker.logCounts[key]++
+        }
+        worker.tail.push(line)
+        if (worker.tail.length > 40) worker.tail.shift()
+        log?.write(`[${options.name} ${stream}] ${line}\n`)
+      }
+    }
+  }
+  proc.stdout!.on("data", reader("out"))
+  proc.stderr!.on("data", reader("err"))
+  proc.on("exit", (code, signal) => {
+    worker.exit = { code, signal, at: Date.now() }
+    log?.write(`=== ${new Date().toISOString()} ${options.name} exited: code ${code}, signal ${signal}\n`)
+    options.onExit?.(worker)
+  })
+  proc.on("close", () => resolveClosed())
+  proc.on("error", (error) => {
+    log?.write(`=== ${options.name} spawn error: ${error.message}\n`)
+    resolveClosed()
+  })
+  return worker
+}
+
+/** SIGKILL, recording the time first (the process is gone a moment later). */
+export const killWorker = (worker: Worker): number => {
+  const at = Date.now()
+  worker.killedAt = at
+  worker.proc.kill("SIGKILL")
+  return at
+}
+
+/** SIGTERM every live worker and wait for them to exit (SIGKILL after `graceMs`). Returns those that needed the SIGKILL. */
+export const stopWorkers = async (workers: ReadonlyArray<Worker>, graceMs: number): Promise<Array<Worker>> => {
+  const live = workers.filter((w) => w.exit === undefined)
+  for (const w of live) {
+    w.terminatedAt = Date.now()
+    w.proc.kill("SIGTERM")
+  }
+  const stuck: Array<Worker> = []
+  await Promise.all(live.map(async (w) => {
+    const done = await Promise.race([w.closed.then(() => true), sleep(graceMs).then(() => false)])
+    if (!done) {
+      stuck.push(w)
+      w.proc.kill("SIGKILL")
+      await Promise.race([w.closed, sleep(5_000)])
+    }
+  }))
+  return stuck
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics and printing
+// ---------------------------------------------------------------------------------------------
+
+/** Nearest-rank percentile of `values` (p in 0..100); undefined when empty. */
+export const percentile = (values: ReadonlyArray<number>, p: number): number | undefined => {
+  if (values.length === 0) return undefined
+  const sorted = [...values].sort((a, b) => a - b)
+  const rank = Math.ceil((p / 100) * sorted.length)
+  return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))]
+}
+
+export const formatMs = (ms: number | undefined): string =>
+  ms === undefined ? "-" : ms >= 10_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms)} ms`
+
+/** A plain two-or-more-column table. */
+export const table = (rows: ReadonlyArray<ReadonlyArray<string>>): string => {
+  const widths: Array<number> = []
+  for (const row of rows) row.forEach((cell, i) => (widths[i] = Math.max(widths[i] ?? 0, cell.length)))
+  const line = (row: ReadonlyArray<string>) => row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i]!))).join("  ")
+  const rule = widths.map((w) => "-".repeat(w)).join("  ")
+  return [line(rows[0]!), rule, ...rows.slice(1).map(line)].join("\n")
+}
+
+/** Milliseconds or a duration such as `3s`, `500ms`, `2m` from the environment. */
+export const envMs = (name: string, fallback: number): number => {
+  const text = process.env[name]
+  if (text === undefined || text.trim() === "") return fallback
+  const match = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$/.exec(text)
+  if (match === null) throw new Error(`${name}: expected a duration such as 500ms, 3s or 2m, got ${JSON.stringify(text)}`)
+  const factor = match[2] === "s" ? 1000 : match[2] === "m" ? 60_000 : 1
+  return Math.round(Number(match[1]) * factor)
+}
+
+export const envInt = (name: string, fallback: number): number => {
+  const text = process.env[name]
+  if (text === undefined || text.trim() === "") return fallback
+  if (!/^\s*\d+\s*$/.test(text)) throw new Error(`${name}: expected a whole number, got ${JSON.stringify(text)}`)
+  return Number(text)
+}

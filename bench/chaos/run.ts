@@ -1,0 +1,443 @@
+/**
+ * The chaos suite (issue 5). Starts its own PostgreSQL, a pool of chaos
+ * workers (bench/chaos/worker.ts) and sends messages (instant, 50 ms and 2 s
+ * handlers) while it SIGKILLs a random worker every ~3 s (starting a new one),
+ * terminates random worker backends every ~2 s and restarts the server once.
+ * Then it drains the queue, stops the workers with SIGTERM, checks the ledger
+ * (bench/chaos/analyze.ts), prints a table and PASS or FAIL, and exits
+ * non-zero on any violation.
+ *
+ *   npm run chaos        full run: 20,000 messages
+ *   npm run chaos:ci     short run: 1,000 messages, under a minute
+ *
+ * Knobs (environment): CHAOS_MESSAGES, CHAOS_RATE (messages/s), CHAOS_WORKERS,
+ * CHAOS_LEASE, CHAOS_CONCURRENCY, CHAOS_BATCH, CHAOS_POLL, CHAOS_KILL_EVERY,
+ * CHAOS_TERMINATE_EVERY, CHAOS_RESTART_DOWN (how long the server stays down,
+ * default 1s), CHAOS_QUARANTINE_AFTER (default 100), CHAOS_DRAIN_TIMEOUT, CHAOS_LOG_DIR; CHAOS_FAULT=block (see
+ * worker.ts: proves the checks can fail); and
+ * LEASEHOLD_SESSION_LIVENESS=on|off, passed through to the workers.
+ * Every worker's output goes to CHAOS_LOG_DIR (default .tmp/chaos/<time>).
+ */
+import { Effect } from "effect"
+import { join } from "node:path"
+import { startPostgres } from "../../src/internal/EmbeddedPostgres.ts"
+import type { NewMessage } from "../../src/Message.ts"
+import { QueueStore } from "../../src/QueueStore.ts"
+import { analyze, type Kill } from "./analyze.ts"
+import {
+  closeLogs,
+  createLedger,
+  type Db,
+  envInt,
+  envMs,
+  formatMs,
+  type JournalEvent,
+  killWorker,
+  type LogCounts,
+  openDb,
+  percentile,
+  poll,
+  readLedger,
+  repoRoot,
+  sleep,
+  spawnWorker,
+  stopWorkers,
+  table,
+  type Worker
+} from "./lib.ts"
+
+const ci = process.argv.includes("--ci")
+const profile = ci
+  ? { messages: 1_000, rate: 75, drainTimeoutMs: 40_000 }
+  : { messages: 20_000, rate: 250, drainTimeoutMs: 240_000 }
+
+const config = {
+  messages: envInt("CHAOS_MESSAGES", profile.messages),
+  rate: envInt("CHAOS_RATE", profile.rate),
+  workers: envInt("CHAOS_WORKERS", 4),
+  leaseMs: envMs("CHAOS_LEASE", 3_000),
+  concurrency: envInt("CHAOS_CONCURRENCY", 16),
+  batch: envInt("CHAOS_BATCH", 5),
+  pollMs: envMs("CHAOS_POLL", 100),
+  killEveryMs: envMs("CHAOS_KILL_EVERY", 3_000),
+  terminateEveryMs: envMs("CHAOS_TERMINATE_EVERY", 2_000),
+  drainTimeoutMs: envMs("CHAOS_DRAIN_TIMEOUT", profile.drainTimeoutMs),
+  restartDownMs: envMs("CHAOS_RESTART_DOWN", 1_000),
+  quarantineAfter: envInt("CHAOS_QUARANTINE_AFTER", 100),
+  logDir: process.env["CHAOS_LOG_DIR"] ??
+    join(repoRoot, ".tmp", "chaos", new Date().toISOString().replace(/[:.]/g, "-")),
+  liveness: process.env["LEASEHOLD_SESSION_LIVENESS"]
+}
+
+const SCHEMA = "chaos"
+const QUEUE = "chaos"
+const MAX_ATTEMPTS = 100
+
+/** The task mix, by message number: 5% 2 s, 35% 50 ms, 60% instant. */
+const taskOf = (n: number): { readonly task: string; readonly ms: number } => {
+  const k = n % 20
+  return k === 0 ? { task: "slow-2s", ms: 2_000 } : k <= 7 ? { task: "short-50ms", ms: 50 } : { task: "instant", ms: 0 }
+}
+
+const workerEnv: Record<string, string> = {
+  LEASEHOLD_SCHEMA: SCHEMA,
+  LEASEHOLD_QUEUES: QUEUE,
+  LEASEHOLD_LEASE: `${config.leaseMs}ms`,
+  LEASEHOLD_CONCURRENCY: String(config.concurrency),
+  LEASEHOLD_BATCH_SIZE: String(config.batch),
+  LEASEHOLD_POLL_INTERVAL: `${config.pollMs}ms`,
+  LEASEHOLD_BACKOFF_MAX: "1s",
+  LEASEHOLD_RETRY_BASE: "100ms",
+  LEASEHOLD_RETRY_MAX: "2s",
+  LEASEHOLD_SHUTDOWN_GRACE: "10s",
+  // Random SIGKILLs hit innocent messages: do not let them quarantine (dead-letter) as suspected worker-killers.
+  LEASEHOLD_QUARANTINE_AFTER: String(config.quarantineAfter),
+  ...(config.liveness === undefined ? {} : { LEASEHOLD_SESSION_LIVENESS: config.liveness })
+}
+
+const jitter = (ms: number) => ms * (0.6 + Math.random() * 0.8)
+
+/** A one-permit lock: sends and the server restart never interleave (a send cut by the restart is ambiguous). */
+const makeLock = () => {
+  let tail: Promise<unknown> = Promise.resolve()
+  return <A>(f: () => Promise<A>): Promise<A> => {
+    const run = tail.then(f, f)
+    tail = run.catch(() => undefined)
+    return run
+  }
+}
+
+const log = (text: string) => console.log(`[chaos +${((Date.now() - t0) / 1000).toFixed(1)}s] ${text}`)
+let t0 = Date.now()
+
+const main = async (): Promise<number> => {
+  console.log(
+    `chaos ${ci ? "(short, CI)" : "(full)"}: ${config.messages} messages at ${config.rate}/s, ${config.workers} workers ` +
+      `(concurrency ${config.concurrency}, batch ${config.batch}, lease ${formatMs(config.leaseMs)}, poll ${config.pollMs} ms), ` +
+      `SIGKILL every ~${formatMs(config.killEveryMs)}, backend terminations every ~${formatMs(config.terminateEveryMs)}, ` +
+      `one server restart (${formatMs(config.restartDownMs)} down); session liveness: ${config.liveness ?? "(unset: consumer default)"}`
+  )
+  console.log(`worker logs: ${config.logDir}`)
+  t0 = Date.now()
+  const server = await startPostgres({ forTests: true })
+  let db: Db | undefined
+  const workers: Array<Worker> = []
+  let shuttingDown = false
+  const cleanup = async () => {
+    shuttingDown = true
+    await stopWorkers(workers, 5_000).catch(() => [])
+    await db?.dispose().catch(() => undefined)
+    await server.destroy().catch(() => undefined)
+    await closeLogs()
+  }
+  const onSignal = () => {
+    console.error("chaos: interrupted; stopping workers and the server")
+    void cleanup().finally(() => process.exit(130))
+  }
+  process.once("SIGINT", onSignal)
+  process.once("SIGTERM", onSignal)
+
+  try {
+    db = await openDb(server.url, SCHEMA, "chaos-orchestrator")
+    await createLedger(db, SCHEMA)
+    const database = db
+    log(`PostgreSQL ready on port ${server.port}; schema ${SCHEMA} migrated, ledger created`)
+
+    // ---- workers --------------------------------------------------------------------------
+    const slots: Array<Worker | undefined> = []
+    const crashes: Array<Worker> = []
+    const startFailures: Array<Worker> = []
+    let generation = 0
+    const spawnSlot = (slot: number): Worker => {
+      const g = ++generation
+      const worker = spawnWorker({
+        name: `w${slot}-g${g}`,
+        consumerId: `chaos-w${slot}-g${g}`,
+        env: { ...workerEnv, LEASEHOLD_DATABASE_URL: server.url },
+        logDir: config.logDir,
+        onExit: (w) => {
+          if (w.killedAt !== undefined || w.terminatedAt !== undefined || shuttingDown) return
+          // Died on its own: a crash once it was running, else a start that failed (e.g. during the restart).
+          ;(w.readyAt !== undefined ? crashes : startFailures).push(w)
+          log(`${w.name} exited on its own (code ${w.exit?.code}, ${w.readyAt !== undefined ? "after" : "before"} READY); starting another`)
+          setTimeout(() => {
+            if (!shuttingDown && slots[slot] === w) slots[slot] = spawnSlot(slot)
+          }, 500)
+        }
+      })
+      workers.push(worker)
+      return worker
+    }
+    for (let slot = 1; slot <= config.workers; slot++) slots[slot] = spawnSlot(slot)
+    const allReady = await poll(() => slots.slice(1).every((w) => w?.readyAt !== undefined) ? true : undefined, 60_000, 100)
+    if (allReady === undefined) throw new Error("workers did not become ready within 60 s")
+    log(`${config.workers} workers ready`)
+
+    // ---- sending ---------------------------------------------------------------------------
+    const lock = makeLock()
+    const store = await database.runtime.runPromise(Effect.gen(function*() {
+      return yield* QueueStore
+    }))
+    let sentCount = 0
+    let sendRetries = 0
+
+    /** n in [from, from+count) present in the queue or the ledger (a message leaves the table only after its ledger rows). */
+    const presentAmong = async (from: number, count: number): Promise<Set<number>> => {
+      const rows = await database.queryRetrying<{ n: number }>(
+        `SELECT (payload->>'n')::int AS n FROM ${SCHEMA}.messages
+           WHERE queue = $1 AND (payload->>'n')::int >= $2 AND (payload->>'n')::int < $3
+         UNION SELECT n FROM ${SCHEMA}.ledger WHERE n >= $2 AND n < $3`,
+        [QUEUE, from, from + count]
+      )
+      return new Set(rows.map((r) => Number(r.n)))
+    }
+
+    const sendRange = async (from: number, count: number) => {
+      let todo = Array.from({ length: count }, (_, i) => from + i)
+      const deadline = Date.now() + 60_000
+      while (todo.length > 0) {
+        const messages: Array<NewMessage> = todo.map((n) => {
+          const { task, ms } = taskOf(n)
+          return { task, payload: { n, ms }, maxAttempts: MAX_ATTEMPTS }
+        })
+        try {
+          await lock(() => database.runtime.runPromise(store.send(QUEUE, messages)))
+          return
+        } catch (error) {
+          // Ambiguous (a connection death can hide a commit): send again only what is not there.
+          if (Date.now() > deadline) throw new Error(`could not send messages ${from}..${from + count - 1}: ${String(error)}`)
+          sendRetries++
+          await sleep(200)
+          const present = await presentAmong(from, count)
+          todo = todo.filter((n) => !present.has(n))
+        }
+      }
+    }
+
+    let sendingDone = false
+    const sendStartedAt = Date.now()
+    const sender = (async () => {
+      while (sentCount < config.messages) {
+        const due = Math.min(config.messages, Math.floor(((Date.now() - sendStartedAt) / 1000) * config.rate) + 1)
+        if (due <= sentCount) {
+          await sleep(50)
+          continue
+        }
+        const count = Math.min(due - sentCount, 500)
+        await sendRange(sentCount, count)
+        sentCount += count
+      }
+      sendingDone = true
+      log(`all ${config.messages} messages sent (${sendRetries} ambiguous sends checked and completed)`)
+    })()
+
+    // ---- chaos -----------------------------------------------------------------------------
+    let chaosOn = true
+    const kills: Array<Kill> = []
+    const terminations: Array<{ readonly at: number; readonly count: number }> = []
+    let terminateErrors = 0
+    let restartAt: number | undefined
+    let restartDownMs: number | undefined
+
+    const killer = (async () => {
+      while (chaosOn) {
+        await sleep(jitter(config.killEveryMs))
+        if (!chaosOn) break
+        const candidates = slots.map((w, slot) => ({ w, slot })).filter(({ w }) => w?.readyAt !== undefined && w.exit === undefined)
+        if (candidates.length === 0) continue
+        const { w, slot } = candidates[Math.floor(Math.random() * candidates.length)]!
+        const at = killWorker(w!)
+        kills.push({ consumer: w!.consumerId, pid: w!.pid, at })
+        slots[slot] = spawnSlot(slot)
+      }
+    })()
+
+    const terminator = (async () => {
+      while (chaosOn) {
+        await sleep(jitter(config.terminateEveryMs))
+        if (!chaosOn) break
+        try {
+          const rows = await database.query<{ pid: number }>(
+            `SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'chaos-worker%' AND pid <> pg_backend_pid()`
+          )
+          if (rows.length === 0) continue
+          const pids = rows.map((r) => Number(r.pid)).sort(() => Math.random() - 0.5)
+          const victims = pids.slice(0, 1 + Math.floor(Math.random() * Math.max(1, Math.ceil(pids.length / 6))))
+          await database.query(`SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, [`{${victims.join(",")}}`])
+          terminations.push({ at: Date.now(), count: victims.length })
+        } catch {
+          terminateErrors++ // the server is restarting
+        }
+      }
+    })()
+
+    const restartAfterMs = Math.max(2_000, (config.messages / config.rate) * 1000 * 0.45)
+    const restarter = (async () => {
+      await sleep(restartAfterMs)
+      await lock(async () => {
+        log(`restarting PostgreSQL (fast shutdown, ${formatMs(config.restartDownMs)} down, start)`)
+        restartAt = Date.now()
+        await server.stop()
+        await sleep(config.restartDownMs)
+        await server.start()
+        restartDownMs = Date.now() - restartAt
+        log(`PostgreSQL back after ${formatMs(restartDownMs)}`)
+      })
+    })()
+
+    // Chaos runs while messages are sent and until the backlog is nearly gone (and after the restart).
+    const tail = Math.max(20, Math.round(config.messages * 0.02))
+    const drainDeadline = () => Date.now() + config.drainTimeoutMs
+    let hardDeadline = Infinity
+    let backlog = Infinity
+    while (true) {
+      await sleep(500)
+      if (sendingDone && hardDeadline === Infinity) hardDeadline = drainDeadline()
+      const [row] = await database.queryRetrying<{ ready: string }>(
+        `SELECT count(*)::text AS ready FROM ${SCHEMA}.messages WHERE state = 'ready'`
+      )
+      backlog = Number(row?.ready ?? 0)
+      if (sendingDone && restartDownMs !== undefined && backlog <= tail) break
+      if (Date.now() > hardDeadline) break
+      if (Math.round((Date.now() - t0) / 500) % 20 === 0) {
+        log(`sent ${sentCount}, in queue ${backlog}, kills ${kills.length}, backend terminations ${terminations.length}`)
+      }
+    }
+    chaosOn = false
+    await Promise.all([sender, killer, terminator, restarter])
+    log(`chaos stopped (${kills.length} kills, ${terminations.length} backend terminations); draining ${backlog} messages`)
+
+    // ---- drain -----------------------------------------------------------------------------
+    const drained = await poll(async () => {
+      const [row] = await database.queryRetrying<{ ready: string }>(
+        `SELECT count(*)::text AS ready FROM ${SCHEMA}.messages WHERE state = 'ready'`
+      )
+      return Number(row?.ready ?? 0) === 0 ? true : undefined
+    }, Math.max(5_000, hardDeadline - Date.now()), 250)
+    log(drained ? "queue drained; stopping workers (SIGTERM)" : "drain timed out; stopping workers (SIGTERM)")
+    shuttingDown = true
+    const live = workers.filter((w) => w.exit === undefined)
+    const stuck = await stopWorkers(live, 15_000)
+    const uncleanExits = live.filter((w) => !stuck.includes(w) && w.exit?.code !== 0)
+    const finishedAt = Date.now()
+
+    // ---- checks ----------------------------------------------------------------------------
+    const ledger = await readLedger(database, SCHEMA)
+    const remaining = await database.queryRetrying<{ n: number; state: string }>(
+      `SELECT (payload->>'n')::int AS n, state FROM ${SCHEMA}.messages`
+    )
+    const journal: Array<JournalEvent> = workers.flatMap((w) => w.journal)
+    const result = analyze({
+      sent: sentCount,
+      ledger: ledger.map((r) => ({
+        ...r,
+        n: Number(r.n),
+        started_ms: Number(r.started_ms),
+        ended_ms: r.ended_ms === null ? null : Number(r.ended_ms)
+      })),
+      journal,
+      remaining: remaining.map((r) => ({ n: Number(r.n), state: r.state })),
+      kills,
+      restartAt
+    })
+    const logs: LogCounts = { doubleRun: 0, finishFailed: 0, leaseLost: 0, wedged: 0, ledgerFailed: 0 }
+    for (const w of workers) for (const k of Object.keys(logs) as Array<keyof LogCounts>) logs[k] += w.logCounts[k]
+
+    const violations: Array<string> = []
+    const check = (ok: boolean, what: string) => {
+      if (!ok) violations.push(what)
+      return ok ? "ok" : "VIOLATION"
+    }
+    const d = result.duplicatesByCause
+    const totalDuplicates = result.duplicates.length
+    const p50 = percentile(result.redeliveryMs, 50)
+    const p95 = percentile(result.redeliveryMs, 95)
+    const rows: Array<Array<string>> = [
+      ["check", "value", "verdict"],
+      ["messages sent", String(result.sent), check(result.sent === config.messages, `sent ${result.sent} of ${config.messages}`)],
+      ["messages completed", String(result.completed), check(result.completed === result.sent, `${result.sent - result.completed} messages not completed`)],
+      ["messages lost", String(result.lost.length), check(result.lost.length === 0, `${result.lost.length} messages lost (e.g. n=${result.lost.slice(0, 5).join(",")})`)],
+      ["messages dead-lettered", String(result.dead.length), check(result.dead.length === 0, `${result.dead.length} messages dead-lettered (e.g. n=${result.dead.slice(0, 5).join(",")})`)],
+      ["messages still queued", String(result.stillQueued.length), check(result.stillQueued.length === 0, `${result.stillQueued.length} messages still in the queue after the drain`)],
+      ["executions (handler runs)", String(result.executions), ""],
+      ["overlapping executions, both holders alive", String(result.overlaps.length), check(result.overlaps.length === 0, `${result.overlaps.length} overlapping executions with both holders alive`)],
+      ["duplicate executions", String(totalDuplicates), ""],
+      ["  following a SIGKILL", String(d.kill), ""],
+      ["  following a lease loss (interrupted)", String(d["lease-loss"]), d["lease-loss"] === 0 ? "" : "allowed (storm)"],
+      ["  following a failed ledger write", String(d["handler-failed"]), d["handler-failed"] === 0 ? "" : "allowed (handler failed)"],
+      ["  after a completed run, holder alive", String(d["after-completion"]), check(d["after-completion"] === 0, `${d["after-completion"]} duplicates after a completed run whose holder was alive (double runs not caused by a kill)`)],
+      ["  unexplained", String(d.unexplained), check(d.unexplained === 0, `${d.unexplained} duplicates whose earlier run neither finished, nor was interrupted, nor was killed`)],
+      ["redelivery after kill, p50", formatMs(p50), `${result.redeliveryMs.length} samples`],
+      ["redelivery after kill, p95", formatMs(p95), `max ${formatMs(percentile(result.redeliveryMs, 100))}`],
+      ["in progress at a kill, never redelivered", String(result.notRedelivered), check(result.notRedelivered === 0, `${result.notRedelivered} messages in progress at a kill never ran again`)],
+      ["ledger rows of unknown messages", String(result.unknown), check(result.unknown === 0, `${result.unknown} ledger rows for messages never sent`)],
+      ["messages sent twice", String(result.messagesWithSeveralIds.length), check(result.messagesWithSeveralIds.length === 0, `${result.messagesWithSeveralIds.length} messages ran under two ids (sent twice)`)],
+      ["workers crashed (not killed)", String(crashes.length), check(crashes.length === 0, `${crashes.length} running workers exited on their own: ${crashes.map((w) => `${w.name} code ${w.exit?.code}`).join(", ")}`)],
+      ["workers unclean on SIGTERM", String(uncleanExits.length + stuck.length), check(uncleanExits.length + stuck.length === 0, `${uncleanExits.length} workers exited non-zero and ${stuck.length} did not exit on SIGTERM`)]
+    ]
+    console.log("")
+    console.log(table(rows))
+    console.log("")
+    console.log(table([
+      ["chaos", "count"],
+      ["workers SIGKILLed", `${kills.length} (${result.killsWithWork} had a message in progress)`],
+      ["workers started", `${workers.length} (${startFailures.length} failed to start, e.g. during the restart)`],
+      ["backend terminations", `${terminations.length} rounds, ${terminations.reduce((s, t) => s + t.count, 0)} backends (${terminateErrors} rounds failed)`],
+      ["server restarts", restartDownMs === undefined ? "0" : `1 (down ${formatMs(restartDownMs)})`],
+      ["ledger starts abandoned (no work done)", String(result.abandoned)],
+      ["lease losses away from the restart", String(result.leaseLossAwayFromRestart)],
+      ["worker log: double runs detected at ack", String(logs.doubleRun)],
+      ["worker log: finishing writes failed", String(logs.finishFailed)],
+      ["worker log: leases lost / at risk", String(logs.leaseLost)],
+      ["worker log: renewers wedged", String(logs.wedged)],
+      ["worker log: ledger writes failed", String(logs.ledgerFailed)],
+      ["duration", formatMs(finishedAt - t0)]
+    ]))
+    if (result.overlaps.length > 0) {
+      console.log("\noverlaps (first 5):")
+      for (const o of result.overlaps.slice(0, 5)) {
+        console.log(`  n=${o.n}: ${o.first.consumer} ${o.first.startedMs}..${o.first.okMs ?? o.first.interruptedMs ?? "?"} vs ${o.second.consumer} from ${o.second.startedMs}`)
+      }
+    }
+    const suspicious = result.duplicates.filter((x) => x.cause === "after-completion" || x.cause === "unexplained" || x.cause === "lease-loss")
+    if (suspicious.length > 0) {
+      console.log("\nduplicates not following a kill (first 10):")
+      for (const x of suspicious.slice(0, 10)) {
+        const p = x.previous
+        console.log(
+          `  n=${x.n} (${x.cause}): ${p.consumer} started ${p.startedMs - t0} ms, ` +
+            `ended ${p.okMs !== undefined ? `ok at ${p.okMs - t0}` : p.interruptedMs !== undefined ? `interrupted at ${p.interruptedMs - t0}` : "?"} ms; ` +
+            `then ${x.next.consumer} started ${x.next.startedMs - t0} ms (restart at ${restartAt === undefined ? "-" : restartAt - t0} ms)`
+        )
+      }
+    }
+    if (result.dead.length > 0) {
+      const dead = await database.queryRetrying<{ n: number; attempts: number; max_attempts: number; dead_reason: string; last_error: string | null }>(
+        `SELECT (payload->>'n')::int AS n, attempts, max_attempts, dead_reason, left(last_error, 400) AS last_error
+         FROM ${SCHEMA}.messages WHERE state = 'dead' ORDER BY id LIMIT 5`
+      )
+      console.log("\ndead letters (first 5):")
+      for (const x of dead) {
+        console.log(`  n=${x.n}: attempts ${x.attempts}/${x.max_attempts}, ${x.dead_reason}; last error: ${x.last_error ?? "-"}`)
+      }
+    }
+    if (violations.length > 0) {
+      console.log("\nviolations:")
+      for (const v of violations) console.log(`  - ${v}`)
+      for (const w of crashes) console.log(`\n${w.name} last output:\n  ${w.tail.join("\n  ")}`)
+    }
+    console.log(`\n${violations.length === 0 ? "PASS" : "FAIL"}: chaos ${ci ? "short" : "full"} run, ${result.sent} messages, ${kills.length} kills, ${violations.length} violation(s)`)
+    return violations.length === 0 ? 0 : 1
+  } finally {
+    await cleanup()
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error) => {
+    console.error(`chaos: ${error instanceof Error ? error.stack ?? error.message : String(error)}`)
+    console.log("\nFAIL: chaos run could not complete")
+    process.exit(1)
+  }
+)

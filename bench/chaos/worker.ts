@@ -1,0 +1,188 @@
+/**
+ * A chaos worker: one real consumer (`Consumer.layerFromEnv`) on the
+ * PostgreSQL store, configured from `LEASEHOLD_*` variables, run with
+ * `NodeRuntime.runMain` so SIGTERM drains it gracefully. Started (and
+ * SIGKILLed) by bench/chaos/run.ts and bench/redelivery.ts; run it directly
+ * with Node 22 (`node bench/chaos/worker.ts`), never through npm (npm's
+ * `sh -c` does not pass signals on).
+ *
+ * Every execution of a handler writes one ledger row in `<schema>.ledger`
+ * (created by the orchestrator): inserted when the handler starts, completed
+ * (`ended_ms`, `outcome = 'ok'`) when its work is done. Times are this
+ * process's wall clock in ms (same machine as the orchestrator, which records
+ * kill times with the same clock). Ledger writes survive connection deaths:
+ * they are idempotent (keyed by a per-execution uuid) and retried on
+ * `ConnectionDead`. A ledger write that still fails makes the handler fail
+ * (the queue retries the message), and says so on stdout.
+ *
+ * Stdout protocol (read by the orchestrator; stdout to a pipe is synchronous,
+ * so lines written before a SIGKILL are not lost):
+ *   READY <consumerId> <pid> liveness=<on|off|unset>
+ *   CHAOS {"ev":"interrupted"|"abandoned"|"end-write-failed", ...}   journal of what the ledger may miss
+ *
+ * Payload of every message: `{ n, ms, thenMs? }`: sleep `ms` on the first
+ * attempt and `thenMs` (default `ms`) on later ones.
+ *
+ * `LEASEHOLD_SESSION_LIVENESS=on|off` is passed through by the orchestrators
+ * for the session-liveness reaper; this script only reports it.
+ */
+import { NodeRuntime } from "@effect/platform-node"
+import { Cause, Effect, Exit, Layer } from "effect"
+import { SqlClient, type SqlError } from "effect/sql"
+import { randomUUID } from "node:crypto"
+import * as Consumer from "../../src/Consumer.ts"
+import * as PgQueueStore from "../../src/PgQueueStore.ts"
+import * as QueueConfig from "../../src/QueueConfig.ts"
+import { classify } from "../../src/QueueError.ts"
+
+const schema = process.env["LEASEHOLD_SCHEMA"]
+if (schema === undefined || !/^[a-z_][a-z0-9_]*$/.test(schema)) {
+  console.error(`chaos worker: LEASEHOLD_SCHEMA must be a plain identifier, got ${JSON.stringify(schema)}`)
+  process.exit(2)
+}
+const liveness = process.env["LEASEHOLD_SESSION_LIVENESS"] ?? "unset"
+
+/**
+ * Fault injection, to prove the checks can fail: `CHAOS_FAULT=block` makes
+ * every 50th message block the event loop for the lease + 1.5 s (a CPU-bound
+ * handler, which DESIGN.md warns against): renewals stall, the lease expires
+ * while the handler still runs, and another worker starts the message.
+ */
+const fault = process.env["CHAOS_FAULT"]
+const leaseMs = (() => {
+  const m = /^(\d+)(ms|s)$/.exec(process.env["LEASEHOLD_LEASE"] ?? "")
+  return m === null ? 30_000 : Number(m[1]) * (m[2] === "s" ? 1000 : 1)
+})()
+
+interface Payload {
+  readonly n: number
+  readonly ms: number
+  readonly thenMs?: number
+}
+
+/** One line of the stdout journal. */
+const journal = (event: Record<string, unknown>) => {
+  process.stdout.write(`CHAOS ${JSON.stringify(event)}\n`)
+}
+
+/**
+ * Run a ledger statement until it succeeds, retrying connection deaths with
+ * backoff for at most `budgetMs`. Every ledger statement is idempotent, so a
+ * retry after an ambiguous failure (committed, answer lost) is harmless.
+ */
+const persist = (what: string, statement: Effect.Effect<unknown, SqlError.SqlError>, budgetMs: number) =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + budgetMs
+    let delay = 25
+    while (true) {
+      const result = yield* Effect.result(classify(`ledger ${what}`)(statement))
+      if (result._tag === "Success") return true
+      const error = result.failure
+      if (error._tag !== "ConnectionDead") {
+        yield* Effect.logError(`ledger ${what} failed: ${error.message}`)
+        return false
+      }
+      if (Date.now() + delay > deadline) {
+        yield* Effect.logError(`ledger ${what} still failing after ${budgetMs}ms: ${error.message}`)
+        return false
+      }
+      yield* Effect.sleep(delay)
+      delay = Math.min(delay * 2, 500)
+    }
+  })
+
+const handler: Consumer.Handler<SqlClient.SqlClient> = (message, context) =>
+  Effect.suspend(() => {
+    const exec = randomUUID()
+    const startedMs = Date.now()
+    const payload = message.payload as Payload
+    const ms = context.attempt > 1 && payload.thenMs !== undefined ? payload.thenMs : payload.ms
+    const facts = {
+      exec,
+      id: message.id,
+      n: payload.n,
+      attempt: context.attempt,
+      consumer: context.consumerId,
+      pid: process.pid,
+      task: message.task,
+      startedMs
+    }
+    return Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const ledger = sql(`${schema}.ledger`)
+      const started = yield* persist(
+        "start",
+        sql`INSERT INTO ${ledger} (exec_id, message_id, n, attempt, consumer, pid, task, started_ms)
+            VALUES (${exec}::uuid, ${message.id}::bigint, ${payload.n}, ${context.attempt}, ${context.consumerId},
+                    ${process.pid}, ${message.task}, ${startedMs})
+            ON CONFLICT (exec_id) DO NOTHING`,
+        5_000
+      )
+      if (!started) {
+        // No work done: the queue retries the message. The row may exist (ambiguous commit): the journal says to ignore it.
+        journal({ ev: "abandoned", ...facts, at: Date.now() })
+        return yield* Effect.fail(new Error("ledger start could not be written"))
+      }
+      if (fault === "block" && payload.n % 50 === 25 && context.attempt === 1) {
+        yield* Effect.sync(() => {
+          const until = Date.now() + leaseMs + 1_500
+          while (Date.now() < until) {
+            // blocking the event loop on purpose
+          }
+        })
+      }
+      if (ms > 0) yield* Effect.sleep(ms)
+      const endedMs = Date.now()
+      const ended = yield* persist(
+        "end",
+        sql`UPDATE ${ledger} SET ended_ms = ${endedMs}, outcome = 'ok'
+            WHERE exec_id = ${exec}::uuid AND ended_ms IS NULL`,
+        15_000
+      )
+      if (!ended) {
+        journal({ ev: "end-write-failed", ...facts, endedMs, at: Date.now() })
+        return yield* Effect.fail(new Error("ledger end could not be written"))
+      }
+    }).pipe(
+      // Interrupted: lease lost (local deadline, reclaimed) or shutdown. Journal first (cannot fail), then the ledger, bounded.
+      Effect.onInterrupt(() =>
+        Effect.gen(function*() {
+          const at = Date.now()
+          journal({ ev: "interrupted", ...facts, at })
+          const sql = yield* SqlClient.SqlClient
+          yield* persist(
+            "interrupted",
+            sql`UPDATE ${sql(`${schema}.ledger`)} SET ended_ms = ${at}, outcome = 'interrupted'
+                WHERE exec_id = ${exec}::uuid AND ended_ms IS NULL`,
+            1_000
+          ).pipe(Effect.timeoutOption(1_500), Effect.ignore)
+        })
+      )
+    )
+  })
+
+const Pg = QueueConfig.pgLayerFromEnv({ applicationName: "chaos-worker", maxConnections: 6 })
+
+const Store = PgQueueStore.layer({ schema })
+
+/** Announces readiness once the consumer is built (it is already claiming by then). */
+const Ready = Layer.effectDiscard(Effect.gen(function*() {
+  const consumer = yield* Consumer.Consumer
+  yield* Effect.sync(() => process.stdout.write(`READY ${consumer.settings.consumerId} ${process.pid} liveness=${liveness}\n`))
+}))
+
+const WorkerLayer = Ready.pipe(
+  Layer.provide(Consumer.layerFromEnv(handler)),
+  Layer.provide(Store),
+  Layer.provide(Pg)
+)
+
+Layer.launch(WorkerLayer).pipe(
+  NodeRuntime.runMain({
+    // A signal-driven shutdown that drained cleanly is a success.
+    teardown: (exit, onExit) => {
+      if (Exit.isSuccess(exit) || Cause.hasInterruptsOnly(exit.cause)) return onExit(0)
+      return onExit(1)
+    }
+  })
+)
