@@ -235,6 +235,8 @@ const main = async (): Promise<number> => {
     let chaosOn = true
     const kills: Array<Kill> = []
     const terminations: Array<{ readonly at: number; readonly count: number }> = []
+    /** Backends terminated, by application name (main pool, lease pool, presence session...). */
+    const terminatedBy = new Map<string, number>()
     let terminateErrors = 0
     let restartAt: number | undefined
     let restartDownMs: number | undefined
@@ -257,14 +259,22 @@ const main = async (): Promise<number> => {
         await sleep(jitter(config.terminateEveryMs))
         if (!chaosOn) break
         try {
-          const rows = await database.query<{ pid: number }>(
-            `SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'chaos-worker%' AND pid <> pg_backend_pid()`
+          const rows = await database.query<{ pid: number; application_name: string }>(
+            `SELECT pid, application_name FROM pg_stat_activity
+             WHERE application_name LIKE 'chaos-worker%' AND pid <> pg_backend_pid()`
           )
           if (rows.length === 0) continue
-          const pids = rows.map((r) => Number(r.pid)).sort(() => Math.random() - 0.5)
-          const victims = pids.slice(0, 1 + Math.floor(Math.random() * Math.max(1, Math.ceil(pids.length / 6))))
-          await database.query(`SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, [`{${victims.join(",")}}`])
-          terminations.push({ at: Date.now(), count: victims.length })
+          const shuffled = [...rows].sort(() => Math.random() - 0.5)
+          const victims = shuffled.slice(0, 1 + Math.floor(Math.random() * Math.max(1, Math.ceil(rows.length / 6))))
+          const [done] = await database.query<{ terminated: number }>(
+            `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS terminated FROM unnest($1::int[]) AS pid`,
+            [`{${victims.map((v) => Number(v.pid)).join(",")}}`]
+          )
+          terminations.push({ at: Date.now(), count: Number(done?.terminated ?? 0) })
+          for (const v of victims) {
+            const kind = v.application_name.replace(/^chaos-worker-?/, "") || "main"
+            terminatedBy.set(kind, (terminatedBy.get(kind) ?? 0) + 1)
+          }
         } catch {
           terminateErrors++ // the server is restarting
         }
@@ -383,6 +393,7 @@ const main = async (): Promise<number> => {
       ["workers SIGKILLed", `${kills.length} (${result.killsWithWork} had a message in progress)`],
       ["workers started", `${workers.length} (${startFailures.length} failed to start, e.g. during the restart)`],
       ["backend terminations", `${terminations.length} rounds, ${terminations.reduce((s, t) => s + t.count, 0)} backends (${terminateErrors} rounds failed)`],
+      ["  by pool", [...terminatedBy].map(([k, v]) => `${k} ${v}`).join(", ") || "-"],
       ["server restarts", restartDownMs === undefined ? "0" : `1 (down ${formatMs(restartDownMs)})`],
       ["ledger starts abandoned (no work done)", String(result.abandoned)],
       ["lease losses away from the restart", String(result.leaseLossAwayFromRestart)],

@@ -23,13 +23,17 @@
  * Payload of every message: `{ n, ms, thenMs? }`: sleep `ms` on the first
  * attempt and `thenMs` (default `ms`) on later ones.
  *
- * `LEASEHOLD_SESSION_LIVENESS=on|off` is passed through by the orchestrators
- * for the session-liveness reaper; this script only reports it.
+ * Session liveness: when this checkout has `src/ConsumerPresence.ts`, its
+ * `layerFromEnv()` is provided to the consumer (mode from
+ * `LEASEHOLD_SESSION_LIVENESS=on|off|auto`, which the orchestrators pass
+ * through); without it the variable is only reported, and dead workers'
+ * claims come back by lease expiry.
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Cause, Effect, Exit, Layer } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { randomUUID } from "node:crypto"
+import { existsSync } from "node:fs"
 import * as Consumer from "../../src/Consumer.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
 import * as QueueConfig from "../../src/QueueConfig.ts"
@@ -161,6 +165,18 @@ const handler: Consumer.Handler<SqlClient.SqlClient> = (message, context) =>
     )
   })
 
+/**
+ * The session-liveness layer, if this checkout has one. Imported by a computed
+ * URL so the worker runs (and type-checks) with or without it.
+ */
+const loadPresence = async (): Promise<Layer.Layer<never, unknown, SqlClient.SqlClient> | undefined> => {
+  const file = new URL("../../src/ConsumerPresence.ts", import.meta.url)
+  if (!existsSync(file)) return undefined
+  const mod = (await import(file.href)) as { readonly layerFromEnv?: () => Layer.Layer<never, unknown, SqlClient.SqlClient> }
+  return typeof mod.layerFromEnv === "function" ? mod.layerFromEnv() : undefined
+}
+const Presence = await loadPresence()
+
 const Pg = QueueConfig.pgLayerFromEnv({ applicationName: "chaos-worker", maxConnections: 6 })
 
 const Store = PgQueueStore.layer({ schema })
@@ -168,11 +184,17 @@ const Store = PgQueueStore.layer({ schema })
 /** Announces readiness once the consumer is built (it is already claiming by then). */
 const Ready = Layer.effectDiscard(Effect.gen(function*() {
   const consumer = yield* Consumer.Consumer
-  yield* Effect.sync(() => process.stdout.write(`READY ${consumer.settings.consumerId} ${process.pid} liveness=${liveness}\n`))
+  yield* Effect.sync(() =>
+    process.stdout.write(
+      `READY ${consumer.settings.consumerId} ${process.pid} liveness=${liveness} presence=${Presence === undefined ? "absent" : "provided"}\n`
+    )
+  )
 }))
 
 const WorkerLayer = Ready.pipe(
-  Layer.provide(Consumer.layerFromEnv(handler)),
+  Layer.provide(
+    Presence === undefined ? Consumer.layerFromEnv(handler) : Consumer.layerFromEnv(handler).pipe(Layer.provide(Presence))
+  ),
   Layer.provide(Store),
   Layer.provide(Pg)
 )
