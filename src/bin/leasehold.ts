@@ -10,12 +10,12 @@
  *   leasehold dead-letters redrive [--queue Q] [--ids 1,2] | --all
  *   leasehold dead-letters purge   [--queue Q] [--ids 1,2] | --all
  */
-import { Cause, Effect, Layer } from "effect"
+import { Cause, Context, Effect, Layer, type Scope } from "effect"
 import type { MessageId } from "../Message.ts"
 import * as Migrations from "../Migrations.ts"
 import * as PgQueueStore from "../PgQueueStore.ts"
 import * as QueueConfig from "../QueueConfig.ts"
-import type { DeadLetterFilter } from "../QueueStore.ts"
+import type { DeadLetterFilter, QueueStoreShape } from "../QueueStore.ts"
 import { QueueStore } from "../QueueStore.ts"
 
 const usage = `usage:
@@ -60,14 +60,15 @@ const filterFrom = (flags: Map<string, string>, requireOne: boolean): DeadLetter
 
 const print = (value: unknown) => Effect.sync(() => console.log(typeof value === "string" ? value : JSON.stringify(value, null, 2)))
 
-const command = (argv: ReadonlyArray<string>) =>
+/** Run a command. Its arguments are checked before `connect`: a usage error needs no database and migrates nothing. */
+const command = <E>(argv: ReadonlyArray<string>, connect: Effect.Effect<QueueStoreShape, E, Scope.Scope>) =>
   Effect.gen(function*() {
     const { words, flags } = parseArgs(argv)
     const [verb, ...rest] = words
     if (verb === "migrate") {
-      return // the store layer migrates when built
+      yield* connect // the store migrates when built
+      return
     }
-    const store = yield* QueueStore
     switch (verb) {
       case "send": {
         const [queue, task, json] = rest
@@ -79,6 +80,7 @@ const command = (argv: ReadonlyArray<string>) =>
           throw new UsageError(`payload is not valid JSON: ${(e as Error).message}`)
         }
         const delay = flags.has("delay") ? yield* QueueConfig.parseDuration("--delay", flags.get("delay")!) : undefined
+        const store = yield* connect
         const [result] = yield* store.send(queue, [{
           task,
           payload,
@@ -91,16 +93,24 @@ const command = (argv: ReadonlyArray<string>) =>
       }
       case "stats": {
         const queues = rest.length > 0 ? rest : (process.env["LEASEHOLD_QUEUES"] ?? "default").split(",").map((q) => q.trim())
+        const store = yield* connect
         return yield* print(yield* Effect.forEach(queues, (q) => store.stats(q)))
       }
       case "dead-letters": {
         const [action] = rest
         if (action === "list") {
           const limit = flags.has("limit") ? Number(flags.get("limit")) : 100
-          return yield* print(yield* store.deadLetters({ ...filterFrom(flags, false), limit }))
+          const filter = filterFrom(flags, false)
+          return yield* print(yield* (yield* connect).deadLetters({ ...filter, limit }))
         }
-        if (action === "redrive") return yield* print({ redriven: yield* store.redrive(filterFrom(flags, true)) })
-        if (action === "purge") return yield* print({ purged: yield* store.purge(filterFrom(flags, true)) })
+        if (action === "redrive") {
+          const filter = filterFrom(flags, true)
+          return yield* print({ redriven: yield* (yield* connect).redrive(filter) })
+        }
+        if (action === "purge") {
+          const filter = filterFrom(flags, true)
+          return yield* print({ purged: yield* (yield* connect).purge(filter) })
+        }
         throw new UsageError(`dead-letters needs list, redrive or purge`)
       }
       default:
@@ -115,7 +125,8 @@ const main = Effect.gen(function*() {
   const layer = PgQueueStore.layer({ schema, leasePool: false }).pipe(
     Layer.provide(QueueConfig.pgLayerFromEnv({ maxConnections: 2, applicationName: "leasehold-cli" }))
   )
-  yield* command(argv).pipe(Effect.provide(layer))
+  const connect = Effect.map(Layer.build(layer), (context) => Context.get(context, QueueStore))
+  yield* Effect.scoped(command(argv, connect))
   if (argv[0] === "migrate") yield* print(`schema ${schema ?? Migrations.defaultSchema} is up to date`)
 })
 

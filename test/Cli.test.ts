@@ -1,0 +1,333 @@
+/**
+ * The `leasehold` command (src/bin/leasehold.ts) as a real process against the
+ * shared test server: migrate, send, stats, and the dead-letter commands; and
+ * how it refuses: a dead-letter command with no filter (exit 2, usage), a
+ * hostile queue or schema name (exit 1, InvalidInput), no database URL (exit 1,
+ * naming the variable), an unreachable server (exit 1, the password nowhere
+ * in the output).
+ */
+import { spawn } from "node:child_process"
+import { existsSync } from "node:fs"
+import { createServer } from "node:net"
+import { resolve } from "node:path"
+import { Effect, ManagedRuntime } from "effect"
+import { SqlClient } from "effect/sql"
+import { afterAll, assert, beforeAll, describe, it } from "vitest"
+import type { Claim } from "../src/Message.ts"
+import * as Migrations from "../src/Migrations.ts"
+import * as PgQueueStore from "../src/PgQueueStore.ts"
+import type { QueueStoreShape } from "../src/QueueStore.ts"
+import * as PgTest from "./support/PgTest.ts"
+
+/** Node 22 (type stripping): vitest runs on it through node_modules/.bin/node; fall back to that binary otherwise. */
+const nodeBinary = (() => {
+  const major = Number(process.versions.node.split(".")[0])
+  if (major >= 22) return process.execPath
+  const local = resolve("node_modules/.bin/node")
+  if (existsSync(local)) return local
+  throw new Error(`Node >= 22 needed to run src/bin/leasehold.ts; this is ${process.version} at ${process.execPath}`)
+})()
+
+const CLI = resolve("src/bin/leasehold.ts")
+
+interface Result {
+  readonly code: number | null
+  readonly signal: NodeJS.Signals | null
+  readonly stdout: string
+  readonly stderr: string
+  readonly ms: number
+}
+
+/** The environment without any LEASEHOLD_* variable of the caller's, plus `extra`. */
+const envWith = (extra: Record<string, string>): NodeJS.ProcessEnv => {
+  const env: NodeJS.ProcessEnv = {}
+  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("LEASEHOLD_")) env[key] = value
+  return { ...env, ...extra }
+}
+
+/** Run the CLI to completion (killed after `timeoutMs`). */
+const run = (args: ReadonlyArray<string>, env: NodeJS.ProcessEnv, timeoutMs = 20_000): Promise<Result> =>
+  new Promise((done, fail) => {
+    const startedAt = Date.now()
+    const proc = spawn(nodeBinary, [CLI, ...args], { env, stdio: ["ignore", "pipe", "pipe"] })
+    let stdout = ""
+    let stderr = ""
+    proc.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")))
+    proc.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")))
+    const timer = setTimeout(() => proc.kill("SIGKILL"), timeoutMs)
+    proc.on("error", (error) => {
+      clearTimeout(timer)
+      fail(error)
+    })
+    proc.on("close", (code, signal) => {
+      clearTimeout(timer)
+      done({ code, signal, stdout, stderr, ms: Date.now() - startedAt })
+    })
+  })
+
+const zip = <A, B>(as: ReadonlyArray<A>, bs: ReadonlyArray<B>): Array<[A, B]> => as.map((a, i) => [a, bs[i]!])
+
+const show = (r: Result) => `exit ${r.code} (signal ${r.signal}) after ${r.ms} ms\n--- stdout ---\n${r.stdout}\n--- stderr ---\n${r.stderr}`
+
+/** Run the CLI and expect exit 0; returns stdout parsed as JSON (or the text when it is not JSON). */
+const ok = async (args: ReadonlyArray<string>, env: NodeJS.ProcessEnv): Promise<any> => {
+  const r = await run(args, env)
+  assert.strictEqual(r.code, 0, `leasehold ${args.join(" ")}: ${show(r)}`)
+  try {
+    return JSON.parse(r.stdout)
+  } catch {
+    return r.stdout
+  }
+}
+
+let runtime: ManagedRuntime.ManagedRuntime<SqlClient.SqlClient, unknown>
+const schemas: Array<string> = []
+
+beforeAll(() => {
+  runtime = ManagedRuntime.make(PgTest.clientLayer({ maxConnections: 4 }))
+})
+
+afterAll(async () => {
+  for (const schema of schemas) {
+    await query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined)
+  }
+  await runtime?.dispose()
+})
+
+const query = <A extends object>(text: string, params: ReadonlyArray<unknown> = []) =>
+  runtime.runPromise(Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe<A>(text, params)))
+
+/** A fresh schema name, dropped after the file; `migrated` creates its tables first. */
+const freshSchema = async (migrated: boolean) => {
+  const schema = PgTest.uniqueSchema("cli")
+  schemas.push(schema)
+  if (migrated) await runtime.runPromise(Migrations.run({ schema }))
+  return schema
+}
+
+/** Use the store on `schema` from the test, as an application would. */
+const withStore = <A>(schema: string, f: (store: QueueStoreShape) => Effect.Effect<A, unknown>) =>
+  runtime.runPromise(Effect.scoped(Effect.flatMap(PgQueueStore.make({ schema, migrate: false, leasePool: false }), f)))
+
+/** A port nothing listens on: bind one, then close it. */
+const closedPort = () =>
+  new Promise<number>((done) => {
+    const server = createServer()
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as { port: number }
+      server.close(() => done(port))
+    })
+  })
+
+const envFor = (schema: string) => envWith({ LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), LEASEHOLD_SCHEMA: schema })
+
+/** Make dead letters on `queue`: send, claim and dead-letter each, with a reason naming it. */
+const makeDeadLetters = (schema: string, queue: string, n: number) =>
+  withStore(schema, (store) =>
+    Effect.gen(function*() {
+      const sent = yield* store.send(queue, Array.from({ length: n }, (_, i) => ({ task: "poisoned", payload: { n: i } })))
+      const claims: Array<Claim> = []
+      while (claims.length < n) claims.push(...(yield* store.claim(queue, { lease: "10 seconds", limit: n, consumer: "cli-test" })))
+      for (const claim of claims) {
+        const written = yield* store.deadLetter(claim, { reason: `poisoned ${claim.payload && (claim.payload as { n: number }).n}`, error: "Error: boom" })
+        assert.isTrue(written)
+      }
+      return sent.map((s) => s.id)
+    }))
+
+describe("leasehold CLI (a real process)", () => {
+  it("migrate creates the tables in LEASEHOLD_SCHEMA; a second run is a no-op", async () => {
+    const schema = await freshSchema(false)
+    const env = envFor(schema)
+    const first = await run(["migrate"], env)
+    assert.strictEqual(first.code, 0, show(first))
+    assert.include(first.stdout, `schema ${schema} is up to date`)
+    const tables = await query<{ name: string }>(
+      `SELECT table_name AS name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`,
+      [schema]
+    )
+    assert.includeMembers(tables.map((t) => t.name), ["attempts", "messages"])
+    const second = await run(["migrate"], env)
+    assert.strictEqual(second.code, 0, show(second))
+    assert.include(second.stdout, `schema ${schema} is up to date`)
+  })
+
+  it("send enqueues (with delay, priority, dedup key); stats shows ready and delayed", async () => {
+    const schema = await freshSchema(true)
+    const env = envFor(schema)
+    const a = await ok(["send", "cli-q", "greet", '{"to":"ada"}'], env)
+    assert.deepStrictEqual(Object.keys(a).sort(), ["deduplicated", "id"])
+    assert.isFalse(a.deduplicated)
+    const later = await ok(["send", "cli-q", "greet", '{"to":"bob"}', "--delay", "1h", "--priority", "3", "--max-attempts", "7"], env)
+    const keyed = await ok(["send", "cli-q", "greet", '{"to":"cy"}', "--dedup", "welcome:cy"], env)
+    const again = await ok(["send", "cli-q", "greet", '{"to":"cy"}', "--dedup", "welcome:cy"], env)
+    assert.strictEqual(again.id, keyed.id, "the dedup key finds the live message")
+    assert.isTrue(again.deduplicated)
+
+    const rows = await query<{ id: string; payload: unknown; priority: number; max_attempts: number; delayed: boolean }>(
+      `SELECT id::text AS id, payload, priority, max_attempts, visible_at > now() + interval '50 minutes' AS delayed
+       FROM ${schema}.messages ORDER BY id`
+    )
+    assert.deepStrictEqual(rows, [
+      { id: a.id, payload: { to: "ada" }, priority: 0, max_attempts: 25, delayed: false },
+      { id: later.id, payload: { to: "bob" }, priority: 3, max_attempts: 7, delayed: true },
+      { id: keyed.id, payload: { to: "cy" }, priority: 0, max_attempts: 25, delayed: false }
+    ])
+
+    const stats = await ok(["stats", "cli-q", "cli-empty"], env)
+    assert.lengthOf(stats, 2)
+    assert.deepInclude(stats[0], { queue: "cli-q", ready: 2, delayed: 1, inFlight: 0, dead: 0 })
+    assert.isAtLeast(stats[0].oldestReadyAgeMs, 0)
+    assert.deepStrictEqual(stats[1], { queue: "cli-empty", ready: 0, delayed: 0, inFlight: 0, dead: 0, oldestReadyAgeMs: 0 })
+
+    // Not JSON: a usage error, nothing sent.
+    const bad = await run(["send", "cli-q", "greet", "{not json"], env)
+    assert.strictEqual(bad.code, 2, show(bad))
+    assert.include(bad.stderr, "payload is not valid JSON")
+    assert.include(bad.stderr, "usage:")
+    const [n] = await query<{ n: number }>(`SELECT count(*)::int AS n FROM ${schema}.messages`)
+    assert.strictEqual(n!.n, 3)
+  })
+
+  it("dead-letters list shows them with their reason; redrive returns them to ready with attempts 0; purge deletes them", async () => {
+    const schema = await freshSchema(true)
+    const env = envFor(schema)
+    const ids = await makeDeadLetters(schema, "dlq", 3)
+    const [elsewhere] = await makeDeadLetters(schema, "dlq-other", 1)
+
+    const listed = await ok(["dead-letters", "list", "--queue", "dlq"], env)
+    assert.deepStrictEqual(listed.map((d: { id: string }) => d.id), ids, "the queue's dead letters, oldest death first")
+    for (const [i, d] of (listed as Array<any>).entries()) {
+      assert.strictEqual(d.queue, "dlq")
+      assert.strictEqual(d.task, "poisoned")
+      assert.deepStrictEqual(d.payload, { n: i })
+      assert.strictEqual(d.reason, `poisoned ${i}`)
+      assert.strictEqual(d.lastError, "Error: boom")
+      assert.strictEqual(d.attempts, 1)
+      assert.isString(d.deadAt)
+    }
+    const all = await ok(["dead-letters", "list"], env)
+    assert.sameMembers(all.map((d: { id: string }) => d.id), [...ids, elsewhere])
+    const limited = await ok(["dead-letters", "list", "--queue", "dlq", "--limit", "2"], env)
+    assert.lengthOf(limited, 2)
+
+    // Redrive two by id: back to ready, with a fresh attempt budget.
+    const redriven = await ok(["dead-letters", "redrive", "--ids", `${ids[0]},${ids[1]}`], env)
+    assert.sameMembers(redriven.redriven, [ids[0], ids[1]])
+    const [stats] = await ok(["stats", "dlq"], env)
+    assert.deepInclude(stats, { queue: "dlq", ready: 2, delayed: 0, inFlight: 0, dead: 1 })
+    const rows = await query<{ id: string; state: string; attempts: number; dead_reason: string | null }>(
+      `SELECT id::text AS id, state, attempts, dead_reason FROM ${schema}.messages WHERE queue = 'dlq' ORDER BY id`
+    )
+    assert.deepStrictEqual(rows, [
+      { id: ids[0]!, state: "ready", attempts: 0, dead_reason: null },
+      { id: ids[1]!, state: "ready", attempts: 0, dead_reason: null },
+      { id: ids[2]!, state: "dead", attempts: 1, dead_reason: "poisoned 2" }
+    ])
+    const claimed = await withStore(schema, (store) => store.claim("dlq", { lease: "10 seconds", limit: 10, consumer: "cli-test" }))
+    assert.sameMembers(claimed.map((c) => c.id), [ids[0]!, ids[1]!], "a consumer gets the redriven ones")
+    for (const c of claimed) assert.strictEqual(c.attempts, 1, "claimed as a first attempt")
+
+    // Purge the queue's remaining dead letter; the other queue's stays.
+    const purged = await ok(["dead-letters", "purge", "--queue", "dlq"], env)
+    assert.deepStrictEqual(purged, { purged: [ids[2]] })
+    assert.deepStrictEqual(await ok(["dead-letters", "list", "--queue", "dlq"], env), [])
+    const left = await query<{ id: string; state: string }>(`SELECT id::text AS id, state FROM ${schema}.messages ORDER BY id`)
+    assert.deepStrictEqual(left, [
+      { id: ids[0]!, state: "ready" },
+      { id: ids[1]!, state: "ready" },
+      { id: elsewhere!, state: "dead" }
+    ], "purge deleted only the dead letter of its queue; redriven (live) messages are untouched")
+  })
+
+  it("dead-letters purge or redrive with no filter refuses: exit 2 and the usage, before connecting; nothing touched", async () => {
+    const schema = await freshSchema(true)
+    const env = envFor(schema)
+    const ids = await makeDeadLetters(schema, "keep", 2)
+    const verbs = ["purge", "redrive"]
+    for (const [verb, r] of zip(verbs, await Promise.all(verbs.map((verb) => run(["dead-letters", verb], env))))) {
+      assert.strictEqual(r.code, 2, `${verb}: ${show(r)}`)
+      assert.include(r.stderr, "say which dead letters: --queue Q, --ids 1,2 or --all")
+      assert.include(r.stderr, "usage:")
+      assert.strictEqual(r.stdout, "")
+    }
+    const rows = await query<{ id: string; state: string }>(`SELECT id::text AS id, state FROM ${schema}.messages ORDER BY id`)
+    assert.deepStrictEqual(rows, ids.map((id) => ({ id, state: "dead" })))
+
+    const unknown = await run(["frobnicate"], env)
+    assert.strictEqual(unknown.code, 2, show(unknown))
+    assert.include(unknown.stderr, 'unknown command "frobnicate"')
+
+    // Arguments are checked before connecting: a usage error needs no database (and migrates nothing).
+    const unmigrated = await freshSchema(false)
+    const noServer = envWith({ LEASEHOLD_DATABASE_URL: `postgres://u:p@127.0.0.1:${await closedPort()}/db`, LEASEHOLD_SCHEMA: unmigrated })
+    const offline: ReadonlyArray<[NodeJS.ProcessEnv, ReadonlyArray<string>, string]> = [
+      [noServer, ["dead-letters", "purge"], "say which dead letters"],
+      [noServer, ["send", "q", "t"], "send needs <queue> <task> <json>"],
+      [envWith({}), ["dead-letters", "redrive"], "say which dead letters"],
+      [envWith({}), ["frobnicate"], 'unknown command "frobnicate"']
+    ]
+    for (const [[, args, message], r] of zip(offline, await Promise.all(offline.map(([env, args]) => run(args, env))))) {
+      assert.strictEqual(r.code, 2, `${args.join(" ")}: ${show(r)}`)
+      assert.include(r.stderr, message)
+      assert.include(r.stderr, "usage:")
+    }
+    const [created] = await query<{ n: number }>(`SELECT count(*)::int AS n FROM information_schema.schemata WHERE schema_name = $1`, [unmigrated])
+    assert.strictEqual(created!.n, 0, "nothing was migrated")
+  })
+
+  it("a hostile queue or schema name exits 1 with InvalidInput; nothing is touched", async () => {
+    const schema = await freshSchema(true)
+    const env = envFor(schema)
+    const hostile = `q'; DROP SCHEMA ${schema} CASCADE; --`
+    const [dead] = await makeDeadLetters(schema, "q", 1)
+    const refused = [["stats", hostile], ["send", hostile, "t", "{}"], ["send", "q", "bad task", "{}"]]
+    for (const [args, r] of zip(refused, await Promise.all(refused.map((args) => run(args, env))))) {
+      assert.strictEqual(r.code, 1, `${args.join(" ")}: ${show(r)}`)
+      assert.match(r.stderr, /^leasehold: InvalidInput: (queue|task) /, args.join(" "))
+      assert.include(r.stderr, "not a valid name")
+    }
+    // The dead-letter filters do not validate the queue name (the store's filter operations have no
+    // InvalidInput): a hostile one is a bound parameter that matches nothing. Either answer is safe.
+    const verbs = ["purge", "redrive", "list"]
+    for (const [verb, r] of zip(verbs, await Promise.all(verbs.map((verb) => run(["dead-letters", verb, "--queue", hostile], env))))) {
+      if (r.code === 1) {
+        assert.match(r.stderr, /^leasehold: InvalidInput: queue /, show(r))
+      } else {
+        assert.strictEqual(r.code, 0, show(r))
+        assert.deepStrictEqual(JSON.parse(r.stdout), verb === "list" ? [] : { [verb === "purge" ? "purged" : "redriven"]: [] })
+      }
+    }
+    const badSchema = await run(["stats", "q"], envWith({ LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), LEASEHOLD_SCHEMA: "x; DROP TABLE y" }))
+    assert.strictEqual(badSchema.code, 1, show(badSchema))
+    assert.match(badSchema.stderr, /^leasehold: InvalidInput: schema /)
+    const rows = await query<{ id: string; state: string }>(`SELECT id::text AS id, state FROM ${schema}.messages`)
+    assert.deepStrictEqual(rows, [{ id: dead!, state: "dead" }], "the schema, its table and its one dead letter are untouched")
+  })
+
+  it("no LEASEHOLD_DATABASE_URL: exit 1 naming the variable", async () => {
+    const r = await run(["stats", "q"], envWith({}))
+    assert.strictEqual(r.code, 1, show(r))
+    assert.include(r.stderr, "LEASEHOLD_DATABASE_URL")
+    assert.include(r.stderr, "ConfigInvalid")
+  })
+
+  it("a server that is not there: exit 1, and the password appears nowhere in the output", async () => {
+    const port = await closedPort()
+    const password = "S3cret-Pa55word-xyzzy"
+    const env = envWith({
+      LEASEHOLD_DATABASE_URL: `postgres://leasehold:${password}@127.0.0.1:${port}/leasehold`,
+      LEASEHOLD_SCHEMA: "nowhere"
+    })
+    const commands = [["migrate"], ["stats", "q"], ["send", "q", "t", "{}"]]
+    for (const [args, r] of zip(commands, await Promise.all(commands.map((args) => run(args, env))))) {
+      assert.strictEqual(r.code, 1, `${args.join(" ")}: ${show(r)}`)
+      assert.isBelow(r.ms, 15_000, "fails, does not hang")
+      assert.include(r.stderr, "ConnectionDead", show(r))
+      for (const text of [r.stdout, r.stderr]) {
+        assert.notInclude(text, password, `${args.join(" ")}: the password leaked`)
+        assert.notInclude(text, encodeURIComponent(password))
+      }
+    }
+  })
+})
