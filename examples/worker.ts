@@ -3,10 +3,11 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Layer } from "effect"
-import { Consumer, PgQueueStore, QueueConfig, Task } from "leasehold"
+import { Consumer, ConsumerPresence, PgQueueStore, QueueConfig, Task } from "leasehold"
 import { sendWelcomeEmail } from "./tasks.ts"
 
 const WorkerLayer = Consumer.layerFromEnv(Task.dispatcher(sendWelcomeEmail)).pipe(
+  Layer.provide(ConsumerPresence.layerFromEnv()), // session liveness: a dead worker's claims come back in seconds
   Layer.provide(PgQueueStore.layer()), // migrates the `leasehold` schema when built
   Layer.provide(QueueConfig.pgLayerFromEnv())
 )

@@ -8,6 +8,8 @@
  */
 import { Clock, Context, Effect, Exit, Fiber, Latch, Layer, Metric, Random, Scope } from "effect"
 import * as EventLoopLag from "./internal/eventLoopLag.ts"
+import * as IdleWake from "./internal/idleWake.ts"
+import { ConsumerPresence } from "./ConsumerPresence.ts"
 import * as LeaseRenewer from "./LeaseRenewer.ts"
 import type { Claim } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
@@ -88,6 +90,13 @@ export const make = <R>(
     const settings = yield* clampLease(configured)
     const { consumerId, concurrency, leaseMs } = settings
     const annotations = { module: "Consumer", consumer: consumerId }
+    // Session liveness, when provided: registered before the first claim and kept until after the
+    // drain (its finalizer runs after the shutdown's), so no claim of this consumer goes unprotected.
+    const presence = yield* Effect.serviceOption(ConsumerPresence)
+    const registration = presence._tag === "Some" ? yield* presence.value.register(consumerId) : undefined
+    // Idle: sleep until the poll interval or the earliest delay/lease end of our queues, whichever
+    // comes first; the reaper releasing a dead consumer's claims wakes us at once.
+    const idle = IdleWake.make({ store, queues: settings.queues, pollIntervalMs: settings.pollIntervalMs, wake: registration?.reaped })
 
     const handlers = yield* Scope.make()
     const slotFreed = yield* Latch.make(false)
@@ -328,7 +337,7 @@ export const make = <R>(
         if (claims.length === 0) {
           if (++emptyInARow >= settings.queues.length) {
             emptyInARow = 0
-            yield* Effect.sleep(settings.pollIntervalMs)
+            yield* idle
           }
           continue
         }

@@ -8,6 +8,7 @@ import { Effect, Layer } from "effect"
 import { Migrator, SqlClient, SqlError } from "effect/sql"
 import createMessages from "./migrations/0001_create_messages.ts"
 import attemptsAndLeaseExpiries from "./migrations/0002_attempts_and_lease_expiries.ts"
+import consumers from "./migrations/0003_consumers.ts"
 import { classify, type InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
 
@@ -17,7 +18,8 @@ export const defaultSchema = "leasehold"
 /** Every migration, in order. Append new ones; never edit a released one. */
 const all: ReadonlyArray<readonly [id: number, name: string, make: (schema: string) => Effect.Effect<void, SqlError.SqlError, SqlClient.SqlClient>]> = [
   [1, "create_messages", createMessages],
-  [2, "attempts_and_lease_expiries", attemptsAndLeaseExpiries]
+  [2, "attempts_and_lease_expiries", attemptsAndLeaseExpiries],
+  [3, "consumers", consumers]
 ]
 
 /** The ids and names of every migration, in order: what a fully migrated schema has run. */

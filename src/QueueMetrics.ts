@@ -43,3 +43,8 @@ export const handlerDuration = Metric.histogram("leasehold_handler_duration_ms",
 })
 /** Worst event-loop delay in the last renewal interval, in milliseconds. */
 export const eventLoopLag = Metric.gauge("leasehold_event_loop_lag_ms", { description: "Worst event-loop delay per renewal interval (ms)" })
+/**
+ * Claims released by the session-liveness reaper: their holder's database session was
+ * gone and its heartbeat stale, so they were made visible at once (counted as lease expiries).
+ */
+export const reaped = Metric.counter("leasehold_messages_reaped", { description: "Claims of dead consumers released by the reaper" })

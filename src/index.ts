@@ -5,6 +5,7 @@
  * @since 0.1.0
  */
 export * as Consumer from "./Consumer.ts"
+export * as ConsumerPresence from "./ConsumerPresence.ts"
 export * as LeaseRenewer from "./LeaseRenewer.ts"
 export * as MemoryQueueStore from "./MemoryQueueStore.ts"
 export * as Message from "./Message.ts"

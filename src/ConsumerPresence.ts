@@ -1,0 +1,646 @@
+/**
+ * Session liveness: a dead consumer's claims come back in seconds, not after
+ * their lease.
+ *
+ * Each consumer registers itself in `<schema>.consumers` and holds a
+ * session-level advisory lock, `pg_advisory_lock(<schema class>, <lock key>)`,
+ * on one dedicated connection (its *presence session*), and heartbeats its row
+ * every second through a separate small pool. PostgreSQL frees the lock the
+ * moment that session ends: the process died (SIGKILL, OOM), its socket was
+ * closed, or the backend was terminated.
+ *
+ * A reaper runs in every consumer (no leader): every second it looks for
+ * consumers whose heartbeat is older than `staleAfter` AND whose lock nobody
+ * holds, and releases their live claims at once (visible now, counted as a
+ * lease expiry). Both signals must agree:
+ *
+ * - a live consumer whose presence connection merely died keeps heartbeating
+ *   through its other connection, and re-registers (a new session, a new lock);
+ * - a live consumer whose event loop is blocked stops heartbeating, but its
+ *   session, and so its lock, stays.
+ *
+ * Behind a transaction-mode pooler (PgBouncer `pool_mode=transaction`) a
+ * session lock is not tied to the client: it is detected where possible
+ * (`auto`) or turned off (`off`), and then claims end by lease expiry only.
+ *
+ * The consumer uses this service when it is in context (`Effect.serviceOption`):
+ * provide {@link layerPg} or {@link layerFromEnv} next to the PostgreSQL store.
+ *
+ * @since 0.1.0
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Cause, Clock, Config, Context, Deferred, type Duration, Effect, Exit, Layer, Metric, Option, Scope } from "effect"
+import { Reactivity } from "effect/reactivity"
+import { SqlClient } from "effect/sql"
+import * as os from "node:os"
+import * as Validate from "./internal/validate.ts"
+import * as Migrations from "./Migrations.ts"
+import * as QueueConfig from "./QueueConfig.ts"
+import { classify, ConfigInvalid, InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
+import * as QueueMetrics from "./QueueMetrics.ts"
+
+/**
+ * `auto` (default): use session liveness when the connection holds session
+ * locks reliably, otherwise warn and fall back to lease expiry. `on`: trust
+ * the connection to be a direct (or session-mode pooled) one and skip the
+ * pooler heuristics (the lock must still be granted and visible). `off`: no
+ * registration, no lock, no reaper.
+ */
+export type Mode = "on" | "off" | "auto"
+
+/** How to build the presence service. Durations as `Duration.Input` (milliseconds, "1 second", ...). */
+export interface PresenceOptions {
+  /** Schema of leasehold's tables (default `leasehold`). */
+  readonly schema?: string | undefined
+  readonly mode?: Mode | undefined
+  /** How often a consumer heartbeats its row and checks its presence session (default 1 s). */
+  readonly heartbeat?: Duration.Input | undefined
+  /** A heartbeat older than this, with the lock free, means dead (default 3 s; at least 2 heartbeats). */
+  readonly staleAfter?: Duration.Input | undefined
+  /** How often each consumer's reaper looks for dead consumers (default 1 s). */
+  readonly reapEvery?: Duration.Input | undefined
+  /** Rows whose heartbeat is older than this are deleted, whatever their lock (default 1 h). */
+  readonly forgetAfter?: Duration.Input | undefined
+  /** Run the migrations when the layer is built (default true). */
+  readonly migrate?: boolean | undefined
+}
+
+/** Where session liveness stands for one registered consumer. */
+export interface Status {
+  readonly mode: Mode
+  /**
+   * `active`: the lock is held and the row advertises it. `reconnecting`: the
+   * presence session is gone and being replaced (heartbeats go on; the claims
+   * are protected by their leases). `unavailable`: a pooler was detected;
+   * lease expiry only. `off`: mode off.
+   */
+  readonly liveness: "active" | "reconnecting" | "unavailable" | "off"
+  /** The backend holding the lock (while active). */
+  readonly backendPid: number | null
+  /** The key the consumers row advertises (null: the reaper never releases this consumer's claims). */
+  readonly lockKey: number | null
+  /** Presence sessions established so far (1 after the first registration). */
+  readonly sessions: number
+}
+
+/** A registered consumer. The registration ends with the scope it was made in. */
+export interface Registration {
+  readonly consumerId: string
+  readonly status: Effect.Effect<Status>
+  /** Completes the next time this consumer's reaper released claims: an idle consumer wakes to take them. */
+  readonly reaped: Effect.Effect<void>
+}
+
+/** One claim released by the reaper. */
+export interface Reaped {
+  /** The dead consumer. */
+  readonly consumer: string
+  readonly host: string
+  readonly pid: number
+  readonly heartbeatAt: Date
+  /** The released message, absent when the dead consumer held nothing. */
+  readonly messageId: string | null
+  readonly queue: string | null
+}
+
+/** The presence service. */
+export interface ConsumerPresenceShape {
+  readonly mode: Mode
+  /**
+   * Register `consumerId` for the life of the current scope: the consumers row,
+   * the presence session and its lock, heartbeats, re-registration when the
+   * session dies, and this consumer's reaper. Never fails: without the database
+   * it keeps trying in the background and the consumer runs on lease expiry.
+   * Closing the scope deletes the row and ends the session.
+   */
+  readonly register: (consumerId: string) => Effect.Effect<Registration, never, Scope.Scope>
+  /**
+   * One reaper sweep now, as consumer `self` (never reaped by itself): release
+   * the claims of every dead consumer and forget it. For tests and operators.
+   */
+  readonly sweep: (self: string) => Effect.Effect<ReadonlyArray<Reaped>, StoreError>
+}
+
+/** The presence service; the consumer uses it when present. */
+export class ConsumerPresence extends Context.Service<ConsumerPresence, ConsumerPresenceShape>()("leasehold/ConsumerPresence") {}
+
+/** The environment variable that turns session liveness on, off or auto. */
+export const variables = { sessionLiveness: "LEASEHOLD_SESSION_LIVENESS" } as const
+
+/** The defaults, in milliseconds. */
+export const defaults = {
+  heartbeatMs: 1_000,
+  staleAfterMs: 3_000,
+  reapEveryMs: 1_000,
+  forgetAfterMs: 3_600_000
+} as const
+
+/** A backend older than this at our first statement was not started for us: a pooler's connection. */
+const POOLED_BACKEND_AGE_MS = 10_000
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)}s`
+
+/**
+ * The first key of every presence lock: a hash of the schema, so leasehold
+ * installations in different schemas of one database never see each other's
+ * locks. Positive, so it reads the same in `pg_locks.classid` (an oid).
+ */
+export const classKey = (schema: string): number => {
+  let h = 0x811c9dc5
+  for (const ch of `leasehold.presence.${schema}`) {
+    h ^= ch.codePointAt(0)!
+    h = Math.imul(h, 0x01000193)
+  }
+  return (h >>> 0) & 0x7fffffff
+}
+
+/**
+ * Run a background loop for good: a defect (a bug) is logged at ERROR and the
+ * loop restarted after a pause, never left to end the fiber silently.
+ */
+const forever = (name: string, loop: Effect.Effect<never>): Effect.Effect<never> =>
+  Effect.forever(loop.pipe(
+    Effect.catchCause((cause) =>
+      Cause.hasInterruptsOnly(cause)
+        ? Effect.failCause(cause)
+        : Effect.andThen(Effect.logError(`${name} failed, restarting in 1s:\n${Cause.pretty(cause)}`), Effect.sleep(1_000))
+    )
+  )) as Effect.Effect<never>
+
+const offRegistration = (consumerId: string): Registration => ({
+  consumerId,
+  status: Effect.succeed({ mode: "off", liveness: "off", backendPid: null, lockKey: null, sessions: 0 }),
+  reaped: Effect.never
+})
+
+/** A presence session: one dedicated connection holding the lock. */
+interface Session {
+  readonly scope: Scope.Closeable
+  readonly sql: SqlClient.SqlClient
+  readonly backendPid: number
+  readonly lockKey: number
+}
+
+/**
+ * Build the presence service over the `PgClient` in context: a one-connection
+ * pool of its own for heartbeats and the reaper (so busy handlers cannot starve
+ * heartbeats), and one dedicated connection per registered consumer.
+ */
+export const make = (
+  options: PresenceOptions = {}
+): Effect.Effect<ConsumerPresenceShape, InvalidInput | StoreError, PgClient.PgClient | SqlClient.SqlClient | Scope.Scope> =>
+  Effect.gen(function*() {
+    const mode = options.mode ?? "auto"
+    if (mode !== "on" && mode !== "off" && mode !== "auto") {
+      return yield* new InvalidInput({ field: "mode", rule: "on, off or auto", message: `mode ${String(mode)} is invalid (rule: on, off or auto)` })
+    }
+    const schema = yield* Validate.schemaName(options.schema ?? Migrations.defaultSchema)
+    const duration = (field: string, value: Duration.Input | undefined, fallback: number) =>
+      value === undefined ? Effect.succeed(fallback) : Validate.durationMs(field, value, { min: 10 })
+    const heartbeatMs = yield* duration("heartbeat", options.heartbeat, defaults.heartbeatMs)
+    const staleMs = yield* duration("staleAfter", options.staleAfter, defaults.staleAfterMs)
+    const reapMs = yield* duration("reapEvery", options.reapEvery, defaults.reapEveryMs)
+    const forgetMs = yield* duration("forgetAfter", options.forgetAfter, defaults.forgetAfterMs)
+    if (staleMs < 2 * heartbeatMs) {
+      return yield* new InvalidInput({
+        field: "staleAfter",
+        rule: "at least two heartbeats",
+        message: `staleAfter ${staleMs} ms is under two heartbeats of ${heartbeatMs} ms: one late heartbeat would look like death`
+      })
+    }
+    if (forgetMs < staleMs) {
+      return yield* new InvalidInput({ field: "forgetAfter", rule: "at least staleAfter", message: `forgetAfter ${forgetMs} ms is under staleAfter ${staleMs} ms` })
+    }
+    if (mode === "off") {
+      return ConsumerPresence.of({ mode, register: (id) => Effect.succeed(offRegistration(id)), sweep: () => Effect.succeed([]) })
+    }
+
+    const main = yield* PgClient.PgClient
+    if (options.migrate ?? true) yield* Migrations.run({ schema })
+    const appName = main.config.applicationName ?? "leasehold"
+    // Heartbeats and sweeps: short statements, bounded by a statement_timeout.
+    const pool = yield* PgClient.make({
+      ...main.config,
+      maxConnections: 1,
+      minConnections: 0,
+      applicationName: `${appName}-presence-pool`,
+      keepAlive: main.config.keepAlive ?? "10 seconds",
+      startupParameters: { ...main.config.startupParameters, statement_timeout: String(Math.max(staleMs, 5_000)) }
+    }).pipe(Effect.provide(Reactivity.layer), classify("connect presence pool"))
+    const sql = pool.withoutTransforms()
+    const consumers = sql(`${schema}.consumers`)
+    const messages = sql(`${schema}.messages`)
+    const attempts = sql(`${schema}.attempts`)
+    const lockKeys = `${schema}.consumer_lock_keys`
+    const lockClass = classKey(schema)
+    const host = os.hostname().slice(0, 255)
+
+    /**
+     * Open a presence session: connect, take a fresh key's session lock, and
+     * check that the lock really belongs to this connection's backend. A
+     * transaction-mode pooler shows as a backend pid that changes between
+     * statements, a lock that this backend does not hold, or (`auto` only) a
+     * backend far older than the connection we just opened.
+     */
+    const openSession: Effect.Effect<Session | { readonly _tag: "Pooler"; readonly detail: string }, StoreError> = Effect.gen(
+      function*() {
+        const scope = yield* Scope.make()
+        const attempt = Effect.gen(function*() {
+          const client = yield* PgClient.makeClient({
+            ...main.config,
+            applicationName: `${appName}-presence`,
+            keepAlive: main.config.keepAlive ?? "10 seconds",
+            connectTimeout: main.config.connectTimeout ?? "10 seconds",
+            startupParameters: { ...main.config.startupParameters, statement_timeout: "5000" }
+          }).pipe(Effect.provide(Reactivity.layer), Scope.provide(scope))
+          const session = client.withoutTransforms()
+          for (let i = 0; i < 3; i++) {
+            // A fresh key per session: a session that is dying but not yet gone keeps its old
+            // key, and never blocks the new one.
+            const [lock] = yield* session<{ pid: number; key: number; locked: boolean; age_ms: number | null }>`
+              SELECT pg_backend_pid() AS pid, k.key, pg_try_advisory_lock(${lockClass}::int, k.key) AS locked,
+                     (SELECT (extract(epoch FROM now() - a.backend_start) * 1000)::float8
+                      FROM pg_stat_activity a WHERE a.pid = pg_backend_pid()) AS age_ms
+              FROM (SELECT nextval(${lockKeys}::regclass)::int AS key) AS k`
+            if (lock === undefined) break
+            if (!lock.locked) continue // the sequence wrapped onto a key still held: take the next
+            const [check] = yield* session<{ pid: number; held: boolean }>`
+              SELECT pg_backend_pid() AS pid, EXISTS (
+                SELECT 1 FROM pg_locks AS l
+                WHERE l.locktype = 'advisory' AND l.granted AND l.pid = pg_backend_pid()
+                  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                  AND l.classid::bigint = ${lockClass}::bigint AND l.objid::bigint = ${lock.key}::bigint AND l.objsubid = 2
+              ) AS held`
+            const problem = check === undefined
+              ? "no answer to the lock check"
+              : check.pid !== lock.pid
+              ? `the backend changed between two statements (${lock.pid} then ${check.pid})`
+              : !check.held
+              ? `backend ${lock.pid} does not show the lock it was just granted`
+              : mode === "auto" && lock.age_ms !== null && lock.age_ms > POOLED_BACKEND_AGE_MS
+              ? `backend ${lock.pid} started ${seconds(lock.age_ms)} before this new connection's first statement`
+              : undefined
+            if (problem !== undefined) {
+              // Wherever the lock landed, give it back (best effort; the key is never advertised).
+              yield* session`SELECT pg_advisory_unlock(${lockClass}::int, ${lock.key}::int)`.pipe(Effect.ignore)
+              return { _tag: "Pooler" as const, detail: problem }
+            }
+            return { scope, sql: session, backendPid: lock.pid, lockKey: lock.key } satisfies Session
+          }
+          return yield* new QueryFailed({ operation: "register", message: "register: no free presence lock key in 3 tries" })
+        }).pipe(classify("register"))
+        return yield* attempt.pipe(
+          Effect.onExit((exit) => Exit.isSuccess(exit) && !("_tag" in exit.value) ? Effect.void : Scope.close(scope, Exit.void))
+        )
+      }
+    )
+
+    /**
+     * One sweep. First a cheap look at the small consumers table; only when some
+     * heartbeat is stale, the statement that decides and releases, atomically:
+     *
+     * - `stale`: other consumers advertising a lock, heartbeat older than the bound,
+     *   on a server up for longer than the bound (after a restart every session is
+     *   new and everybody gets the bound to heartbeat again). Materialized so the
+     *   lock probe below runs on these rows only.
+     * - `dead`: those whose lock is free. `pg_try_advisory_xact_lock` is granted only
+     *   when no session holds the key, and it is held until this statement commits,
+     *   so the consumer cannot re-take it between the check and the release, and two
+     *   reapers never release the same consumer twice. No scan of pg_locks.
+     * - their rows are deleted (a consumer that was in fact alive writes it again with
+     *   its next heartbeat), so a dead consumer is handled once, not every second;
+     * - every claim still under lease by a dead consumer is made visible now, its token
+     *   cleared (the dead holder's fenced writes match nothing), and counted as a lease
+     *   expiry. The attempt is not given back: the worker died mid-attempt, exactly as
+     *   when its lease runs out, so attempts still bound a message that kills workers.
+     *   `o` is the row as it was, for the attempt history.
+     */
+    const sweep = (self: string, release = true): Effect.Effect<ReadonlyArray<Reaped>, StoreError> =>
+      Effect.gen(function*() {
+        const [candidates] = yield* sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM ${consumers}
+          WHERE lock_key IS NOT NULL AND id <> ${self}
+            AND heartbeat_at < now() - ${staleMs}::bigint * interval '1 millisecond'`
+        if ((candidates?.n ?? 0) === 0 || !release) return []
+        const rows = yield* sql<{
+          consumer: string
+          host: string
+          pid: number
+          heartbeat_at: Date
+          message_id: bigint | string | null
+          queue: string | null
+        }>`
+          WITH stale AS MATERIALIZED (
+            SELECT c.id, c.host, c.pid, c.lock_key, c.heartbeat_at FROM ${consumers} AS c
+            WHERE c.lock_key IS NOT NULL AND c.id <> ${self}
+              AND c.heartbeat_at < now() - ${staleMs}::bigint * interval '1 millisecond'
+              AND pg_postmaster_start_time() < now() - ${staleMs}::bigint * interval '1 millisecond'
+            ORDER BY c.heartbeat_at
+            LIMIT 100
+          ), dead AS MATERIALIZED (
+            SELECT * FROM stale WHERE pg_try_advisory_xact_lock(${lockClass}::int, stale.lock_key)
+          ), forgotten AS (
+            DELETE FROM ${consumers} AS c USING dead WHERE c.id = dead.id
+          ), released AS (
+            UPDATE ${messages} AS m SET
+              visible_at     = now(),
+              lease_token    = NULL, leased_by = NULL, leased_at = NULL,
+              lease_expiries = m.lease_expiries + 1
+            FROM ${messages} AS o JOIN dead AS d ON o.leased_by = d.id
+            WHERE m.id = o.id AND m.leased_by = d.id AND m.lease_token IS NOT NULL
+              AND m.state = 'ready' AND m.visible_at > now()
+            RETURNING m.id, m.queue, m.task, m.attempts, d.id AS consumer, o.leased_at
+          ), history AS (
+            INSERT INTO ${attempts} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
+            SELECT r.id, r.queue, r.task, r.attempts, r.consumer, coalesce(r.leased_at, now()), now(), 'lease-expired',
+                   'consumer ' || r.consumer || ' died: its session ended and its heartbeat went stale; released by the reaper'
+            FROM released AS r
+          )
+          SELECT d.id AS consumer, d.host, d.pid, d.heartbeat_at, r.id AS message_id, r.queue
+          FROM dead AS d LEFT JOIN released AS r ON r.consumer = d.id
+          ORDER BY d.id, r.id`
+        return rows.map((r): Reaped => ({
+          consumer: r.consumer,
+          host: r.host,
+          pid: r.pid,
+          heartbeatAt: r.heartbeat_at,
+          messageId: r.message_id === null ? null : String(r.message_id),
+          queue: r.queue
+        }))
+      }).pipe(classify("reap"), Effect.withSpan("leasehold.reap"))
+
+    /** Log and count what a sweep released. */
+    const report = (reaped: ReadonlyArray<Reaped>) =>
+      Effect.gen(function*() {
+        const byConsumer = new Map<string, Array<Reaped>>()
+        for (const r of reaped) byConsumer.set(r.consumer, [...(byConsumer.get(r.consumer) ?? []), r])
+        const now = yield* Clock.currentTimeMillis
+        let released = 0
+        for (const [consumer, rows] of byConsumer) {
+          const first = rows[0]!
+          const ids = rows.flatMap((r) => (r.messageId === null ? [] : [r.messageId]))
+          released += ids.length
+          const who = `consumer ${consumer} (host ${first.host}, pid ${first.pid}) is gone: its session ended and its last heartbeat was ${
+            seconds(now - first.heartbeatAt.getTime())
+          } ago`
+          yield* (ids.length === 0
+            ? Effect.logInfo(`${who}; it held no claims`)
+            : Effect.logWarning(`${who}; released its ${ids.length} claim(s) at once, counted as lease expiries: ${ids.join(", ")}`)).pipe(
+              Effect.annotateLogs({ deadConsumer: consumer, messageIds: ids.join(",") })
+            )
+        }
+        if (released > 0) yield* Metric.update(QueueMetrics.reaped, released)
+        return released
+      })
+
+    const register = (consumerId: string): Effect.Effect<Registration, never, Scope.Scope> =>
+      Effect.gen(function*() {
+        const state = {
+          liveness: "reconnecting" as Status["liveness"],
+          session: undefined as Session | undefined,
+          lockKey: null as number | null,
+          backendPid: null as number | null,
+          sessions: 0
+        }
+        let reapedSignal = Deferred.makeUnsafe<void>()
+
+        // The row says who we are and which lock proves our session lives. Written whole on
+        // every heartbeat (suspended: it reads the state of the moment), so a row deleted
+        // meanwhile (by a reaper, or as long dead) comes back.
+        const heartbeatOnce = Effect.suspend(() =>
+          sql`
+            INSERT INTO ${consumers} (id, host, pid, lock_key, backend_pid)
+            VALUES (${consumerId}, ${host}, ${process.pid}, ${state.lockKey}::int, ${state.backendPid}::int)
+            ON CONFLICT (id) DO UPDATE SET
+              host = excluded.host, pid = excluded.pid, lock_key = excluded.lock_key,
+              backend_pid = excluded.backend_pid, heartbeat_at = now()`
+        ).pipe(
+          Effect.timeoutOrElse({
+            duration: staleMs,
+            orElse: () => Effect.fail(new QueryFailed({ operation: "heartbeat", message: `heartbeat: no answer in ${seconds(staleMs)}` }))
+          }),
+          classify("heartbeat")
+        )
+
+        const closeSession = (session: Session) =>
+          Scope.close(session.scope, Exit.void).pipe(Effect.timeoutOption(5_000), Effect.asVoid)
+
+        const goUnavailable = (detail: string) =>
+          Effect.gen(function*() {
+            state.liveness = "unavailable"
+            state.lockKey = null
+            state.backendPid = null
+            yield* heartbeatOnce.pipe(Effect.ignore)
+            yield* Effect.logWarning(
+              `session liveness unavailable (transaction-mode pooler?): ${detail}; falling back to lease expiry. ` +
+                `Set ${variables.sessionLiveness}=off to silence this, or connect leasehold directly to PostgreSQL.`
+            )
+          })
+
+        /** Keep a presence session: open it, probe it every heartbeat, replace it when it dies. */
+        const supervise = (firstAttempt: Deferred.Deferred<void>) =>
+          Effect.gen(function*() {
+            let failures = 0
+            while (true) {
+              if (state.liveness === "unavailable") {
+                yield* Deferred.succeed(firstAttempt, undefined)
+                return yield* Effect.never
+              }
+              if (state.session === undefined) {
+                const opened = yield* Effect.result(openSession)
+                if (opened._tag === "Failure") {
+                  // Be in the table anyway (no lock advertised: lease expiry only, for now).
+                  if (!(yield* Deferred.isDone(firstAttempt))) yield* heartbeatOnce.pipe(Effect.ignore)
+                  yield* Deferred.succeed(firstAttempt, undefined)
+                  failures += 1
+                  if (failures === 1 || failures % 30 === 0) {
+                    yield* Effect.logWarning(
+                      `presence session could not be opened (${failures} tries): ${opened.failure.message}; ` +
+                        "retrying; meanwhile claims are protected by their leases"
+                    )
+                  }
+                  yield* Effect.sleep(Math.min(heartbeatMs * 2 ** Math.min(failures - 1, 5), 5_000))
+                  continue
+                }
+                failures = 0
+                const result = opened.success
+                if ("_tag" in result) {
+                  yield* goUnavailable(result.detail)
+                  yield* Deferred.succeed(firstAttempt, undefined)
+                  continue
+                }
+                state.session = result
+                state.lockKey = result.lockKey
+                state.backendPid = result.backendPid
+                state.liveness = "active"
+                state.sessions += 1
+                // Advertise the new key now rather than at the next heartbeat.
+                yield* heartbeatOnce.pipe(Effect.ignore)
+                yield* Deferred.succeed(firstAttempt, undefined)
+                const message = `presence lock held by backend ${result.backendPid} (key ${lockClass}/${result.lockKey})`
+                yield* state.sessions === 1 ? Effect.logDebug(`registered: ${message}`) : Effect.logWarning(`re-registered: ${message}`)
+                continue
+              }
+              yield* Effect.sleep(heartbeatMs)
+              const session = state.session
+              // Is our session still there? Any failure, or a different backend answering, means no.
+              const probe = yield* session.sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.pipe(
+                Effect.timeoutOption(Math.max(heartbeatMs, 2_000)),
+                Effect.result
+              )
+              if (probe._tag === "Success" && Option.isSome(probe.success) && probe.success.value[0]?.pid === session.backendPid) continue
+              state.session = undefined
+              yield* closeSession(session)
+              if (probe._tag === "Success" && Option.isSome(probe.success)) {
+                yield* goUnavailable(`backend ${session.backendPid} was replaced by ${probe.success.value[0]?.pid} on the same connection`)
+                continue
+              }
+              state.liveness = "reconnecting"
+              state.backendPid = null
+              const why = probe._tag === "Failure" ? String((probe.failure as { message?: unknown }).message ?? probe.failure) : "no answer"
+              yield* Effect.logWarning(
+                `presence connection lost (${why}); re-registering. Heartbeats go on, so this consumer is not reaped, ` +
+                  "and its claims stay protected by their leases"
+              )
+            }
+          })
+
+        /** Heartbeat every interval; say so when heartbeats have failed for longer than the stale bound. */
+        const heartbeats = Effect.gen(function*() {
+          let failingSince: number | undefined
+          let warned = false
+          while (true) {
+            const result = yield* Effect.result(heartbeatOnce)
+            const now = yield* Clock.currentTimeMillis
+            if (result._tag === "Success") {
+              if (warned) yield* Effect.logInfo("heartbeats are back")
+              failingSince = undefined
+              warned = false
+            } else {
+              failingSince ??= now
+              yield* Effect.logDebug(`heartbeat failed: ${result.failure.message}`)
+              if (!warned && now - failingSince >= staleMs) {
+                warned = true
+                yield* Effect.logWarning(
+                  `heartbeats failing for ${seconds(now - failingSince)} (stale after ${seconds(staleMs)}): ` +
+                    `if the presence session is gone too, other consumers will release this consumer's claims: ${result.failure.message}`
+                )
+              }
+            }
+            yield* Effect.sleep(heartbeatMs)
+          }
+        })
+
+        /**
+         * The reaper. It releases only after it has itself talked to the database
+         * without a failure for the stale bound: after a network blip that cut
+         * everybody off, the others get that long to heartbeat again.
+         */
+        const reaper = Effect.gen(function*() {
+          let healthySince: number | undefined
+          let sweeps = 0
+          let lastError: string | undefined
+          while (true) {
+            yield* Effect.sleep(reapMs)
+            const now = yield* Clock.currentTimeMillis
+            const result = yield* Effect.result(sweep(consumerId, healthySince !== undefined && now - healthySince >= staleMs))
+            if (result._tag === "Failure") {
+              healthySince = undefined
+              const error = result.failure
+              if (error.message !== lastError) {
+                lastError = error.message
+                yield* error._tag === "ConnectionDead"
+                  ? Effect.logWarning(`reaper: connection dead, retrying: ${error.message}`)
+                  : Effect.logError(`reaper failed (${error._tag}), retrying: ${error.message}`)
+              }
+              continue
+            }
+            lastError = undefined
+            healthySince ??= now
+            if (result.success.length > 0 && (yield* report(result.success)) > 0) {
+              const signal = reapedSignal
+              reapedSignal = Deferred.makeUnsafe<void>()
+              yield* Deferred.succeed(signal, undefined)
+            }
+            // Now and then, forget rows nobody has heartbeated for a long time (no lock, or a
+            // process that stalled for that long; a live one writes its row again).
+            if (++sweeps % Math.max(1, Math.round(60_000 / reapMs)) === 0) {
+              yield* sql`DELETE FROM ${consumers}
+                WHERE id <> ${consumerId} AND heartbeat_at < now() - ${forgetMs}::bigint * interval '1 millisecond'`.pipe(
+                classify("forget consumers"),
+                Effect.catch((error) => Effect.logWarning(`could not forget long-dead consumers: ${error.message}`))
+              )
+            }
+          }
+        })
+
+        const annotate = Effect.annotateLogs({ module: "ConsumerPresence", consumer: consumerId })
+
+        // Runs last, after the fibers below are stopped: leave the table, end the session.
+        yield* Effect.addFinalizer(() =>
+          Effect.gen(function*() {
+            yield* sql`DELETE FROM ${consumers} WHERE id = ${consumerId}`.pipe(
+              Effect.timeoutOption(5_000),
+              Effect.catchCause(() => Effect.logWarning("could not delete the consumers row on shutdown; it will be forgotten"))
+            )
+            const session = state.session
+            state.session = undefined
+            if (session !== undefined) yield* closeSession(session)
+          }).pipe(annotate)
+        )
+        const firstAttempt = yield* Deferred.make<void>()
+        yield* Effect.forkScoped(forever("presence session", supervise(firstAttempt)).pipe(annotate))
+        // Wait for the first session (bounded), so the consumer claims with its lock advertised.
+        yield* Deferred.await(firstAttempt).pipe(Effect.timeoutOption(15_000))
+        yield* Effect.forkScoped(forever("heartbeat", heartbeats).pipe(annotate))
+        yield* Effect.forkScoped(forever("reaper", reaper).pipe(annotate))
+        return {
+          consumerId,
+          status: Effect.sync(() => ({
+            mode,
+            liveness: state.liveness,
+            backendPid: state.backendPid,
+            lockKey: state.lockKey,
+            sessions: state.sessions
+          })),
+          reaped: Effect.suspend(() => Deferred.await(reapedSignal))
+        } satisfies Registration
+      })
+
+    return ConsumerPresence.of({ mode, register, sweep: (self) => sweep(self) })
+  })
+
+/** Session liveness over the `PgClient` in context (see {@link make}). */
+export const layerPg = (
+  options: PresenceOptions = {}
+): Layer.Layer<ConsumerPresence, InvalidInput | StoreError, PgClient.PgClient | SqlClient.SqlClient> =>
+  Layer.effect(ConsumerPresence, make(options))
+
+/** The mode from `LEASEHOLD_SESSION_LIVENESS` (on, off or auto; default auto). */
+export const modeFromEnv: Effect.Effect<Mode, ConfigInvalid> = Effect.gen(function*() {
+  const name = variables.sessionLiveness
+  const value = yield* Config.option(Config.String(name)).pipe(
+    Effect.mapError((e) => new ConfigInvalid({ variable: name, rule: "readable", message: `${name}: ${e.message}` }))
+  )
+  if (Option.isNone(value) || value.value.trim() === "") return "auto"
+  const mode = value.value.trim().toLowerCase()
+  if (mode === "on" || mode === "off" || mode === "auto") return mode
+  return yield* new ConfigInvalid({
+    variable: name,
+    rule: "on, off or auto",
+    message: `${name}: ${JSON.stringify(value.value)} is invalid; expected on, off or auto`
+  })
+})
+
+/**
+ * {@link layerPg} with the mode from `LEASEHOLD_SESSION_LIVENESS` and the
+ * schema from `LEASEHOLD_SCHEMA`.
+ */
+export const layerFromEnv = (
+  options: Omit<PresenceOptions, "mode" | "schema"> = {}
+): Layer.Layer<ConsumerPresence, InvalidInput | StoreError | ConfigInvalid, PgClient.PgClient | SqlClient.SqlClient> =>
+  Layer.unwrap(Effect.gen(function*() {
+    const mode = yield* modeFromEnv
+    const schema = yield* QueueConfig.schemaFromEnv
+    return layerPg({ ...options, mode, schema })
+  }))
