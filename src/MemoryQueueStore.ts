@@ -303,9 +303,10 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       release,
       retry,
       deadLetter,
-      redrive,
-      purge,
-      deadLetters,
+      // Dead-letter filters are checked like every other input, before any SQL runs.
+      redrive: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), redrive),
+      purge: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), purge),
+      deadLetters: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), deadLetters),
       recordAttempt,
       attempts,
       pruneAttempts,

@@ -483,9 +483,10 @@ export const make = (
       release,
       retry,
       deadLetter,
-      redrive,
-      purge,
-      deadLetters,
+      // Dead-letter filters are checked like every other input, before any SQL runs.
+      redrive: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), redrive),
+      purge: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), purge),
+      deadLetters: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), deadLetters),
       recordAttempt,
       attempts,
       pruneAttempts,

@@ -66,13 +66,13 @@ export interface QueueStoreShape {
     options: { readonly reason: string; readonly error?: string | undefined }
   ) => Effect.Effect<boolean, StoreError>
   /** Return dead letters to ready with a fresh attempt budget (attempts and lease expiries reset); returns the ids redriven. */
-  readonly redrive: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, StoreError>
+  readonly redrive: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, InvalidInput | StoreError>
   /** Delete dead letters for good; returns the ids purged. */
-  readonly purge: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, StoreError>
+  readonly purge: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, InvalidInput | StoreError>
   /** List dead letters, oldest death first. */
   readonly deadLetters: (
     filter: DeadLetterFilter & { readonly limit?: number | undefined }
-  ) => Effect.Effect<ReadonlyArray<DeadLetter>, StoreError>
+  ) => Effect.Effect<ReadonlyArray<DeadLetter>, InvalidInput | StoreError>
   /** Keep the record of a finished attempt (bounded by {@link QueueStoreShape.pruneAttempts}). */
   readonly recordAttempt: (attempt: Attempt) => Effect.Effect<void, StoreError>
   /** The attempt history of a message, oldest first. */

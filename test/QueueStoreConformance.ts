@@ -351,6 +351,10 @@ export const conformance = (
         }
         const e = yield* refused(store.claim(queue, { lease: "1 minute", limit: 0, consumer: "c" }))
         assert.strictEqual(e.field, "limit")
+        // Dead-letter filters too.
+        assert.strictEqual((yield* refused(store.purge({ queue: "x\"; drop table messages" }))).field, "queue")
+        assert.strictEqual((yield* refused(store.redrive({ ids: ["1", "1 OR 1=1"] as Array<MessageId> }))).field, "ids")
+        assert.strictEqual((yield* refused(store.deadLetters({ queue, limit: -1 }))).field, "limit")
         const stats = yield* store.stats(queue)
         assert.strictEqual(stats.ready + stats.delayed + stats.inFlight + stats.dead, 0, "nothing was written")
         // Text that merely looks like an escape is fine, and comes back as sent.

@@ -168,3 +168,15 @@ export const prepareSend = (
   limits: SendLimits
 ): Effect.Effect<ReadonlyArray<PreparedMessage>, InvalidInput> =>
   Effect.flatMap(name("queue", queue), (q) => Effect.forEach(messages, (m) => prepareMessage(q, m, limits)))
+
+/** Check a dead-letter filter: a valid queue name, message ids as decimal strings, a sane limit. */
+export const deadLetterFilter = <F extends { readonly queue?: string | undefined; readonly ids?: ReadonlyArray<string> | undefined; readonly limit?: number | undefined }>(
+  filter: F
+): Effect.Effect<F, InvalidInput> =>
+  Effect.gen(function*() {
+    if (filter.queue !== undefined) yield* name("queue", filter.queue)
+    const bad = filter.ids?.find((id) => typeof id !== "string" || !/^\d{1,19}$/.test(id))
+    if (bad !== undefined) return yield* invalid("ids", "message ids: decimal numbers", `${show(bad)} is not a message id`)
+    if (filter.limit !== undefined) yield* positiveInt("limit", filter.limit, 10_000)
+    return filter
+  })
