@@ -9,6 +9,7 @@
 import { Clock, Context, Effect, Exit, Fiber, Latch, Layer, Metric, Random, Scope } from "effect"
 import * as EventLoopLag from "./internal/eventLoopLag.ts"
 import * as IdleWake from "./internal/idleWake.ts"
+import * as PresenceWatch from "./internal/presenceWatch.ts"
 import { ConsumerPresence } from "./ConsumerPresence.ts"
 import * as LeaseRenewer from "./LeaseRenewer.ts"
 import type { Claim } from "./Message.ts"
@@ -289,6 +290,9 @@ export const make = <R>(
         )
       })
 
+    /** The renewers of the claims in progress, so a presence watchdog can stop them all. */
+    const renewers = new Set<LeaseRenewer.LeaseRenewer>()
+
     /** Process one claim: its renewer lives exactly as long as the claim's scope. */
     const processClaim = (claims: ReadonlyArray<Claim>, claimedAt: number) =>
       Effect.scoped(Effect.gen(function*() {
@@ -298,6 +302,8 @@ export const make = <R>(
           stopTimeoutMs: settings.renewerStopTimeoutMs,
           claimedAt
         })
+        renewers.add(renewer)
+        yield* Effect.addFinalizer(() => Effect.sync(() => renewers.delete(renewer)))
         yield* Effect.forEach(claims, (claim) => runMessage(renewer, claim), { concurrency: "unbounded", discard: true })
       }))
 
@@ -356,6 +362,16 @@ export const make = <R>(
       )
     )
     const loopFiber = yield* Effect.forkDetach(loop.pipe(Effect.provideContext(context)))
+    if (registration !== undefined) {
+      // Cut off from the database (presence session gone, heartbeats failing), this consumer will
+      // soon look dead to the others, whose reapers then release its claims: stop the handlers
+      // first, so no message runs here and elsewhere at once.
+      yield* Effect.forkScoped(
+        PresenceWatch.watch({ registration, renewers, safetyMs: Math.min(1_000, settings.leaseMarginMs) }).pipe(
+          Effect.annotateLogs(annotations)
+        )
+      )
+    }
     // Keep the attempt history bounded: every consumer prunes now and then (an indexed delete).
     yield* Effect.forkScoped(
       Effect.forever(

@@ -89,6 +89,15 @@ export interface Registration {
   readonly status: Effect.Effect<Status>
   /** Completes the next time this consumer's reaper released claims: an idle consumer wakes to take them. */
   readonly reaped: Effect.Effect<void>
+  /**
+   * When another consumer's reaper could release this consumer's claims (Clock
+   * ms), or none while that cannot happen: the presence session is gone (its
+   * lock is free) and heartbeats stopped succeeding, so at the last successful
+   * heartbeat + the stale bound both signals agree. The consumer stops its
+   * handlers before then, so a consumer cut off from the database does not
+   * run on while another runs its messages.
+   */
+  readonly reapableAt: Effect.Effect<Option.Option<number>>
 }
 
 /** One claim released by the reaper. */
@@ -170,7 +179,8 @@ const forever = (name: string, loop: Effect.Effect<never>): Effect.Effect<never>
 const offRegistration = (consumerId: string): Registration => ({
   consumerId,
   status: Effect.succeed({ mode: "off", liveness: "off", backendPid: null, lockKey: null, sessions: 0 }),
-  reaped: Effect.never
+  reaped: Effect.never,
+  reapableAt: Effect.succeed(Option.none())
 })
 
 /** A presence session: one dedicated connection holding the lock. */
@@ -400,20 +410,28 @@ export const make = (
           session: undefined as Session | undefined,
           lockKey: null as number | null,
           backendPid: null as number | null,
-          sessions: 0
+          sessions: 0,
+          /** Clock time taken just before the last heartbeat that succeeded. */
+          heartbeatOkAt: yield* Clock.currentTimeMillis
         }
         let reapedSignal = Deferred.makeUnsafe<void>()
 
         // The row says who we are and which lock proves our session lives. Written whole on
         // every heartbeat (suspended: it reads the state of the moment), so a row deleted
         // meanwhile (by a reaper, or as long dead) comes back.
-        const heartbeatOnce = Effect.suspend(() =>
+        const heartbeatOnce = Effect.flatMap(Clock.currentTimeMillis, (startedAt) =>
           sql`
             INSERT INTO ${consumers} (id, host, pid, lock_key, backend_pid)
             VALUES (${consumerId}, ${host}, ${process.pid}, ${state.lockKey}::int, ${state.backendPid}::int)
             ON CONFLICT (id) DO UPDATE SET
               host = excluded.host, pid = excluded.pid, lock_key = excluded.lock_key,
-              backend_pid = excluded.backend_pid, heartbeat_at = now()`
+              backend_pid = excluded.backend_pid, heartbeat_at = now()`.pipe(
+            Effect.tap(() =>
+              Effect.sync(() => {
+                state.heartbeatOkAt = Math.max(state.heartbeatOkAt, startedAt)
+              })
+            )
+          )
         ).pipe(
           Effect.timeoutOrElse({
             duration: staleMs,
@@ -603,7 +621,13 @@ export const make = (
             lockKey: state.lockKey,
             sessions: state.sessions
           })),
-          reaped: Effect.suspend(() => Deferred.await(reapedSignal))
+          reaped: Effect.suspend(() => Deferred.await(reapedSignal)),
+          reapableAt: Effect.sync(() =>
+            // Active: our lock is held, nobody can reap us. No key advertised: the reaper never releases us.
+            state.liveness === "active" || state.lockKey === null
+              ? Option.none()
+              : Option.some(state.heartbeatOkAt + staleMs)
+          )
         } satisfies Registration
       })
 

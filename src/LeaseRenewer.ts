@@ -41,6 +41,8 @@ export interface LeaseRenewer {
    * at most the stop timeout (a renewer that takes longer is reported wedged).
    */
   readonly finish: (id: MessageId) => Effect.Effect<void>
+  /** Declare every unfinished lease of the claim lost (e.g. the consumer is about to be reaped). */
+  readonly loseAll: (reason: LeaseLost["reason"], message: string) => Effect.Effect<void>
 }
 
 interface Entry {
@@ -213,6 +215,7 @@ export const start = (
         return Effect.raceFirst(Deferred.await(e.lost), Effect.andThen(localDeadline(e), Deferred.await(e.lost)))
       },
       expiresAt: (id) => entry(id).renewedAt + leaseMs,
+      loseAll: (reason, message) => markLost([...entries.values()].filter((e) => !e.finished), reason, message),
       finish: (id) =>
         Effect.gen(function*() {
           const e = entry(id)

@@ -143,11 +143,13 @@ export const classify = (operation: string) =>
  * A consumer lost the lease of a message: the renewal came back without it
  * (`reclaimed`: another consumer holds it now), renewals failed for a whole
  * lease (`renewals-failing`), the renewer itself failed (`renewer-failed`), or
- * the local deadline passed without a successful renewal (`local-deadline`).
+ * the local deadline passed without a successful renewal (`local-deadline`),
+ * or the consumer's presence is about to be judged dead by other consumers'
+ * reapers (`presence-lost`).
  */
 export class LeaseLost extends Schema.TaggedError<LeaseLost>()("LeaseLost", {
   ids: Schema.Array(Schema.String),
-  reason: Schema.Literals(["reclaimed", "renewals-failing", "renewer-failed", "local-deadline"]),
+  reason: Schema.Literals(["reclaimed", "renewals-failing", "renewer-failed", "local-deadline", "presence-lost"]),
   message: Schema.String
 }) {}
 

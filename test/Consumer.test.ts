@@ -3,12 +3,14 @@
  * every timing claim of the lease protocol, checked to the tick.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, Metric, Ref, Scope } from "effect"
+import { Deferred, Effect, Exit, Fiber, Layer, Metric, Option, Ref, Scope } from "effect"
 import { TestClock } from "effect/testing"
-import type * as Consumer from "../src/Consumer.ts"
+import * as Consumer from "../src/Consumer.ts"
+import * as ConsumerPresence from "../src/ConsumerPresence.ts"
 import type { MessageId } from "../src/Message.ts"
 import { ConnectionDead, QueryFailed } from "../src/QueueError.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
+import { QueueStore } from "../src/QueueStore.ts"
 import { captureLogs, makeSpy, startConsumer } from "./support/ConsumerHarness.ts"
 
 const queue = "default"
@@ -361,5 +363,56 @@ describe("Consumer (real time)", () => {
         if (Date.now() > deadline) assert.fail(`no event-loop warning and ack within 10 s (warned: ${warned()})`)
         yield* Effect.sleep("50 millis")
       }
+    }))
+})
+
+describe("Consumer with session liveness (TestClock)", () => {
+  it.effect("a consumer about to be judged dead stops its handlers before another consumer's reaper could take over", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const h = yield* gatedHandler()
+      const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      // A fake presence: healthy until the test cuts it off at 5 s; reapable 3 s after that.
+      let reapableAt: Option.Option<number> = Option.none()
+      const presence = ConsumerPresence.ConsumerPresence.of({
+        mode: "on",
+        sweep: () => Effect.succeed([]),
+        register: (consumerId) =>
+          Effect.succeed({
+            consumerId,
+            status: Effect.die("unused"),
+            reaped: Effect.never,
+            reapableAt: Effect.sync(() => reapableAt)
+          })
+      })
+      yield* Layer.build(
+        Consumer.layer(h.handler, { consumerId: "cut-off", lease }).pipe(
+          Layer.provide(Layer.succeed(QueueStore, spy.store)),
+          Layer.provide(Layer.succeed(ConsumerPresence.ConsumerPresence, presence)),
+          Layer.provide(logs.layer)
+        )
+      )
+      yield* settle
+      yield* TestClock.adjust("5 seconds")
+      assert.deepStrictEqual(yield* Ref.get(h.interrupted), [])
+      reapableAt = Option.some(5_000 + 3_000)
+      // Safety margin 1 s (min(1 s, lease margin)): stopped by 7 s, never as late as 8 s.
+      yield* TestClock.adjust("1500 millis")
+      assert.deepStrictEqual(yield* Ref.get(h.interrupted), [])
+      yield* TestClock.adjust("500 millis")
+      yield* settle
+      assert.deepStrictEqual(yield* Ref.get(h.interrupted), [sent!.id])
+      assert.isTrue(logs.entries.some((e) => e.level === "Error" && /presence lost/.test(e.message)))
+      assert.strictEqual(spy.of("ack").length, 0)
+      // Still holding the token (nobody reaped it yet), it hands the message back at once.
+      assert.strictEqual(spy.of("retry").length, 1)
+      const history = yield* spy.inner.attempts(sent!.id)
+      assert.deepStrictEqual(history.map((a) => a.outcome), ["lease-lost"])
+      // Reconnected: nothing more is stopped.
+      reapableAt = Option.none()
+      yield* TestClock.adjust("1 second")
+      assert.strictEqual((yield* Ref.get(h.interrupted)).length, 1)
+      yield* h.open(sent!.id)
     }))
 })
