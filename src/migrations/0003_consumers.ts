@@ -35,4 +35,6 @@ export default (schema: string) =>
       'second key of pg_advisory_lock(<schema class>, lock_key) held by the consumer''s presence session; NULL = no session liveness, its claims end by lease expiry only'`
     // The reaper's first question, every second in every consumer: who has a stale heartbeat?
     yield* sql`CREATE INDEX consumers_heartbeat_idx ON ${consumers} (heartbeat_at)`
+    // The reaper's second: which live claims does a dead consumer hold? Partial: only leased rows.
+    yield* sql`CREATE INDEX messages_leased_by_idx ON ${sql(`${schema}.messages`)} (leased_by) WHERE lease_token IS NOT NULL`
   })
