@@ -56,7 +56,22 @@ export interface Execution {
   killedMs: number | undefined
 }
 
-export type DuplicateCause = "kill" | "lease-loss" | "handler-failed" | "after-completion" | "unexplained"
+/**
+ * Why a message ran again, from how the run before it ended:
+ * - `kill`: its holder was SIGKILLed;
+ * - `interrupted`: its handler was interrupted (lease or presence lost in the storm) before finishing;
+ * - `interrupted-after-work`: its work was done (end row written), then the handler was interrupted before the ack;
+ * - `handler-failed`: the handler failed (its ledger end could not be written), so the queue retried it;
+ * - `after-completion`: it finished, its holder lived and nothing interrupted it: a double run;
+ * - `unexplained`: it never finished, was not interrupted and its holder was not killed.
+ */
+export type DuplicateCause =
+  | "kill"
+  | "interrupted"
+  | "interrupted-after-work"
+  | "handler-failed"
+  | "after-completion"
+  | "unexplained"
 
 export interface Duplicate {
   readonly n: number
@@ -84,8 +99,8 @@ export interface Analysis {
   readonly overlaps: ReadonlyArray<Overlap>
   readonly duplicates: ReadonlyArray<Duplicate>
   readonly duplicatesByCause: Record<DuplicateCause, number>
-  /** Lease-loss duplicates whose interruption came more than 10 s from the server restart. */
-  readonly leaseLossAwayFromRestart: number
+  /** Duplicates after an interruption that came more than 10 s from the server restart. */
+  readonly interruptedAwayFromRestart: number
   /** kill -> next start of a message that was in progress on the killed worker, in ms. */
   readonly redeliveryMs: ReadonlyArray<number>
   /** Messages in progress on a killed worker that never started again (and were not completed). */
@@ -199,12 +214,13 @@ export const analyze = (input: AnalysisInput): Analysis => {
   const duplicates: Array<Duplicate> = []
   const duplicatesByCause: Record<DuplicateCause, number> = {
     kill: 0,
-    "lease-loss": 0,
+    interrupted: 0,
+    "interrupted-after-work": 0,
     "handler-failed": 0,
     "after-completion": 0,
     unexplained: 0
   }
-  let leaseLossAwayFromRestart = 0
+  let interruptedAwayFromRestart = 0
   for (const [n, list] of perMessage) {
     for (let j = 1; j < list.length; j++) {
       const previous = list[j - 1]!
@@ -212,7 +228,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
       const cause: DuplicateCause = previous.killedMs !== undefined && previous.killedMs <= next.startedMs
         ? "kill"
         : previous.interruptedMs !== undefined
-        ? "lease-loss"
+        ? (previous.okMs !== undefined ? "interrupted-after-work" : "interrupted")
         : previous.endWriteFailedMs !== undefined
         ? "handler-failed"
         : previous.okMs !== undefined
@@ -220,9 +236,9 @@ export const analyze = (input: AnalysisInput): Analysis => {
         : "unexplained"
       duplicatesByCause[cause]++
       if (
-        cause === "lease-loss" &&
+        (cause === "interrupted" || cause === "interrupted-after-work") &&
         (input.restartAt === undefined || Math.abs(previous.interruptedMs! - input.restartAt) > 10_000)
-      ) leaseLossAwayFromRestart++
+      ) interruptedAwayFromRestart++
       duplicates.push({ n, cause, previous, next })
     }
   }
@@ -264,7 +280,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
     overlaps,
     duplicates,
     duplicatesByCause,
-    leaseLossAwayFromRestart,
+    interruptedAwayFromRestart,
     redeliveryMs,
     notRedelivered,
     killsWithWork: killsWithWork.size

@@ -373,7 +373,8 @@ const main = async (): Promise<number> => {
       ["overlapping executions, both holders alive", String(result.overlaps.length), check(result.overlaps.length === 0, `${result.overlaps.length} overlapping executions with both holders alive`)],
       ["duplicate executions", String(totalDuplicates), ""],
       ["  following a SIGKILL", String(d.kill), ""],
-      ["  following a lease loss (interrupted)", String(d["lease-loss"]), d["lease-loss"] === 0 ? "" : "allowed (storm)"],
+      ["  following an interruption (lease/presence lost)", String(d.interrupted), d.interrupted === 0 ? "" : "allowed (storm)"],
+      ["  following work done, interrupted before ack", String(d["interrupted-after-work"]), d["interrupted-after-work"] === 0 ? "" : "allowed (storm)"],
       ["  following a failed ledger write", String(d["handler-failed"]), d["handler-failed"] === 0 ? "" : "allowed (handler failed)"],
       ["  after a completed run, holder alive", String(d["after-completion"]), check(d["after-completion"] === 0, `${d["after-completion"]} duplicates after a completed run whose holder was alive (double runs not caused by a kill)`)],
       ["  unexplained", String(d.unexplained), check(d.unexplained === 0, `${d.unexplained} duplicates whose earlier run neither finished, nor was interrupted, nor was killed`)],
@@ -396,7 +397,7 @@ const main = async (): Promise<number> => {
       ["  by pool", [...terminatedBy].map(([k, v]) => `${k} ${v}`).join(", ") || "-"],
       ["server restarts", restartDownMs === undefined ? "0" : `1 (down ${formatMs(restartDownMs)})`],
       ["ledger starts abandoned (no work done)", String(result.abandoned)],
-      ["lease losses away from the restart", String(result.leaseLossAwayFromRestart)],
+      ["interruptions > 10 s from the restart", String(result.interruptedAwayFromRestart)],
       ["worker log: double runs detected at ack", String(logs.doubleRun)],
       ["worker log: finishing writes failed", String(logs.finishFailed)],
       ["worker log: leases lost / at risk", String(logs.leaseLost)],
@@ -410,14 +411,18 @@ const main = async (): Promise<number> => {
         console.log(`  n=${o.n}: ${o.first.consumer} ${o.first.startedMs}..${o.first.okMs ?? o.first.interruptedMs ?? "?"} vs ${o.second.consumer} from ${o.second.startedMs}`)
       }
     }
-    const suspicious = result.duplicates.filter((x) => x.cause === "after-completion" || x.cause === "unexplained" || x.cause === "lease-loss")
+    const suspicious = result.duplicates.filter((x) => x.cause !== "kill")
     if (suspicious.length > 0) {
       console.log("\nduplicates not following a kill (first 10):")
       for (const x of suspicious.slice(0, 10)) {
         const p = x.previous
         console.log(
           `  n=${x.n} (${x.cause}): ${p.consumer} started ${p.startedMs - t0} ms, ` +
-            `ended ${p.okMs !== undefined ? `ok at ${p.okMs - t0}` : p.interruptedMs !== undefined ? `interrupted at ${p.interruptedMs - t0}` : "?"} ms; ` +
+            [
+              p.okMs === undefined ? "" : `work done at ${p.okMs - t0} ms`,
+              p.interruptedMs === undefined ? "" : `interrupted at ${p.interruptedMs - t0} ms`,
+              p.endWriteFailedMs === undefined ? "" : `end write failed at ${p.endWriteFailedMs - t0} ms`
+            ].filter((x) => x !== "").join(", ") + "; " +
             `then ${x.next.consumer} started ${x.next.startedMs - t0} ms (restart at ${restartAt === undefined ? "-" : restartAt - t0} ms)`
         )
       }

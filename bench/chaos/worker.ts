@@ -23,18 +23,16 @@
  * Payload of every message: `{ n, ms, thenMs? }`: sleep `ms` on the first
  * attempt and `thenMs` (default `ms`) on later ones.
  *
- * Session liveness: when this checkout has `src/ConsumerPresence.ts`, its
- * `layerFromEnv()` is provided to the consumer (mode from
- * `LEASEHOLD_SESSION_LIVENESS=on|off|auto`, which the orchestrators pass
- * through); without it the variable is only reported, and dead workers'
- * claims come back by lease expiry.
+ * Session liveness: `ConsumerPresence.layerFromEnv()` is provided to the
+ * consumer, its mode from `LEASEHOLD_SESSION_LIVENESS=on|off|auto` (default
+ * auto), which the orchestrators pass through.
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Cause, Effect, Exit, Layer } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { randomUUID } from "node:crypto"
-import { existsSync } from "node:fs"
 import * as Consumer from "../../src/Consumer.ts"
+import * as ConsumerPresence from "../../src/ConsumerPresence.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
 import * as QueueConfig from "../../src/QueueConfig.ts"
 import { classify } from "../../src/QueueError.ts"
@@ -165,18 +163,6 @@ const handler: Consumer.Handler<SqlClient.SqlClient> = (message, context) =>
     )
   })
 
-/**
- * The session-liveness layer, if this checkout has one. Imported by a computed
- * URL so the worker runs (and type-checks) with or without it.
- */
-const loadPresence = async (): Promise<Layer.Layer<never, unknown, SqlClient.SqlClient> | undefined> => {
-  const file = new URL("../../src/ConsumerPresence.ts", import.meta.url)
-  if (!existsSync(file)) return undefined
-  const mod = (await import(file.href)) as { readonly layerFromEnv?: () => Layer.Layer<never, unknown, SqlClient.SqlClient> }
-  return typeof mod.layerFromEnv === "function" ? mod.layerFromEnv() : undefined
-}
-const Presence = await loadPresence()
-
 const Pg = QueueConfig.pgLayerFromEnv({ applicationName: "chaos-worker", maxConnections: 6 })
 
 const Store = PgQueueStore.layer({ schema })
@@ -186,15 +172,13 @@ const Ready = Layer.effectDiscard(Effect.gen(function*() {
   const consumer = yield* Consumer.Consumer
   yield* Effect.sync(() =>
     process.stdout.write(
-      `READY ${consumer.settings.consumerId} ${process.pid} liveness=${liveness} presence=${Presence === undefined ? "absent" : "provided"}\n`
+      `READY ${consumer.settings.consumerId} ${process.pid} liveness=${liveness}\n`
     )
   )
 }))
 
 const WorkerLayer = Ready.pipe(
-  Layer.provide(
-    Presence === undefined ? Consumer.layerFromEnv(handler) : Consumer.layerFromEnv(handler).pipe(Layer.provide(Presence))
-  ),
+  Layer.provide(Consumer.layerFromEnv(handler).pipe(Layer.provide(ConsumerPresence.layerFromEnv()))),
   Layer.provide(Store),
   Layer.provide(Pg)
 )
