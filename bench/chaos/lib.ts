@@ -137,6 +137,7 @@ export const logPatterns = {
   doubleRun: /double run: the ack found the lease gone/,
   finishFailed: /could not be written; the message runs again/,
   leaseLost: /lease lost: |lease at risk: /,
+  presenceLost: /presence lost: the presence session is gone/,
   wedged: /renewer wedged/,
   ledgerFailed: /ledger (start|end) (failed|still failing)/
 } as const
@@ -231,7 +232,7 @@ export const spawnWorker = (options: SpawnOptions): Worker => {
     exit: undefined,
     closed,
     journal: [],
-    logCounts: { doubleRun: 0, finishFailed: 0, leaseLost: 0, wedged: 0, ledgerFailed: 0 },
+    logCounts: { doubleRun: 0, finishFailed: 0, leaseLost: 0, presenceLost: 0, wedged: 0, ledgerFailed: 0 },
     tail: []
   }
   allWorkers.add(worker)

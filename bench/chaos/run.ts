@@ -350,7 +350,7 @@ const main = async (): Promise<number> => {
       kills,
       restartAt
     })
-    const logs: LogCounts = { doubleRun: 0, finishFailed: 0, leaseLost: 0, wedged: 0, ledgerFailed: 0 }
+    const logs: LogCounts = { doubleRun: 0, finishFailed: 0, leaseLost: 0, presenceLost: 0, wedged: 0, ledgerFailed: 0 }
     for (const w of workers) for (const k of Object.keys(logs) as Array<keyof LogCounts>) logs[k] += w.logCounts[k]
 
     const violations: Array<string> = []
@@ -401,6 +401,7 @@ const main = async (): Promise<number> => {
       ["worker log: double runs detected at ack", String(logs.doubleRun)],
       ["worker log: finishing writes failed", String(logs.finishFailed)],
       ["worker log: leases lost / at risk", String(logs.leaseLost)],
+      ["worker log: presence lost, handlers stopped", String(logs.presenceLost)],
       ["worker log: renewers wedged", String(logs.wedged)],
       ["worker log: ledger writes failed", String(logs.ledgerFailed)],
       ["duration", formatMs(finishedAt - t0)]
