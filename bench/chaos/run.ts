@@ -13,10 +13,11 @@
  * Knobs (environment): CHAOS_MESSAGES, CHAOS_RATE (messages/s), CHAOS_WORKERS,
  * CHAOS_LEASE, CHAOS_CONCURRENCY, CHAOS_BATCH, CHAOS_POLL, CHAOS_KILL_EVERY,
  * CHAOS_TERMINATE_EVERY, CHAOS_RESTART_DOWN (how long the server stays down,
- * default 1s), CHAOS_QUARANTINE_AFTER (default 100), CHAOS_DRAIN_TIMEOUT, CHAOS_LOG_DIR; CHAOS_FAULT=block (see
- * worker.ts: proves the checks can fail); and
- * LEASEHOLD_SESSION_LIVENESS=on|off, passed through to the workers.
- * Every worker's output goes to CHAOS_LOG_DIR (default .tmp/chaos/<time>).
+ * default 1s), CHAOS_QUARANTINE_AFTER (default 100), CHAOS_DRAIN_TIMEOUT,
+ * CHAOS_LOG_DIR; CHAOS_FAULT=block (see worker.ts: proves the checks can
+ * fail); and LEASEHOLD_SESSION_LIVENESS=on|off|auto, passed through to the
+ * workers. Every worker's output goes to CHAOS_LOG_DIR (default
+ * .tmp/chaos/<time>). See bench/README.md.
  */
 import { Effect } from "effect"
 import { join } from "node:path"
