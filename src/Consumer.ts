@@ -99,6 +99,15 @@ export const make = <R>(
     // comes first; the reaper releasing a dead consumer's claims wakes us at once.
     const idle = IdleWake.make({ store, queues: settings.queues, pollIntervalMs: settings.pollIntervalMs, wake: registration?.reaped })
 
+    // How long before it could be reaped a consumer stops its handlers, and stops claiming.
+    const presenceSafetyMs = Math.min(500, settings.leaseMarginMs)
+    const atRisk: Effect.Effect<boolean> = registration === undefined
+      ? Effect.succeed(false)
+      : Effect.gen(function*() {
+        const reapableAt = yield* registration.reapableAt
+        return reapableAt._tag === "Some" && (yield* Clock.currentTimeMillis) >= reapableAt.value - presenceSafetyMs
+      })
+
     const handlers = yield* Scope.make()
     const slotFreed = yield* Latch.make(false)
     let inFlight = 0
@@ -319,6 +328,11 @@ export const make = <R>(
           if (inFlight >= concurrency) yield* Effect.timeoutOption(slotFreed.await, settings.pollIntervalMs)
           continue
         }
+        if (yield* atRisk) {
+          // Cut off long enough to look dead to the others: whatever we claimed now would be stopped at once.
+          yield* Effect.sleep(settings.pollIntervalMs)
+          continue
+        }
         const queue = settings.queues[next++ % settings.queues.length]!
         const claimedAt = yield* Clock.currentTimeMillis
         // Uninterruptible: a claim that committed must be dispatched (or released), never dropped.
@@ -367,7 +381,7 @@ export const make = <R>(
       // soon look dead to the others, whose reapers then release its claims: stop the handlers
       // first, so no message runs here and elsewhere at once.
       yield* Effect.forkScoped(
-        PresenceWatch.watch({ registration, renewers, safetyMs: Math.min(1_000, settings.leaseMarginMs) }).pipe(
+        PresenceWatch.watch({ registration, renewers, safetyMs: presenceSafetyMs }).pipe(
           Effect.annotateLogs(annotations)
         )
       )

@@ -138,9 +138,9 @@ export const variables = { sessionLiveness: "LEASEHOLD_SESSION_LIVENESS" } as co
 
 /** The defaults, in milliseconds. */
 export const defaults = {
-  heartbeatMs: 1_000,
-  staleAfterMs: 3_000,
-  reapEveryMs: 1_000,
+  heartbeatMs: 500,
+  staleAfterMs: 2_000,
+  reapEveryMs: 500,
   forgetAfterMs: 3_600_000
 } as const
 
@@ -477,7 +477,9 @@ export const make = (
                         "retrying; meanwhile claims are protected by their leases"
                     )
                   }
-                  yield* Effect.sleep(Math.min(heartbeatMs * 2 ** Math.min(failures - 1, 5), 5_000))
+                  // Retry at the heartbeat pace: after an outage, being registered again soon matters
+                  // more than the few failed connects it costs.
+                  yield* Effect.sleep(heartbeatMs)
                   continue
                 }
                 failures = 0

@@ -397,8 +397,8 @@ describe("Consumer with session liveness (TestClock)", () => {
       yield* TestClock.adjust("5 seconds")
       assert.deepStrictEqual(yield* Ref.get(h.interrupted), [])
       reapableAt = Option.some(5_000 + 3_000)
-      // Safety margin 1 s (min(1 s, lease margin)): stopped by 7 s, never as late as 8 s.
-      yield* TestClock.adjust("1500 millis")
+      // Safety margin 500 ms (min(500 ms, lease margin)): stopped at 7.5 s, never as late as 8 s.
+      yield* TestClock.adjust("2000 millis")
       assert.deepStrictEqual(yield* Ref.get(h.interrupted), [])
       yield* TestClock.adjust("500 millis")
       yield* settle
@@ -409,10 +409,16 @@ describe("Consumer with session liveness (TestClock)", () => {
       assert.strictEqual(spy.of("retry").length, 1)
       const history = yield* spy.inner.attempts(sent!.id)
       assert.deepStrictEqual(history.map((a) => a.outcome), ["lease-lost"])
-      // Reconnected: nothing more is stopped.
+      // At risk, it claims nothing: the message handed back is not taken again here.
+      yield* TestClock.adjust("1 second")
+      assert.strictEqual(spy.of("claim").length, 1)
+      // Reconnected: it claims again, and nothing more is stopped.
       reapableAt = Option.none()
       yield* TestClock.adjust("1 second")
+      assert.strictEqual(spy.of("claim").length, 2)
       assert.strictEqual((yield* Ref.get(h.interrupted)).length, 1)
       yield* h.open(sent!.id)
+      yield* settle
+      assert.strictEqual(spy.of("ack").length, 1)
     }))
 })
