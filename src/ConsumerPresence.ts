@@ -95,7 +95,9 @@ export interface Registration {
    * lock is free) and heartbeats stopped succeeding, so at the last successful
    * heartbeat + the stale bound both signals agree. The consumer stops its
    * handlers before then, so a consumer cut off from the database does not
-   * run on while another runs its messages.
+   * run on while another runs its messages. A heartbeat refused because the
+   * server itself is down moves that moment on: nobody can reap while the server
+   * is down, and reapers wait the stale bound after it starts.
    */
   readonly reapableAt: Effect.Effect<Option.Option<number>>
 }
@@ -129,6 +131,14 @@ export interface ConsumerPresenceShape {
    */
   readonly sweep: (self: string) => Effect.Effect<ReadonlyArray<Reaped>, StoreError>
 }
+
+/**
+ * A failure that proves the server itself is down for everyone (not that this
+ * consumer is cut off): nothing listening, or PostgreSQL starting or shutting down.
+ * A terminated backend (57P01) proves nothing: one session can be killed alone.
+ */
+const serverDown = (error: StoreError): boolean =>
+  error._tag === "ConnectionDead" && (error.code === "ECONNREFUSED" || error.code === "57P03")
 
 /** The presence service; the consumer uses it when present. */
 export class ConsumerPresence extends Context.Service<ConsumerPresence, ConsumerPresenceShape>()("leasehold/ConsumerPresence") {}
@@ -412,7 +422,13 @@ export const make = (
           backendPid: null as number | null,
           sessions: 0,
           /** Clock time taken just before the last heartbeat that succeeded. */
-          heartbeatOkAt: yield* Clock.currentTimeMillis
+          heartbeatOkAt: yield* Clock.currentTimeMillis,
+          /**
+           * When a heartbeat last found the server itself down (connection refused, or
+           * "cannot connect now": starting or shutting down). A server that was down then
+           * started later, and reapers release nothing within the stale bound of a start.
+           */
+          serverDownSeenAt: 0
         }
         let reapedSignal = Deferred.makeUnsafe<void>()
 
@@ -532,6 +548,7 @@ export const make = (
           while (true) {
             const result = yield* Effect.result(heartbeatOnce)
             const now = yield* Clock.currentTimeMillis
+            if (result._tag === "Failure" && serverDown(result.failure)) state.serverDownSeenAt = now
             if (result._tag === "Success") {
               if (warned) yield* Effect.logInfo("heartbeats are back")
               failingSince = undefined
@@ -628,7 +645,7 @@ export const make = (
             // Active: our lock is held, nobody can reap us. No key advertised: the reaper never releases us.
             state.liveness === "active" || state.lockKey === null
               ? Option.none()
-              : Option.some(state.heartbeatOkAt + staleMs)
+              : Option.some(Math.max(state.heartbeatOkAt, state.serverDownSeenAt) + staleMs)
           )
         } satisfies Registration
       })
