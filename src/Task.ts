@@ -37,7 +37,7 @@ export interface Task<Name extends string, A, I, E, R> {
   /** The queue it is sent to unless a send says otherwise. */
   readonly queue: string
   readonly payload: Schema.Codec<A, I>
-  /** Optional: the schema of the handler's success value (documentation and encoding of results). */
+  /** Optional: the schema of the handler's success value; a result that does not match is reported at ERROR. */
   readonly success: Schema.Top | undefined
   /** Optional: the schema of the handler's typed error, used to record failures as JSON. */
   readonly error: Schema.Top | undefined
@@ -161,6 +161,22 @@ const describeFailure = (task: Any, error: unknown): Effect.Effect<never, unknow
     )
 
 /**
+ * Check a handler's result against the task's success schema. A mismatch is a
+ * bug in the handler, reported at ERROR; the message is still acked, since its
+ * work is done and a retry would only do it again.
+ */
+const checkSuccess = (task: Any, result: unknown): Effect.Effect<void> =>
+  task.success === undefined
+    ? Effect.void
+    : Schema.encodeUnknownEffect(task.success as Schema.Codec<unknown, unknown>)(result).pipe(
+      Effect.matchEffect({
+        onSuccess: () => Effect.void,
+        onFailure: (e) =>
+          Effect.logError(`task "${task.name}" returned a value that does not match its success schema (acked anyway): ${e.message}`)
+      })
+    )
+
+/**
  * A consumer dispatcher for `tasks`: decodes each message's payload through
  * its task's schema (a payload that does not decode is dead-lettered at once,
  * with the schema's message), runs the handler, and applies the task's retry
@@ -202,12 +218,14 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
         const payload = yield* Schema.decodeUnknownEffect(task.payload)(message.payload).pipe(
           Effect.mapError((e) => new DecodeFailed({ task: task.name, message: e.message }))
         )
-        return yield* task.handler(payload, { ...context, message }).pipe(
+        const result = yield* task.handler(payload, { ...context, message }).pipe(
           Effect.catchIf(
             (e): e is unknown => !(e instanceof Unrecoverable),
             (e) => describeFailure(task, e)
           )
         )
+        yield* checkSuccess(task, result)
+        return result
       })
   }
 }

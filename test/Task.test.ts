@@ -9,7 +9,7 @@ import { TestClock } from "effect/testing"
 import type { MessageId } from "../src/Message.ts"
 import { QueueStore, type QueueStoreShape } from "../src/QueueStore.ts"
 import * as Task from "../src/Task.ts"
-import { makeSpy, startConsumer, type Spy } from "./support/ConsumerHarness.ts"
+import { captureLogs, makeSpy, startConsumer, type Spy } from "./support/ConsumerHarness.ts"
 
 const Email = Schema.Struct({ to: Schema.String, count: Schema.NumberFromString })
 
@@ -218,6 +218,26 @@ describe("Task (memory store, TestClock)", () => {
       yield* settle
       const [dead] = yield* spy.inner.deadLetters({})
       assert.include(dead!.lastError ?? "", `charge failed: {"_tag":"PaymentDeclined","code":"insufficient_funds"}`)
+    }))
+
+  it.effect("a result that does not match the task's success schema is reported at ERROR, and the message acked", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const sum = Task.make({
+        name: "sum",
+        payload: Schema.Array(Schema.Number),
+        success: Schema.Number,
+        handler: (ns) => Effect.succeed(ns.length === 0 ? ("nothing" as unknown as number) : ns.reduce((a, b) => a + b, 0))
+      })
+      yield* Task.send(sum, [1, 2]).pipe(withStore(spy))
+      yield* Task.send(sum, []).pipe(withStore(spy))
+      yield* startConsumer(spy, Task.dispatcher(sum), {}, logs)
+      yield* settle
+      assert.strictEqual(spy.of("ack").length, 2)
+      const errors = logs.entries.filter((e) => e.level === "Error" && /does not match its success schema/.test(e.message))
+      assert.strictEqual(errors.length, 1)
+      assert.match(errors[0]!.message, /Expected number/)
     }))
 
   it("a dispatcher refuses two tasks of the same name", () => {
