@@ -18,6 +18,7 @@ import * as Outcome from "./internal/outcome.ts"
 import { type ConfigInvalid, MaxRuntimeExceeded, type StoreError } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
 import { QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+import { seconds } from "./internal/format.ts"
 
 /** What a handler gets besides the message. */
 export interface HandlerContext {
@@ -74,7 +75,6 @@ export interface ConsumerShape {
 /** The consumer service: present while the consumer runs (its layer's scope). */
 export class Consumer extends Context.Service<Consumer, ConsumerShape>()("leasehold/Consumer") {}
 
-const seconds = (ms: number) => `${(ms / 1000).toFixed(1)}s`
 
 /**
  * Start a consumer in the current scope. Closing the scope shuts it down

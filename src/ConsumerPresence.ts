@@ -38,6 +38,7 @@ import * as Migrations from "./Migrations.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, ConfigInvalid, InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
+import { seconds } from "./internal/format.ts"
 
 /**
  * `auto` (default): use session liveness when the connection holds session
@@ -157,7 +158,6 @@ export const defaults = {
 /** A backend older than this at our first statement was not started for us: a pooler's connection. */
 const POOLED_BACKEND_AGE_MS = 10_000
 
-const seconds = (ms: number) => `${(ms / 1000).toFixed(1)}s`
 
 /**
  * The first key of every presence lock: a hash of the schema, so leasehold

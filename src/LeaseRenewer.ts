@@ -10,6 +10,7 @@ import type { Claim, ClaimRef, MessageId } from "./Message.ts"
 import { LeaseLost, QueryFailed } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
 import { QueueStore } from "./QueueStore.ts"
+import { seconds } from "./internal/format.ts"
 
 /** Timing of a renewer, in milliseconds of Effect's `Clock`. */
 export interface RenewerOptions {
@@ -54,7 +55,6 @@ interface Entry {
   readonly lost: Deferred.Deferred<LeaseLost>
 }
 
-const seconds = (ms: number) => `${(ms / 1000).toFixed(1)}s`
 
 /**
  * Start the renewer of `claims` in the current scope. Closing the scope stops

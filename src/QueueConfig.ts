@@ -10,6 +10,7 @@ import { PgClient } from "@effect/sql-pg"
 import { Config, Effect, Layer, Option, type Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import * as os from "node:os"
+import * as Validate from "./internal/validate.ts"
 import { classify, ConfigInvalid, type StoreError } from "./QueueError.ts"
 
 /** What the consumer does when it loses a lease while the handler still runs. */
@@ -160,11 +161,9 @@ const inRange = (variable: string, value: number, min: number, max: number, unit
     ? Effect.succeed(value)
     : Effect.fail(invalid(variable, `a whole number from ${min}${unit} to ${max}${unit}`, String(value)))
 
-const namePattern = /^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$/
-const nameRule = "1-128 characters of A-Z a-z 0-9 _ . : / -, starting with a letter or digit"
 
 const checkName = (variable: string, value: string) =>
-  namePattern.test(value) ? Effect.succeed(value) : Effect.fail(invalid(variable, nameRule, value))
+  Validate.namePattern.test(value) ? Effect.succeed(value) : Effect.fail(invalid(variable, Validate.nameRule, value))
 
 /** A consumer id unique enough to tell processes apart in logs and `leased_by`. */
 export const defaultConsumerId = (): string =>

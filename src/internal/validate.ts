@@ -7,7 +7,9 @@ import { InvalidInput } from "../QueueError.ts"
 import type { NewMessage } from "../Message.ts"
 
 /** Queue, task and consumer names: letters, digits and `_ . : / -`, 1 to 128 characters. */
-const namePattern = /^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$/
+export const namePattern = /^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$/
+/** The rule behind {@link namePattern}, as error messages state it. */
+export const nameRule = "1-128 characters of A-Z a-z 0-9 _ . : / -, starting with a letter or digit"
 /** SQL schema names: a lower-case identifier that never needs quoting. */
 const schemaPattern = /^[a-z_][a-z0-9_]{0,62}$/
 
@@ -30,7 +32,7 @@ export const name = (field: string, value: unknown): Effect.Effect<string, Inval
   typeof value === "string" && namePattern.test(value)
     ? Effect.succeed(value)
     : Effect.fail(
-      invalid(field, "1-128 characters of A-Z a-z 0-9 _ . : / -, starting with a letter or digit", `${show(value)} is not a valid name`)
+      invalid(field, nameRule, `${show(value)} is not a valid name`)
     )
 
 /** Check a SQL schema name, synchronously (used when building layers). */
