@@ -12,5 +12,5 @@ const WorkerLayer = Consumer.layerFromEnv(Task.dispatcher(sendWelcomeEmail)).pip
   Layer.provide(QueueConfig.pgLayerFromEnv())
 )
 
-// SIGTERM/SIGINT: stop claiming, let handlers finish within the grace, release the rest.
-Layer.launch(WorkerLayer).pipe(NodeRuntime.runMain)
+// SIGTERM/SIGINT: stop claiming, let handlers finish within the grace, release the rest; exit 0.
+Layer.launch(WorkerLayer).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))

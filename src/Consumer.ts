@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { Clock, Context, Effect, Exit, Fiber, Latch, Layer, Metric, Random, Scope } from "effect"
+import { Cause, Clock, Context, Effect, Exit, Fiber, Latch, Layer, Metric, Random, Runtime, Scope } from "effect"
 import * as EventLoopLag from "./internal/eventLoopLag.ts"
 import * as IdleWake from "./internal/idleWake.ts"
 import * as PresenceWatch from "./internal/presenceWatch.ts"
@@ -458,3 +458,13 @@ export const layer = <R>(
 /** A consumer running `handler`, configured from `LEASEHOLD_*` environment variables. */
 export const layerFromEnv = <R>(handler: Handler<R> | Dispatcher<R>): Layer.Layer<Consumer, ConfigInvalid, QueueStore | R> =>
   Layer.effect(Consumer, Effect.flatMap(QueueConfig.fromEnv, (settings) => make(handler, settings)))
+
+/**
+ * A teardown for `NodeRuntime.runMain` in worker programs: a shutdown asked for
+ * by SIGTERM/SIGINT that drained (the main fiber ended by interruption only)
+ * exits 0, not 130; anything else exits as Effect's default teardown says.
+ *
+ * `Layer.launch(WorkerLayer).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))`
+ */
+export const teardown: Runtime.Teardown = (exit, onExit) =>
+  Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause) ? onExit(0) : Runtime.defaultTeardown(exit, onExit)

@@ -28,7 +28,7 @@
  * auto), which the orchestrators pass through.
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { Cause, Effect, Exit, Layer } from "effect"
+import { Effect, Layer } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { randomUUID } from "node:crypto"
 import * as Consumer from "../../src/Consumer.ts"
@@ -183,12 +183,5 @@ const WorkerLayer = Ready.pipe(
   Layer.provide(Pg)
 )
 
-Layer.launch(WorkerLayer).pipe(
-  NodeRuntime.runMain({
-    // A signal-driven shutdown that drained cleanly is a success.
-    teardown: (exit, onExit) => {
-      if (Exit.isSuccess(exit) || Cause.hasInterruptsOnly(exit.cause)) return onExit(0)
-      return onExit(1)
-    }
-  })
-)
+// A signal-driven shutdown that drained cleanly is a success: exit 0.
+Layer.launch(WorkerLayer).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))
