@@ -13,7 +13,7 @@ import { resolve } from "node:path"
 import { Effect, ManagedRuntime } from "effect"
 import { SqlClient } from "effect/sql"
 import { afterAll, assert, beforeAll, describe, it } from "vitest"
-import type { Claim } from "../src/Message.ts"
+import type { Claim, MessageId } from "../src/Message.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import type { QueueStoreShape } from "../src/QueueStore.ts"
@@ -238,6 +238,26 @@ describe("leasehold CLI (a real process)", () => {
       { id: ids[1]!, state: "ready" },
       { id: elsewhere!, state: "dead" }
     ], "purge deleted only the dead letter of its queue; redriven (live) messages are untouched")
+  })
+
+  it("attempts <id> prints a message's attempt history, oldest first; a bad id is a usage error", async () => {
+    const schema = await freshSchema(true)
+    const env = envFor(schema)
+    const [id] = await makeDeadLetters(schema, "hist", 1)
+    const base = { messageId: id as MessageId, queue: "hist", task: "poisoned", consumer: "w1", startedAt: new Date(1_000), endedAt: new Date(2_000) }
+    await withStore(schema, (store) =>
+      Effect.andThen(
+        store.recordAttempt({ ...base, attempt: 1, outcome: "retried", error: "Error: boom" }),
+        store.recordAttempt({ ...base, attempt: 2, outcome: "dead-lettered", error: "Error: boom again" })
+      ))
+    const history = await ok(["attempts", id!], env)
+    assert.deepStrictEqual(
+      history.map((a: { attempt: number; outcome: string; consumer: string; error: string }) => [a.attempt, a.outcome, a.consumer, a.error]),
+      [[1, "retried", "w1", "Error: boom"], [2, "dead-lettered", "w1", "Error: boom again"]]
+    )
+    const bad = await run(["attempts", "1; drop table x"], env)
+    assert.strictEqual(bad.code, 2, show(bad))
+    assert.include(bad.stderr, "attempts needs a message id")
   })
 
   it("dead-letters purge or redrive with no filter refuses: exit 2 and the usage, before connecting; nothing touched", async () => {

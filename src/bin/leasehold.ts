@@ -6,6 +6,7 @@
  *   leasehold migrate
  *   leasehold send <queue> <task> <json> [--delay 5s] [--priority N] [--dedup KEY] [--max-attempts N]
  *   leasehold stats [queue...]                       (default: LEASEHOLD_QUEUES or "default")
+ *   leasehold attempts <message-id>                  (the attempt history of a message)
  *   leasehold dead-letters list   [--queue Q] [--ids 1,2] [--limit N]
  *   leasehold dead-letters redrive [--queue Q] [--ids 1,2] | --all
  *   leasehold dead-letters purge   [--queue Q] [--ids 1,2] | --all
@@ -22,6 +23,7 @@ const usage = `usage:
   leasehold migrate
   leasehold send <queue> <task> <json> [--delay 5s] [--priority N] [--dedup KEY] [--max-attempts N]
   leasehold stats [queue...]
+  leasehold attempts <message-id>
   leasehold dead-letters list [--queue Q] [--ids 1,2] [--limit N]
   leasehold dead-letters redrive (--queue Q | --ids 1,2 | --all)
   leasehold dead-letters purge (--queue Q | --ids 1,2 | --all)
@@ -95,6 +97,12 @@ const command = <E>(argv: ReadonlyArray<string>, connect: Effect.Effect<QueueSto
         const queues = rest.length > 0 ? rest : (process.env["LEASEHOLD_QUEUES"] ?? "default").split(",").map((q) => q.trim())
         const store = yield* connect
         return yield* print(yield* Effect.forEach(queues, (q) => store.stats(q)))
+      }
+      case "attempts": {
+        const [id] = rest
+        if (id === undefined || !/^\d{1,19}$/.test(id)) throw new UsageError("attempts needs a message id (a number)")
+        const store = yield* connect
+        return yield* print(yield* store.attempts(id as MessageId))
       }
       case "dead-letters": {
         const [action] = rest
