@@ -96,8 +96,15 @@ export const make = <R>(
     const presence = yield* Effect.serviceOption(ConsumerPresence)
     const registration = presence._tag === "Some" ? yield* presence.value.register(consumerId) : undefined
     // Idle: sleep until the poll interval or the earliest delay/lease end of our queues, whichever
-    // comes first; the reaper releasing a dead consumer's claims wakes us at once.
-    const idle = IdleWake.make({ store, queues: settings.queues, pollIntervalMs: settings.pollIntervalMs, wake: registration?.reaped })
+    // comes first; the reaper releasing a dead consumer's claims wakes us at once, and so does a send.
+    // A send to one of our queues (LISTEN/NOTIFY on PostgreSQL) wakes us too: new work runs at once.
+    const sent = yield* store.sends(settings.queues)
+    const idle = IdleWake.make({
+      store,
+      queues: settings.queues,
+      pollIntervalMs: settings.pollIntervalMs,
+      wake: registration === undefined ? sent : Effect.raceFirst(registration.reaped, sent)
+    })
 
     // How long before it could be reaped a consumer stops its handlers, and stops claiming.
     const presenceSafetyMs = Math.min(500, settings.leaseMarginMs)

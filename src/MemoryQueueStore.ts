@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { Clock, Duration, Effect, Layer, Option } from "effect"
+import { Clock, Duration, Effect, Latch, Layer, Option } from "effect"
 import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
 import type { InvalidInput } from "./QueueError.ts"
 import { defaults, type DeadLetterFilter, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
@@ -69,6 +69,8 @@ const claimOrder = (a: Row, b: Row) =>
 export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<QueueStoreShape> =>
   Effect.sync(() => {
     const rows = new Map<bigint, Row>()
+    /** Subscribers per queue, woken by sends of messages ready now. */
+    const listeners = new Map<string, Set<Latch.Latch>>()
     const history: Array<Attempt> = []
     let nextId = 1n
     const limits: Validate.SendLimits = {
@@ -109,7 +111,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         const prepared = yield* Validate.prepareSend(queue, messages, limits)
         const now = yield* Clock.currentTimeMillis
         // All checks passed before the first write: like the SQL transaction, all or nothing.
-        return prepared.map((m): SendResult => {
+        const results = prepared.map((m): SendResult => {
           if (m.dedupKey !== null) {
             const existing = live(queue).find((r) => r.dedupKey === m.dedupKey)
             if (existing !== undefined) return { id: String(existing.id) as MessageId, deduplicated: true }
@@ -138,6 +140,10 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
           })
           return { id: String(id) as MessageId, deduplicated: false }
         })
+        if (prepared.some((m) => m.delayMs === 0)) {
+          for (const latch of listeners.get(queue) ?? []) latch.openUnsafe()
+        }
+        return results
       })
 
     const claim: QueueStoreShape["claim"] = (queue, options) =>
@@ -270,6 +276,18 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         return removed
       })
 
+    const sends: QueueStoreShape["sends"] = (queues) =>
+      Effect.gen(function*() {
+        const latch = yield* Latch.make(false)
+        for (const queue of queues) {
+          const set = listeners.get(queue) ?? new Set()
+          set.add(latch)
+          listeners.set(queue, set)
+        }
+        yield* Effect.addFinalizer(() => Effect.sync(() => queues.forEach((q) => listeners.get(q)?.delete(latch))))
+        return Effect.andThen(latch.await, latch.close)
+      })
+
     const stats: QueueStoreShape["stats"] = (queue) =>
       Effect.gen(function*() {
         yield* Validate.name("queue", queue)
@@ -310,6 +328,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       recordAttempt,
       attempts,
       pruneAttempts,
+      sends,
       stats,
       nextVisibleAt
     })

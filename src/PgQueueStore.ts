@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Clock, Duration, Effect, Layer, Option, type Scope } from "effect"
+import { Clock, Duration, Effect, Latch, Layer, Option, Queue, type Scope } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql"
 import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
@@ -116,6 +116,9 @@ export const make = (
     const table = sql(`${schema}.messages`)
     const attemptsTable = sql(`${schema}.attempts`)
     const leaseSql = (yield* makeLeaseClient(options.leasePool)) ?? sql
+    const pg = yield* Effect.serviceOption(PgClient.PgClient)
+    /** The NOTIFY channel of this schema: sends announce their queue on it. */
+    const channel = `leasehold_${schema}`
     const limits: Validate.SendLimits = {
       maxPayloadBytes: options.maxPayloadBytes ?? defaults.maxPayloadBytes,
       defaultMaxAttempts: options.defaultMaxAttempts ?? defaults.maxAttempts
@@ -210,6 +213,10 @@ export const make = (
             }
           }
           yield* flush
+          // Wake idle consumers of this queue when something is ready now. NOTIFY is
+          // delivered when the transaction commits (the caller's, if any), never before.
+          // Best effort: a consumer also polls, so a failed notify must not fail the send.
+          if (prepared.some((m) => m.delayMs === 0)) yield* Effect.ignore(sql`SELECT pg_notify(${channel}, ${queue})`)
         })
         // One statement needs no transaction; several must land together.
         yield* prepared.length === 1 ? write : sql.withTransaction(write)
@@ -433,6 +440,30 @@ export const make = (
         return rows[0]?.n ?? 0
       }).pipe((e) => op("pruneAttempts", {}, e))
 
+    const sends: QueueStoreShape["sends"] = (queues) =>
+      Effect.gen(function*() {
+        const latch = yield* Latch.make(false)
+        if (pg._tag === "None") return Effect.never // no LISTEN without a PgClient: consumers poll
+        const wanted = new Set(queues)
+        // One listening connection (reserved from the main pool) per subscription. When it dies,
+        // listen again after a pause; meanwhile consumers poll.
+        const listen = Effect.scoped(Effect.gen(function*() {
+          const notifications = yield* pg.value.listen(channel)
+          while (true) {
+            const notification = yield* Queue.take(notifications)
+            if (wanted.has(notification.payload)) yield* latch.open
+          }
+        })).pipe(
+          Effect.catchCause((cause) =>
+            Effect.logDebug("send notifications interrupted; listening again in 1s", cause).pipe(Effect.andThen(Effect.sleep(1_000)))
+          ),
+          Effect.forever,
+          Effect.annotateLogs({ module: "PgQueueStore", channel })
+        )
+        yield* Effect.forkScoped(listen)
+        return Effect.andThen(latch.await, latch.close)
+      })
+
     const stats: QueueStoreShape["stats"] = (queue) =>
       Effect.gen(function*() {
         yield* Validate.name("queue", queue)
@@ -490,6 +521,7 @@ export const make = (
       recordAttempt,
       attempts,
       pruneAttempts,
+      sends,
       stats,
       nextVisibleAt
     })

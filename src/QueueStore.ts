@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Context, type Duration, type Effect, type Option } from "effect"
+import { Context, type Duration, type Effect, type Option, type Scope } from "effect"
 import type { Attempt, Claim, ClaimRef, DeadLetter, MessageId, NewMessage, QueueStats, SendResult } from "./Message.ts"
 import type { InvalidInput, StoreError } from "./QueueError.ts"
 
@@ -81,6 +81,15 @@ export interface QueueStoreShape {
   readonly pruneAttempts: (olderThan: Duration.Input) => Effect.Effect<number, StoreError>
   /** Counts of one queue: ready, delayed, in flight, dead, age of the oldest ready message. */
   readonly stats: (queue: string) => Effect.Effect<QueueStats, InvalidInput | StoreError>
+  /**
+   * Hear about sends: subscribe to `queues` for the life of the current scope;
+   * the returned effect completes when a message ready now was sent to one of
+   * them since the last time it completed (on PostgreSQL: LISTEN/NOTIFY,
+   * delivered when the sending transaction commits). An idle consumer races
+   * it with its poll, so a new message runs at once; best effort, never needed
+   * for correctness.
+   */
+  readonly sends: (queues: ReadonlyArray<string>) => Effect.Effect<Effect.Effect<void>, never, Scope.Scope>
   /**
    * The earliest future time a message of `queue` becomes visible (a delay
    * ending or a lease expiring), so an idle consumer can sleep exactly until then.

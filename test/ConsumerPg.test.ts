@@ -261,3 +261,36 @@ describe("Consumer on PostgreSQL (real time)", () => {
     }).pipe(Effect.provide(storeOn(schema, applicationName)))
   }, { timeout: 30_000 })
 })
+
+describe("waking on sends (LISTEN/NOTIFY)", () => {
+  it.live("an idle consumer with a one-minute poll runs a new message at once, also one sent in a committed transaction", () =>
+    // Scoped inside the store's layer: the consumer always stops before its pool closes.
+    Effect.scoped(Effect.gen(function*() {
+      const store = yield* QueueStore
+      const sql = yield* SqlClient.SqlClient
+      const started: Array<{ id: string; at: number }> = []
+      const handler: Consumer.Handler = (message) => Effect.sync(() => { started.push({ id: message.id, at: Date.now() }) })
+      const scope = yield* Scope.fork(yield* Scope.Scope)
+      yield* Layer.buildWithScope(
+        Consumer.layer(handler, { queues: [QUEUE], consumerId: "listener", lease: LEASE, pollInterval: "1 minute" }),
+        scope
+      )
+      // Let its first poll find nothing, so it is asleep for a minute.
+      yield* Effect.sleep(300)
+      const sentAt = Date.now()
+      const [first] = yield* store.send(QUEUE, [{ task: "quick", payload: {} }])
+      const run = yield* waitFor("the first message to run", Effect.sync(() => Option.fromNullishOr(started[0])), 10_000)
+      assert.strictEqual(run.id, first!.id)
+      // Well under the one-minute poll: the send woke the consumer.
+      assert.isAtMost(run.at - sentAt, 5_000, `woke after ${run.at - sentAt} ms`)
+      // A send inside a transaction wakes it when the transaction commits.
+      yield* Effect.sleep(300)
+      const [second] = yield* sql.withTransaction(store.send(QUEUE, [{ task: "quick", payload: {} }]))
+      const committedAt = Date.now()
+      const run2 = yield* waitFor("the second message to run", Effect.sync(() => Option.fromNullishOr(started[1])), 10_000)
+      assert.strictEqual(run2.id, second!.id)
+      assert.isAtMost(run2.at - committedAt, 5_000, `woke after ${run2.at - committedAt} ms`)
+      yield* Effect.log(`woken by sends after ${run.at - sentAt} ms and ${run2.at - committedAt} ms (poll interval 1 minute)`)
+      yield* Scope.close(scope, Exit.void)
+    })).pipe(Effect.provide(PgTest.storeLayer({ clock: "database" }))), { timeout: 30_000 })
+})

@@ -76,35 +76,37 @@ describe("Consumer wakes at the earliest visibility (TestClock)", () => {
       assert.strictEqual(h.starts[1]!.id, late!.id)
     }))
 
-  it.effect("nothing waiting: the poll interval still bounds the sleep", () =>
+  it.effect("a send wakes a sleeping consumer at once, whatever its poll interval", () =>
     Effect.gen(function*() {
       const spy = yield* makeSpy
       const h = recordingHandler()
       yield* startConsumer(spy, h.handler, { pollInterval: "1 minute" })
       yield* settle
-      // Sent while the consumer sleeps (no visibility was known when it went to sleep).
+      // Sent while the consumer sleeps its minute (no visibility was known when it went to sleep).
       yield* TestClock.adjust("10 seconds")
       const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
-      yield* TestClock.adjust("49 seconds")
       yield* settle
-      assert.deepStrictEqual(h.starts, [])
-      yield* TestClock.adjust("1 second")
-      yield* settle
-      assert.deepStrictEqual(h.starts, [{ id: sent!.id, at: 60_000 }])
+      assert.deepStrictEqual(h.starts, [{ id: sent!.id, at: 10_000 }])
     }))
 
   it.effect("a visibility beyond the poll interval does not stretch the sleep", () =>
     Effect.gen(function*() {
       const spy = yield* makeSpy
       const h = recordingHandler()
-      yield* spy.store.send(queue, [{ task: "t", payload: 1, delay: 300_000 }])
+      // Held by another consumer for 5 minutes: the only visibility known is 300 s away.
+      const [held] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      const [claim] = yield* spy.inner.claim(queue, { lease: "5 minutes", limit: 1, consumer: "other" })
       yield* startConsumer(spy, h.handler, { pollInterval: "1 minute" })
       yield* settle
+      // Released at 30 s (no send to wake anyone): found by the next poll, at 60 s, not at 300 s.
       yield* TestClock.adjust("30 seconds")
-      const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 2 }])
-      yield* TestClock.adjust("30 seconds")
+      assert.isTrue(yield* spy.inner.release(claim!))
+      yield* TestClock.adjust("29 seconds")
       yield* settle
-      assert.deepStrictEqual(h.starts, [{ id: sent!.id, at: 60_000 }])
+      assert.deepStrictEqual(h.starts, [])
+      yield* TestClock.adjust("1 second")
+      yield* settle
+      assert.deepStrictEqual(h.starts, [{ id: held!.id, at: 60_000 }])
     }))
 
   it.effect("when nextVisibleAt fails, the consumer sleeps the poll interval", () =>

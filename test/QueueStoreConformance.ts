@@ -4,7 +4,7 @@
  * Time is Effect's Clock, moved with TestClock; each test uses its own queue.
  */
 import { assert, layer } from "@effect/vitest"
-import { type Duration, Effect, type Layer, Option } from "effect"
+import { type Duration, Effect, Fiber, type Layer, Option } from "effect"
 import { TestClock } from "effect/testing"
 import type { Claim, MessageId, NewMessage } from "../src/Message.ts"
 import { QueueStore } from "../src/QueueStore.ts"
@@ -434,6 +434,20 @@ export const conformance = (
         // Pruning is store-wide (other tests' records may go too); this message keeps only its recent attempt.
         assert.isAtLeast(yield* store.pruneAttempts("30 minutes"), 1)
         assert.deepStrictEqual((yield* store.attempts(s!.id)).map((a) => a.attempt), [2])
+      }))
+
+    it.effect("sends wake a subscriber of the queue once per await, even when sent before the await", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("wake")
+        const next = yield* store.sends([queue])
+        // Sent before anyone awaits: the signal is kept.
+        yield* sendAll(queue, [msg("early")])
+        yield* next
+        // Awaited first, sent after: the waiter wakes (on PostgreSQL, through LISTEN/NOTIFY).
+        const waiter = yield* Effect.forkChild(next)
+        yield* sendAll(queue, [msg("late")])
+        yield* Fiber.join(waiter)
       }))
 
     it.effect(`concurrent claimers over ${options.exactlyOnceMessages} messages deliver each exactly once`, () =>

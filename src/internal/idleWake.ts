@@ -3,7 +3,7 @@
  * the earliest future `visible_at` of its queues (a delay ending, or the lease
  * of a dead worker running out), so a dead worker's message runs again at
  * lease expiry, not lease + a poll interval. A `wake` signal (the presence
- * reaper released something) cuts the sleep short.
+ * reaper released something, or a message was sent) cuts the sleep short.
  */
 import { Clock, Effect, Option } from "effect"
 import type { QueueStoreShape } from "../QueueStore.ts"
