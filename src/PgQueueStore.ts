@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Clock, Duration, Effect, Latch, Layer, Option, Queue, type Scope } from "effect"
+import { Clock, Deferred, Duration, Effect, Latch, Layer, Option, Queue, type Scope } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql"
 import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
@@ -445,10 +445,17 @@ export const make = (
         const latch = yield* Latch.make(false)
         if (pg._tag === "None") return Effect.never // no LISTEN without a PgClient: consumers poll
         const wanted = new Set(queues)
-        // One listening connection (reserved from the main pool) per subscription. When it dies,
-        // listen again after a pause; meanwhile consumers poll.
+        const listening = yield* Deferred.make<void>()
+        // One connection of its own per subscription, not one held from the main pool (a small
+        // pool would lose a slot for good). When it dies, listen again after a pause; meanwhile
+        // consumers poll.
         const listen = Effect.scoped(Effect.gen(function*() {
-          const notifications = yield* pg.value.listen(channel)
+          const client = yield* PgClient.makeClient({
+            ...pg.value.config,
+            applicationName: `${pg.value.config.applicationName ?? "leasehold"}-listen`
+          }).pipe(Effect.provide(Reactivity.layer))
+          const notifications = yield* client.listen(channel)
+          yield* Deferred.succeed(listening, undefined)
           while (true) {
             const notification = yield* Queue.take(notifications)
             if (wanted.has(notification.payload)) yield* latch.open
@@ -461,6 +468,8 @@ export const make = (
           Effect.annotateLogs({ module: "PgQueueStore", channel })
         )
         yield* Effect.forkScoped(listen)
+        // Sends made after this returns must be heard: wait (boundedly) until LISTEN is in place.
+        yield* Deferred.await(listening).pipe(Effect.timeoutOption(5_000))
         return Effect.andThen(latch.await, latch.close)
       })
 
