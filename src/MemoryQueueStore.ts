@@ -9,7 +9,7 @@
 import { Clock, Duration, Effect, Latch, Layer, Option } from "effect"
 import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
 import type { InvalidInput } from "./QueueError.ts"
-import { defaults, type DeadLetterFilter, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Validate from "./internal/validate.ts"
 
 /** How to build a {@link MemoryQueueStore}. */
@@ -313,7 +313,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         return future.length === 0 ? Option.none() : Option.some(new Date(Math.min(...future)))
       })
 
-    return QueueStore.of({
+    return fromOperations({
       send,
       claim,
       renew,
@@ -321,10 +321,9 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       release,
       retry,
       deadLetter,
-      // Dead-letter filters are checked like every other input, before any SQL runs.
-      redrive: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), redrive),
-      purge: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), purge),
-      deadLetters: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), deadLetters),
+      redrive,
+      purge,
+      deadLetters,
       recordAttempt,
       attempts,
       pruneAttempts,

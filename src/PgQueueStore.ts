@@ -12,7 +12,7 @@ import { SqlClient } from "effect/sql"
 import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
 import * as Migrations from "./Migrations.ts"
 import { classify, type InvalidInput, type StoreError } from "./QueueError.ts"
-import { defaults, type DeadLetterFilter, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Validate from "./internal/validate.ts"
 import type { PreparedMessage } from "./internal/validate.ts"
 
@@ -515,7 +515,7 @@ export const make = (
         return Option.fromNullishOr(row?.at)
       }).pipe((e) => op("nextVisibleAt", { queue }, e))
 
-    return QueueStore.of({
+    return fromOperations({
       send,
       claim,
       renew,
@@ -523,10 +523,9 @@ export const make = (
       release,
       retry,
       deadLetter,
-      // Dead-letter filters are checked like every other input, before any SQL runs.
-      redrive: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), redrive),
-      purge: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), purge),
-      deadLetters: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), deadLetters),
+      redrive,
+      purge,
+      deadLetters,
       recordAttempt,
       attempts,
       pruneAttempts,

@@ -5,7 +5,8 @@
  *
  * @since 0.1.0
  */
-import { Context, type Duration, type Effect, type Option, type Scope } from "effect"
+import { Context, type Duration, Effect, type Option, type Scope } from "effect"
+import * as Validate from "./internal/validate.ts"
 import type { Attempt, Claim, ClaimRef, DeadLetter, MessageId, NewMessage, QueueStats, SendResult } from "./Message.ts"
 import type { InvalidInput, StoreError } from "./QueueError.ts"
 
@@ -102,6 +103,19 @@ export interface QueueStoreShape {
  * `MemoryQueueStore.layer` in fast tests of consumer logic.
  */
 export class QueueStore extends Context.Service<QueueStore, QueueStoreShape>()("leasehold/QueueStore") {}
+
+/**
+ * Build the service from a store's operations, checking the dead-letter filters
+ * of `redrive`, `purge` and `deadLetters` like every other input, before any
+ * store code runs. Both stores are made with it.
+ */
+export const fromOperations = (shape: QueueStoreShape): QueueStoreShape =>
+  QueueStore.of({
+    ...shape,
+    redrive: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.redrive),
+    purge: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.purge),
+    deadLetters: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.deadLetters)
+  })
 
 /** Defaults shared by the stores. */
 export const defaults = {
