@@ -14,6 +14,7 @@ import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { waitFor } from "./support/Wait.ts"
 
 const QUEUE = "consumer_pg"
 const LEASE = "1 second"
@@ -72,17 +73,6 @@ const startConsumer = (handler: Consumer.Handler, consumerId: string) =>
     return { consumer: Context.get(context, Consumer.Consumer), stop: Scope.close(scope, Exit.void) }
   })
 
-/** Poll `check` every `intervalMs` until it yields a value, or fail naming `what`. */
-const waitFor = <A, E, R>(what: string, check: Effect.Effect<Option.Option<A>, E, R>, timeoutMs = 20_000, intervalMs = 50) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + timeoutMs
-    while (true) {
-      const value = yield* check
-      if (Option.isSome(value)) return value.value
-      if (Date.now() > deadline) return yield* Effect.die(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`))
-      yield* Effect.sleep(intervalMs)
-    }
-  })
 
 /**
  * The store on its own pool tagged `applicationName` (the lease pool is
@@ -204,8 +194,7 @@ describe("Consumer on PostgreSQL (real time)", () => {
                 for (const row of rows) if (row.killed) killed.push(row.query.trim().split(/\s+/)[0]!)
                 return killed.includes(stopAt) ? Option.some(true) : Option.none()
               }),
-              timeoutMs,
-              5
+              { timeoutMs, intervalMs: 5 }
             ).pipe(Effect.exit) // a timeout shows in the assertions on what was killed
           }
           yield* Deferred.succeed(done, undefined)

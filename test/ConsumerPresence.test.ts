@@ -22,6 +22,7 @@ import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { waitFor } from "./support/Wait.ts"
 
 const QUEUE = "presence"
 /** Fast presence timing for tests: stale after 1.5 s. */
@@ -31,17 +32,6 @@ const rand = () => Math.random().toString(36).slice(2, 8)
 const count = (metric: Metric.Metric<number, Metric.CounterState<number>>) =>
   Effect.map(Metric.value(metric), (state) => Number(state.count))
 
-/** Poll `check` every `intervalMs` until it yields a value, or fail naming `what`. */
-const waitFor = <A, E, R>(what: string, check: Effect.Effect<Option.Option<A>, E, R>, timeoutMs = 15_000, intervalMs = 50) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + timeoutMs
-    while (true) {
-      const value = yield* check
-      if (Option.isSome(value)) return value.value
-      if (Date.now() > deadline) return yield* Effect.die(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`))
-      yield* Effect.sleep(intervalMs)
-    }
-  })
 
 /** The test's own client, in a fresh migrated schema dropped afterwards. */
 const withSchema = <A, E>(f: (schema: string) => Effect.Effect<A, E, SqlClient.SqlClient | PgClient.PgClient | Scope.Scope>) => {

@@ -20,6 +20,7 @@ import type { MessageId } from "../src/Message.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { waitForAsync as waitFor } from "./support/Wait.ts"
 
 /** Node 22 (type stripping): vitest runs on it through node_modules/.bin/node; fall back to that binary otherwise. */
 const nodeBinary = (() => {
@@ -125,21 +126,6 @@ const messageRow = async (schema: string, id: MessageId): Promise<MessageRow | u
 // Waiting and processes
 // ---------------------------------------------------------------------------------------------
 
-/** Poll `check` until it returns a value (not undefined), or fail after `timeoutMs` naming `what`. */
-const waitFor = async <A>(
-  what: string,
-  check: () => Promise<A | undefined> | A | undefined,
-  options: { readonly timeoutMs?: number; readonly intervalMs?: number } = {}
-): Promise<A> => {
-  const timeoutMs = options.timeoutMs ?? 20_000
-  const deadline = Date.now() + timeoutMs
-  while (true) {
-    const value = await check()
-    if (value !== undefined) return value
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, options.intervalMs ?? 50))
-  }
-}
 
 interface Worker {
   readonly name: string

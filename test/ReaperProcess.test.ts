@@ -18,6 +18,7 @@ import type { MessageId } from "../src/Message.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { waitForAsync as waitFor } from "./support/Wait.ts"
 
 const nodeBinary = (() => {
   const major = Number(process.versions.node.split(".")[0])
@@ -42,15 +43,6 @@ afterAll(async () => {
 const query = <A extends object>(text: string, params: ReadonlyArray<unknown> = []) =>
   runtime.runPromise(Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe<A>(text, params)))
 
-const waitFor = async <A>(what: string, check: () => Promise<A | undefined>, timeoutMs = 15_000): Promise<A> => {
-  const deadline = Date.now() + timeoutMs
-  while (true) {
-    const value = await check()
-    if (value !== undefined) return value
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 25))
-  }
-}
 
 interface Worker {
   readonly name: string

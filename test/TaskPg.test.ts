@@ -21,6 +21,7 @@ import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as Task from "../src/Task.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { waitFor } from "./support/Wait.ts"
 
 const LOG_LEVEL = (process.env["TASKPG_LOG_LEVEL"] ?? "Error") as LogLevel.LogLevel
 
@@ -64,26 +65,6 @@ const startConsumer = <R>(dispatcher: Consumer.Dispatcher<R>, options: QueueConf
     return { id: consumer.settings.consumerId, health: consumer.health, stop: Scope.close(scope, Exit.void) }
   })
 
-/** Poll `check` every `intervalMs` until it yields a value, or die naming `what` (and the last state seen). */
-const waitFor = <A, E, R>(
-  what: string,
-  check: Effect.Effect<Option.Option<A>, E, R>,
-  options: { readonly timeoutMs?: number; readonly intervalMs?: number; readonly describe?: () => string } = {}
-) =>
-  Effect.gen(function*() {
-    const timeoutMs = options.timeoutMs ?? 15_000
-    const deadline = Date.now() + timeoutMs
-    while (true) {
-      const value = yield* check
-      if (Option.isSome(value)) return value.value
-      if (Date.now() > deadline) {
-        return yield* Effect.die(
-          new Error(`timed out after ${timeoutMs} ms waiting for ${what}${options.describe ? `: ${options.describe()}` : ""}`)
-        )
-      }
-      yield* Effect.sleep(options.intervalMs ?? 50)
-    }
-  })
 
 const some = <A>(value: A | undefined | false): Option.Option<A> =>
   value === undefined || value === false ? Option.none() : Option.some(value)
