@@ -10,50 +10,36 @@
  * (`Date.now()` at a signal or an exit) and database times come from the same
  * machine's clock.
  */
-import { type ChildProcess, spawn } from "node:child_process"
-import { existsSync } from "node:fs"
-import { resolve } from "node:path"
-import { Effect, ManagedRuntime } from "effect"
-import { SqlClient } from "effect/sql"
-import { afterAll, afterEach, assert, beforeAll, describe, it, onTestFailed } from "vitest"
+import { Effect } from "effect"
+import { afterAll, afterEach, assert, beforeAll, describe, it } from "vitest"
 import type { MessageId } from "../src/Message.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitForAsync as waitFor } from "./support/Wait.ts"
+import { dumpOnFailure, killAll, spawnWorker as spawnProcess, sqlRuntime, waitExit, waitReady, type Worker } from "./support/WorkerProcess.ts"
 
-/** Node 22 (type stripping): vitest runs on it through node_modules/.bin/node; fall back to that binary otherwise. */
-const nodeBinary = (() => {
-  const major = Number(process.versions.node.split(".")[0])
-  if (major >= 22) return process.execPath
-  const local = resolve("node_modules/.bin/node")
-  if (existsSync(local)) return local
-  throw new Error(`Node >= 22 needed to run test/fixtures/worker.ts; this is ${process.version} at ${process.execPath}`)
-})()
-
-const WORKER = resolve("test/fixtures/worker.ts")
 const QUEUE = "lifecycle"
 
-let runtime: ManagedRuntime.ManagedRuntime<SqlClient.SqlClient, unknown>
+let db: ReturnType<typeof sqlRuntime>
 
 beforeAll(() => {
-  runtime = ManagedRuntime.make(PgTest.clientLayer({ maxConnections: 4 }))
+  db = sqlRuntime()
 })
 
 afterAll(async () => {
-  await runtime?.dispose()
+  await db?.dispose()
 })
 
 /** Run one statement on the test's own pool. */
-const query = <A extends object>(text: string, params: ReadonlyArray<unknown> = []) =>
-  runtime.runPromise(Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe<A>(text, params)))
+const query = <A extends object>(text: string, params: ReadonlyArray<unknown> = []) => db.query<A>(text, params)
 
 // ---------------------------------------------------------------------------------------------
 // Schema per test
 // ---------------------------------------------------------------------------------------------
 
 const createSchema = async (schema: string) => {
-  await runtime.runPromise(Migrations.run({ schema }))
+  await db.runPromise(Migrations.run({ schema }))
   await query(
     `CREATE TABLE ${schema}.ledger (message_id text, consumer text, event text, at timestamptz DEFAULT clock_timestamp())`
   )
@@ -76,7 +62,7 @@ const createSchema = async (schema: string) => {
 }
 
 const send = (schema: string, messages: ReadonlyArray<{ readonly task: string; readonly payload: unknown }>) =>
-  runtime.runPromise(Effect.scoped(Effect.gen(function*() {
+  db.runPromise(Effect.scoped(Effect.gen(function*() {
     const store = yield* PgQueueStore.make({ schema, migrate: false, leasePool: false })
     const results = yield* store.send(QUEUE, messages)
     return results.map((r) => r.id)
@@ -127,84 +113,20 @@ const messageRow = async (schema: string, id: MessageId): Promise<MessageRow | u
 // ---------------------------------------------------------------------------------------------
 
 
-interface Worker {
-  readonly name: string
-  readonly consumerId: string
-  readonly proc: ChildProcess
-  readonly output: Array<string>
-  readonly spawnedAt: number
-  /** Set when the worker printed READY. */
-  readyAt: number | undefined
-  /** Set when the process exited. */
-  exit: { readonly code: number | null; readonly signal: NodeJS.Signals | null; readonly at: number } | undefined
-}
-
 /** The workers of the current test (a new array per test, so a failure report still has them after afterEach). */
 let workers: Array<Worker> = []
 
 const spawnWorker = (
   name: string,
   options: { readonly schema: string; readonly lease: string; readonly shutdownGrace: string }
-): Worker => {
-  const consumerId = `${name}-${Math.random().toString(36).slice(2, 6)}`
-  const proc = spawn(nodeBinary, [WORKER], {
-    env: {
-      ...process.env,
-      LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(),
-      LEASEHOLD_SCHEMA: options.schema,
-      LEASEHOLD_QUEUES: QUEUE,
-      LEASEHOLD_LEASE: options.lease,
-      LEASEHOLD_POLL_INTERVAL: "100ms",
-      LEASEHOLD_SHUTDOWN_GRACE: options.shutdownGrace,
-      LEASEHOLD_CONSUMER_ID: consumerId
-    },
-    stdio: ["ignore", "pipe", "pipe"]
-  })
-  const worker: Worker = { name, consumerId, proc, output: [], spawnedAt: Date.now(), readyAt: undefined, exit: undefined }
-  workers.push(worker)
-  const reader = (stream: "out" | "err") => {
-    let pending = ""
-    return (chunk: Buffer) => {
-      pending += chunk.toString("utf8")
-      const lines = pending.split("\n")
-      pending = lines.pop() ?? ""
-      for (const line of lines) {
-        worker.output.push(`[${name} ${stream} +${Date.now() - worker.spawnedAt}ms] ${line}`)
-        if (stream === "out" && line === `READY ${consumerId}`) worker.readyAt ??= Date.now()
-      }
-    }
-  }
-  proc.stdout!.on("data", reader("out"))
-  proc.stderr!.on("data", reader("err"))
-  proc.on("exit", (code, signal) => {
-    worker.exit = { code, signal, at: Date.now() }
-  })
-  proc.on("error", (error) => {
-    worker.output.push(`[${name}] spawn error: ${error.message}`)
-  })
-  return worker
-}
-
-const waitReady = (worker: Worker, timeoutMs = 20_000) =>
-  waitFor(`${worker.name} to print READY`, () => {
-    if (worker.exit !== undefined) {
-      throw new Error(`${worker.name} exited before READY (code ${worker.exit.code}, signal ${worker.exit.signal})`)
-    }
-    return worker.readyAt
-  }, { timeoutMs })
-
-const waitExit = (worker: Worker, timeoutMs: number) =>
-  waitFor(`${worker.name} to exit`, () => worker.exit, { timeoutMs, intervalMs: 10 })
-
-/** Print every worker's output when the current test fails. */
-const dumpOnFailure = () => {
-  const mine = workers
-  onTestFailed(() => {
-    for (const w of mine) {
-      console.error(`---- ${w.name} (${w.consumerId}) output; exit ${JSON.stringify(w.exit)} ----\n${w.output.join("\n")}`)
-    }
-  })
-}
+): Worker =>
+  spawnProcess(name, {
+    LEASEHOLD_SCHEMA: options.schema,
+    LEASEHOLD_QUEUES: QUEUE,
+    LEASEHOLD_LEASE: options.lease,
+    LEASEHOLD_POLL_INTERVAL: "100ms",
+    LEASEHOLD_SHUTDOWN_GRACE: options.shutdownGrace
+  }, workers)
 
 let schemas: Array<string> = []
 
@@ -219,12 +141,7 @@ afterEach(async () => {
   // Kill whatever still runs, wait for it to be gone, then drop the schema.
   const done = workers
   workers = []
-  for (const w of done) {
-    if (w.exit === undefined) {
-      w.proc.kill("SIGKILL")
-      await waitExit(w, 10_000).catch(() => undefined)
-    }
-  }
+  await killAll(done)
   for (const schema of schemas.splice(0)) {
     await query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined)
   }
@@ -239,7 +156,7 @@ const endsOf = (rows: ReadonlyArray<LedgerRow>, id: MessageId) => rows.filter((r
 
 describe("worker process lifecycle", () => {
   it("SIGTERM: the short task finishes and is acked, the long one is released and taken over at once", async () => {
-    dumpOnFailure()
+    dumpOnFailure(workers)
     const LEASE_MS = 2_000
     const GRACE_MS = 3_000
     const schema = await freshSchema()
@@ -324,7 +241,7 @@ describe("worker process lifecycle", () => {
   })
 
   it("SIGKILL: the message comes back once the lease expires and the surviving worker completes it", async () => {
-    dumpOnFailure()
+    dumpOnFailure(workers)
     const LEASE_MS = 2_000
     const schema = await freshSchema()
     // Two idle workers; whichever claims the message is the one killed.

@@ -8,100 +8,50 @@
  * - SIGSTOP: a frozen worker stops heartbeating but its session (and lock)
  *   stays, so nobody takes its claim: both signals must agree.
  */
-import { type ChildProcess, spawn } from "node:child_process"
-import { existsSync } from "node:fs"
-import { resolve } from "node:path"
-import { Effect, ManagedRuntime } from "effect"
-import { SqlClient } from "effect/sql"
-import { afterAll, afterEach, assert, beforeAll, describe, it, onTestFailed } from "vitest"
+import { Effect } from "effect"
+import { afterAll, afterEach, assert, beforeAll, describe, it } from "vitest"
 import type { MessageId } from "../src/Message.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitForAsync as waitFor } from "./support/Wait.ts"
+import { dumpOnFailure, killAll, spawnWorker as spawnProcess, sqlRuntime, type Worker } from "./support/WorkerProcess.ts"
 
-const nodeBinary = (() => {
-  const major = Number(process.versions.node.split(".")[0])
-  if (major >= 22) return process.execPath
-  const local = resolve("node_modules/.bin/node")
-  if (existsSync(local)) return local
-  throw new Error(`Node >= 22 needed to run test/fixtures/worker.ts; this is ${process.version}`)
-})()
-
-const WORKER = resolve("test/fixtures/worker.ts")
 const QUEUE = "reaper"
 const LEASE = "30s"
 
-let runtime: ManagedRuntime.ManagedRuntime<SqlClient.SqlClient, unknown>
+let db: ReturnType<typeof sqlRuntime>
 beforeAll(() => {
-  runtime = ManagedRuntime.make(PgTest.clientLayer({ maxConnections: 4 }))
+  db = sqlRuntime()
 })
 afterAll(async () => {
-  await runtime?.dispose()
+  await db?.dispose()
 })
 
-const query = <A extends object>(text: string, params: ReadonlyArray<unknown> = []) =>
-  runtime.runPromise(Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe<A>(text, params)))
-
-
-interface Worker {
-  readonly name: string
-  readonly consumerId: string
-  readonly proc: ChildProcess
-  readonly output: Array<string>
-  ready: boolean
-  exited: boolean
-}
+const query = <A extends object>(text: string, params: ReadonlyArray<unknown> = []) => db.query<A>(text, params)
 
 let workers: Array<Worker> = []
 let schemas: Array<string> = []
 
-const spawnWorker = (name: string, schema: string): Worker => {
-  const consumerId = `${name}-${Math.random().toString(36).slice(2, 6)}`
-  const proc = spawn(nodeBinary, [WORKER], {
-    env: {
-      ...process.env,
-      LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(),
-      LEASEHOLD_SCHEMA: schema,
-      LEASEHOLD_QUEUES: QUEUE,
-      LEASEHOLD_LEASE: LEASE,
-      LEASEHOLD_SHUTDOWN_GRACE: "2s",
-      LEASEHOLD_CONSUMER_ID: consumerId,
-      LEASEHOLD_SESSION_LIVENESS: "auto"
-    },
-    stdio: ["ignore", "pipe", "pipe"]
-  })
-  const worker: Worker = { name, consumerId, proc, output: [], ready: false, exited: false }
-  workers.push(worker)
-  const startedAt = Date.now()
-  for (const [stream, label] of [[proc.stdout!, "out"], [proc.stderr!, "err"]] as const) {
-    let pending = ""
-    stream.on("data", (chunk: Buffer) => {
-      pending += chunk.toString("utf8")
-      const lines = pending.split("\n")
-      pending = lines.pop() ?? ""
-      for (const line of lines) {
-        worker.output.push(`[${name} ${label} +${Date.now() - startedAt}ms] ${line}`)
-        if (line === `READY ${consumerId}`) worker.ready = true
-      }
-    })
-  }
-  proc.on("exit", () => {
-    worker.exited = true
-  })
-  return worker
-}
+const spawnWorker = (name: string, schema: string): Worker =>
+  spawnProcess(name, {
+    LEASEHOLD_SCHEMA: schema,
+    LEASEHOLD_QUEUES: QUEUE,
+    LEASEHOLD_LEASE: LEASE,
+    LEASEHOLD_SHUTDOWN_GRACE: "2s",
+    LEASEHOLD_SESSION_LIVENESS: "auto"
+  }, workers)
 
 const freshSchema = async () => {
   const schema = PgTest.uniqueSchema("rp")
   schemas.push(schema)
-  await runtime.runPromise(Migrations.run({ schema }))
+  await db.runPromise(Migrations.run({ schema }))
   await query(`CREATE TABLE ${schema}.ledger (message_id text, consumer text, event text, at timestamptz DEFAULT clock_timestamp())`)
   return schema
 }
 
 const send = (schema: string, ms: number) =>
-  runtime.runPromise(Effect.scoped(Effect.gen(function*() {
+  db.runPromise(Effect.scoped(Effect.gen(function*() {
     const store = yield* PgQueueStore.make({ schema, migrate: false, leasePool: false })
     const [sent] = yield* store.send(QUEUE, [{ task: "sleep", payload: { ms } }])
     return sent!.id
@@ -117,31 +67,22 @@ const starts = (schema: string, id: MessageId) =>
 const waitRegistered = (schema: string, ws: ReadonlyArray<Worker>) =>
   waitFor("the workers to register with session liveness", async () => {
     const rows = await query<{ id: string }>(`SELECT id FROM ${schema}.consumers WHERE lock_key IS NOT NULL`)
-    return ws.every((w) => w.ready && rows.some((r) => r.id === w.consumerId)) ? true : undefined
+    return ws.every((w) => w.readyAt !== undefined && rows.some((r) => r.id === w.consumerId)) ? true : undefined
   }, 20_000)
 
 afterEach(async () => {
-  for (const w of workers.splice(0)) {
-    if (!w.exited) {
-      w.proc.kill("SIGCONT")
-      w.proc.kill("SIGKILL")
-      await waitFor(`${w.name} to exit`, async () => (w.exited ? true : undefined), 10_000).catch(() => undefined)
-    }
-  }
+  // A new array, not splice: a failure report still has this test's workers.
+  const done = workers
+  workers = []
+  await killAll(done)
   for (const schema of schemas.splice(0)) await query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined)
 })
 
-const dumpOnFailure = () => {
-  const mine = workers
-  onTestFailed(() => {
-    for (const w of mine) console.error(`---- ${w.name} (${w.consumerId}) ----\n${w.output.join("\n")}`)
-  })
-}
 
 describe("session liveness with worker processes (lease 30 s)", () => {
   it("SIGKILL: the other worker's reaper releases the claim within seconds, counted as a lease expiry", async () => {
     workers = []
-    dumpOnFailure()
+    dumpOnFailure(workers)
     const schema = await freshSchema()
     const one = spawnWorker("W1", schema)
     const two = spawnWorker("W2", schema)
@@ -159,7 +100,7 @@ describe("session liveness with worker processes (lease 30 s)", () => {
     }, 20_000)
     const redeliveryMs = taken.at.getTime() - killedAt
     console.log(`SIGKILL with a 30 s lease: the survivor started the message ${redeliveryMs} ms after the kill`)
-    // Default presence timing: stale after 3 s, a sweep every second; the reaper wakes its consumer at once.
+    // Default presence timing: stale after 2 s, a sweep every 500 ms; the reaper wakes its consumer at once.
     assert.isAtMost(redeliveryMs, 6_000, "redelivered by the reaper, long before the 30 s lease")
 
     const [row] = await query<{ leased_by: string; attempts: number; lease_expiries: number }>(
@@ -180,7 +121,7 @@ describe("session liveness with worker processes (lease 30 s)", () => {
 
   it("SIGSTOP: a frozen worker keeps its session, so its claim is not taken although its heartbeat is stale", async () => {
     workers = []
-    dumpOnFailure()
+    dumpOnFailure(workers)
     const schema = await freshSchema()
     const one = spawnWorker("W1", schema)
     const two = spawnWorker("W2", schema)
@@ -192,7 +133,7 @@ describe("session liveness with worker processes (lease 30 s)", () => {
     const other = frozen === one ? two : one
 
     frozen.proc.kill("SIGSTOP")
-    // Well past the stale bound (3 s) with the other worker sweeping every second.
+    // Well past the stale bound (2 s) with the other worker sweeping every 500 ms.
     await new Promise((r) => setTimeout(r, 6_000))
     const [hb] = await query<{ age_ms: number }>(
       `SELECT (extract(epoch FROM now() - heartbeat_at) * 1000)::float8 AS age_ms FROM ${schema}.consumers WHERE id = $1`,
