@@ -5,11 +5,11 @@
  * Each consumer registers itself in `<schema>.consumers` and holds a
  * session-level advisory lock, `pg_advisory_lock(<schema class>, <lock key>)`,
  * on one dedicated connection (its *presence session*), and heartbeats its row
- * every second through a separate small pool. PostgreSQL frees the lock the
+ * every 500 ms through a separate small pool. PostgreSQL frees the lock the
  * moment that session ends: the process died (SIGKILL, OOM), its socket was
  * closed, or the backend was terminated.
  *
- * A reaper runs in every consumer (no leader): every second it looks for
+ * A reaper runs in every consumer (no leader): every 500 ms it looks for
  * consumers whose heartbeat is older than `staleAfter` AND whose lock nobody
  * holds, and releases their live claims at once (visible now, counted as a
  * lease expiry). Both signals must agree:
@@ -54,11 +54,11 @@ export interface PresenceOptions {
   /** Schema of leasehold's tables (default `leasehold`). */
   readonly schema?: string | undefined
   readonly mode?: Mode | undefined
-  /** How often a consumer heartbeats its row and checks its presence session (default 1 s). */
+  /** How often a consumer heartbeats its row and checks its presence session (default 500 ms). */
   readonly heartbeat?: Duration.Input | undefined
-  /** A heartbeat older than this, with the lock free, means dead (default 3 s; at least 2 heartbeats). */
+  /** A heartbeat older than this, with the lock free, means dead (default 2 s; at least 2 heartbeats). */
   readonly staleAfter?: Duration.Input | undefined
-  /** How often each consumer's reaper looks for dead consumers (default 1 s). */
+  /** How often each consumer's reaper looks for dead consumers (default 500 ms). */
   readonly reapEvery?: Duration.Input | undefined
   /** Rows whose heartbeat is older than this are deleted, whatever their lock (default 1 h). */
   readonly forgetAfter?: Duration.Input | undefined
@@ -328,7 +328,7 @@ export const make = (
      *   so the consumer cannot re-take it between the check and the release, and two
      *   reapers never release the same consumer twice. No scan of pg_locks.
      * - their rows are deleted (a consumer that was in fact alive writes it again with
-     *   its next heartbeat), so a dead consumer is handled once, not every second;
+     *   its next heartbeat), so a dead consumer is handled once, not at every sweep;
      * - every claim still under lease by a dead consumer is made visible now, its token
      *   cleared (the dead holder's fenced writes match nothing), and counted as a lease
      *   expiry. The attempt is not given back: the worker died mid-attempt, exactly as
