@@ -368,6 +368,42 @@ export const conformance = (
         assert.isFalse(ok!.deduplicated)
       }))
 
+    it.effect("payload values JSON would drop or change, at any depth, are refused with their path; nothing is written", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("deep")
+        const cases: ReadonlyArray<readonly [unknown, string]> = [
+          [{ f: () => 1, n: Number.NaN }, "payload.f is a function"],
+          [{ n: Number.NaN }, "payload.n is NaN"],
+          [{ items: [{ n: 1 }, { n: 2 }, { n: 3 }, { n: Number.POSITIVE_INFINITY }] }, "payload.items[3].n is Infinity"],
+          [{ deep: { er: [-Infinity] } }, "payload.deep.er[0] is -Infinity"],
+          [{ u: undefined, ok: 1 }, "payload.u is undefined"],
+          [[1, undefined], "payload[1] is undefined"],
+          // A hole in an array would be stored as null.
+          [[, 1], "payload[0] is undefined"],
+          [{ "a b": { s: Symbol("x") } }, "payload[\"a b\"].s is a symbol"],
+          [{ nested: { fn: function named() {} } }, "payload.nested.fn is a function"],
+          // What toJSON returns is what JSON would store: checked too.
+          [{ at: { toJSON: () => ({ n: Number.NaN }) } }, "payload.at.n is NaN"]
+        ]
+        for (const [payload, text] of cases) {
+          const e = yield* Effect.flip(store.send(queue, [msg("good"), msg(payload)]))
+          assert.strictEqual(e._tag, "InvalidInput", text)
+          if (e._tag !== "InvalidInput") continue
+          assert.strictEqual(e.field, "payload")
+          assert.include(e.message, text)
+          assert.match(e.rule, /no functions, symbols, undefined, NaN or Infinity/)
+        }
+        const stats = yield* store.stats(queue)
+        assert.strictEqual(stats.ready + stats.delayed + stats.inFlight + stats.dead, 0, "nothing was written")
+        // JSON data, including dates (stored through toJSON), null, -0 and nested empties, is stored as sent.
+        const fine = { d: new Date(0), list: [1, "x", null, true, { y: -0 }, [], {}], n: 1.5e300 }
+        yield* store.send(queue, [msg(fine)])
+        const [claimed] = yield* claimAll(queue)
+        assert.deepStrictEqual(claimed!.payload, JSON.parse(JSON.stringify(fine)))
+        yield* store.ack(claimed!)
+      }))
+
     it.effect("a lease that expired is counted, recorded in the history, and its message claimed alone", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore

@@ -85,6 +85,39 @@ export interface SendLimits {
   readonly defaultMaxAttempts: number
 }
 
+/** The path of a value inside the payload, as a reader would write it: `payload.items[3].n`, `payload["a b"]`. */
+const childPath = (parent: string, holder: unknown, key: string): string =>
+  Array.isArray(holder) ? `${parent}[${key}]` : /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(key) ? `${parent}.${key}` : `${parent}[${JSON.stringify(key)}]`
+
+/**
+ * Why JSON cannot carry `value` faithfully, or undefined when it can. JSON.stringify would
+ * drop functions, symbols and `undefined` (or turn them into null inside arrays) and turn
+ * NaN and ±Infinity into null: the stored payload would not be the one sent.
+ */
+const unencodable = (value: unknown): string | undefined => {
+  switch (typeof value) {
+    case "function":
+      return "is a function, which has no JSON form"
+    case "symbol":
+      return "is a symbol, which has no JSON form"
+    case "undefined":
+      return "is undefined, which has no JSON form"
+    case "number":
+      return Number.isFinite(value) ? undefined : `is ${value}, which JSON can only store as null`
+    default:
+      return undefined
+  }
+}
+
+class Unencodable {
+  readonly path: string
+  readonly reason: string
+  constructor(path: string, reason: string) {
+    this.path = path
+    this.reason = reason
+  }
+}
+
 const encodePayload = (payload: unknown, limits: SendLimits): Effect.Effect<string, InvalidInput> => {
   let json: string | undefined
   // PostgreSQL's jsonb refuses NUL characters and lone UTF-16 surrogates, which JSON.stringify
@@ -95,13 +128,28 @@ const encodePayload = (payload: unknown, limits: SendLimits): Effect.Effect<stri
     if (text.includes("\u0000")) nul = true
     if (!text.isWellFormed()) malformed = true
   }
+  // The path of every object on the way down (set just before JSON.stringify descends into it),
+  // so that a value JSON would silently drop or change is refused with where it is.
+  const paths = new WeakMap<object, string>()
   try {
-    json = JSON.stringify(payload, (key, value) => {
+    json = JSON.stringify(payload, function(this: unknown, key, value: unknown) {
+      const parent = typeof this === "object" && this !== null ? paths.get(this) : undefined
+      const path = parent === undefined ? "payload" : childPath(parent, this, key)
       check(key)
       if (typeof value === "string") check(value)
+      const reason = unencodable(value)
+      if (reason !== undefined) {
+        const omit = value === undefined && parent !== undefined && !Array.isArray(this) ? " (leave the key out instead)" : ""
+        throw new Unencodable(path, reason + omit)
+      }
+      if (typeof value === "object" && value !== null) paths.set(value, path)
       return value
     })
   } catch (error) {
+    if (error instanceof Unencodable) {
+      const rule = "JSON data at any depth: no functions, symbols, undefined, NaN or Infinity"
+      return Effect.fail(new InvalidInput({ field: "payload", rule, message: `${error.path} ${error.reason} (rule: ${rule})` }))
+    }
     const reason = error instanceof Error ? error.message : String(error)
     return Effect.fail(invalid("payload", "must be JSON-encodable (no bigint, no cycles)", `cannot be encoded as JSON: ${reason}`))
   }
