@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Clock, Deferred, Effect, Exit, Fiber, Metric, Option, type Scope, Semaphore } from "effect"
+import { Cause, Clock, Deferred, Effect, Exit, Fiber, Metric, Option, type Scope } from "effect"
 import type { Claim, ClaimRef, MessageId } from "./Message.ts"
 import { LeaseLost, QueryFailed } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
@@ -36,10 +36,12 @@ export interface LeaseRenewer {
   /** When the lease of `id` ends as far as this consumer knows (last successful renewal + lease). */
   readonly expiresAt: (id: MessageId) => number
   /**
-   * Take `id` out of renewal before its final write. Waits for a renewal in
-   * flight that includes it, so no renewal of `id` runs after this returns;
-   * after the last id of the claim, stops the renewer. Never fails, and waits
-   * at most the stop timeout (a renewer that takes longer is reported wedged).
+   * Take `id` out of renewal before its final write; after the last id of the
+   * claim, stop the renewer (interrupted and awaited, bounded by the stop
+   * timeout; a renewer that takes longer is reported wedged). Never fails.
+   * A renewal already in flight may still include `id`: harmless, since the
+   * finishing write clears or deletes the token it is fenced by, and its
+   * absence from that renewal's answer is not reported as a lost lease.
    */
   readonly finish: (id: MessageId) => Effect.Effect<void>
   /** Declare every unfinished lease of the claim lost (e.g. the consumer is about to be reaped). */
@@ -57,13 +59,15 @@ interface Entry {
 
 
 /**
- * Start the renewer of `claims` in the current scope. Closing the scope stops
- * it (bounded by the stop timeout), so a claim processed inside `Effect.scoped`
- * can never leave a renewer behind.
+ * Start the renewer of `claims` in the current scope: a fiber forked with
+ * `Effect.forkScoped`, so closing the scope stops it and a claim processed
+ * inside `Effect.scoped` can never leave a renewer behind.
  *
- * Why not plain `Effect.forkScoped`: its finalizer waits for the interruption
- * without bound, and a renewer wedged in a dead connection would then hold the
- * claim open; here the stop is bounded, reported, and its exit inspected.
+ * The loop waits only in interruptible places: its sleep, and the join of the
+ * renew statement, which runs on a fiber of its own. Stopping it is therefore
+ * prompt even when a statement hangs; the abandoned statement is interrupted
+ * in the background, and if it still answers late it is harmless, since every
+ * renewal is fenced by the lease token and every finishing write clears it.
  */
 export const start = (
   claims: ReadonlyArray<Claim>,
@@ -83,8 +87,7 @@ export const start = (
       })
     }
     const ids = [...entries.keys()]
-    // One permit: a renewal holds it from snapshot to answer; `finish` takes it to drop an id.
-    const renewing = yield* Semaphore.make(1)
+    let unfinished = entries.size
     let wedgedReported = false
     let stopped = false
 
@@ -102,22 +105,35 @@ export const start = (
         yield* Effect.logError(message).pipe(Effect.annotateLogs({ messageIds: fresh.map((e) => e.ref.id).join(",") }))
       }))
 
+    /** The renew statement on a fiber of its own, joined interruptibly; interrupted in the background if abandoned. */
+    const renewStatement = (refs: ReadonlyArray<ClaimRef>) =>
+      Effect.gen(function*() {
+        const statement = yield* Effect.forkDetach(
+          store.renew(refs, leaseMs).pipe(
+            // A defect in the store is a bug like any other: report it as a failed query, at once.
+            Effect.catchDefect((defect) => Effect.fail(new QueryFailed({ operation: "renew", message: `renew: ${String(defect)}` }))),
+            Effect.result
+          )
+        )
+        return yield* Fiber.join(statement).pipe(
+          Effect.onInterrupt(() => Effect.forkDetach(Fiber.interrupt(statement)))
+        )
+      })
+
     const renewOnce = (lastSuccess: { at: number; escalated: boolean }) =>
-      renewing.withPermits(1)(Effect.gen(function*() {
+      Effect.gen(function*() {
         const sent = [...entries.values()].filter((e) => e.active)
         if (sent.length === 0) return
         const startedAt = yield* Clock.currentTimeMillis
-        const result = yield* store.renew(sent.map((e) => e.ref), leaseMs).pipe(
-          // A defect in the store is a bug like any other: report it as a failed query, at once.
-          Effect.catchDefect((defect) => Effect.fail(new QueryFailed({ operation: "renew", message: `renew: ${String(defect)}` }))),
-          Effect.result
-        )
+        const result = yield* renewStatement(sent.map((e) => e.ref))
         if (result._tag === "Success") {
           const held = new Set(result.success)
           lastSuccess.at = startedAt
           lastSuccess.escalated = false
-          const missing = sent.filter((e) => !held.has(e.ref.id))
           for (const e of sent) if (held.has(e.ref.id)) e.renewedAt = startedAt
+          // A message finished while the renewal was in flight is no longer ours to renew: its finishing
+          // write cleared or deleted its token, so its absence from the answer is no double run.
+          const missing = sent.filter((e) => !held.has(e.ref.id) && !e.finished)
           yield* Metric.update(QueueMetrics.renewals, held.size)
           if (held.size > 0) {
             yield* Effect.logDebug(`lease renewed for ${held.size} message(s), ${seconds(leaseMs)} from now`).pipe(
@@ -146,9 +162,13 @@ export const start = (
         yield* Effect.logWarning(`renewal failed, connection dead; retrying next tick: ${error.message}`)
         if (failingFor >= leaseMs && !lastSuccess.escalated) {
           lastSuccess.escalated = true
-          yield* markLost(sent, "renewals-failing", `lease lost: renewals failing for ${seconds(failingFor)} (lease ${seconds(leaseMs)})`)
+          yield* markLost(
+            sent.filter((e) => !e.finished),
+            "renewals-failing",
+            `lease lost: renewals failing for ${seconds(failingFor)} (lease ${seconds(leaseMs)})`
+          )
         }
-      }))
+      })
 
     const loop = Effect.gen(function*() {
       const lastSuccess = { at: options.claimedAt, escalated: false }
@@ -158,7 +178,9 @@ export const start = (
       }
     }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
 
-    const fiber = yield* Effect.forkDetach(loop)
+    // Forked into the claim's scope: if the claim ends without `stop` (a defect, an interruption),
+    // the scope's close interrupts it; once it has exited, its finalizer leaves the scope.
+    const fiber = yield* Effect.forkScoped(loop)
 
     const reportWedged = (what: string) =>
       Effect.gen(function*() {
@@ -170,14 +192,19 @@ export const start = (
         )
       })
 
-    /** Interrupt the renewer, wait a bounded time, and say how it ended. Runs once. */
+    /**
+     * Interrupt the renewer and wait for it, bounded by the stop timeout (the timeout is itself
+     * interruptible, so the bound holds even where the caller is uninterruptible), then say how it
+     * ended. On timeout the renewer is reported wedged and the claim goes on without it. Runs once.
+     */
     const stop = Effect.gen(function*() {
       if (stopped) return
       stopped = true
-      // Fire the interruption without waiting on it; wait on the exit separately, with a bound.
-      yield* Effect.forkDetach(Fiber.interrupt(fiber))
-      if (wedgedReported) return
-      const exit = yield* Fiber.await(fiber).pipe(Effect.timeoutOption(stopTimeoutMs))
+      const exit = yield* Fiber.interrupt(fiber).pipe(
+        Effect.andThen(Fiber.await(fiber)),
+        Effect.interruptible,
+        Effect.timeoutOption(stopTimeoutMs)
+      )
       if (Option.isNone(exit)) return yield* reportWedged("did not stop")
       if (Exit.isFailure(exit.value) && !Cause.hasInterruptsOnly(exit.value.cause)) {
         yield* Effect.logError(`renewer had failed before the claim finished:\n${Cause.pretty(exit.value.cause)}`).pipe(
@@ -217,18 +244,12 @@ export const start = (
       expiresAt: (id) => entry(id).renewedAt + leaseMs,
       loseAll: (reason, message) => markLost([...entries.values()].filter((e) => !e.finished), reason, message),
       finish: (id) =>
-        Effect.gen(function*() {
+        Effect.suspend(() => {
           const e = entry(id)
-          if (e.finished) return
+          if (e.finished) return Effect.void
           e.finished = true
-          const dropped = yield* renewing.withPermits(1)(Effect.sync(() => {
-            e.active = false
-          })).pipe(Effect.timeoutOption(stopTimeoutMs))
-          if (Option.isNone(dropped)) {
-            e.active = false
-            yield* reportWedged("a renewal in flight did not answer")
-          }
-          if ([...entries.values()].every((x) => x.finished)) yield* stop
+          e.active = false
+          return --unfinished === 0 ? stop : Effect.void
         })
     } satisfies LeaseRenewer
   })
