@@ -105,6 +105,9 @@ export const defaults = {
   attemptRetentionMs: 7 * 86_400_000
 } as const
 
+/** `healthStale` must be at least this many poll intervals. */
+export const HEALTH_STALE_POLLS = 2
+
 /** The environment variable behind each option. */
 export const variables = {
   databaseUrl: "LEASEHOLD_DATABASE_URL",
@@ -140,17 +143,25 @@ const unitMs: Record<string, number> = {
 
 const durationRule = "a duration such as 500ms, 30s, 2m, 1h, 7d or \"30 seconds\""
 
-/** Parse a duration for `variable`; bare numbers are milliseconds only when given from code. */
+/**
+ * Parse a duration for `variable`; bare numbers are milliseconds only when given from code.
+ * No duration may exceed {@link Validate.MAX_DELAY_MS} (ten years), the longest delay a store
+ * accepts: a retry or unknown-task delay beyond it would make the finishing write fail.
+ */
 export const parseDuration = (variable: string, value: DurationLike): Effect.Effect<number, ConfigInvalid> => {
+  let ms: number
   if (typeof value === "number") {
-    return Number.isFinite(value) && value >= 0
-      ? Effect.succeed(Math.round(value))
-      : Effect.fail(invalid(variable, durationRule, String(value)))
+    if (!Number.isFinite(value) || value < 0) return Effect.fail(invalid(variable, durationRule, String(value)))
+    ms = value
+  } else {
+    const match = typeof value === "string" ? /^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$/i.exec(value) : null
+    const factor = match === null ? undefined : unitMs[match[2]!.toLowerCase()]
+    if (match === null || factor === undefined) return Effect.fail(invalid(variable, durationRule, String(value)))
+    ms = Number(match[1]) * factor
   }
-  const match = /^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$/i.exec(value)
-  const factor = match === null ? undefined : unitMs[match[2]!.toLowerCase()]
-  if (match === null || factor === undefined) return Effect.fail(invalid(variable, durationRule, value))
-  return Effect.succeed(Math.round(Number(match[1]) * factor))
+  return ms <= Validate.MAX_DELAY_MS
+    ? Effect.succeed(Math.round(ms))
+    : Effect.fail(invalid(variable, Validate.maxDelayRule, String(value)))
 }
 
 const invalid = (variable: string, rule: string, value: string) =>
@@ -205,6 +216,15 @@ export const resolve = (
     yield* inRange(label("renewerStopTimeout"), renewerStopTimeoutMs, 1, 600_000, " ms")
     const healthStaleMs = yield* duration("healthStale", options.healthStale, defaults.healthStaleMs)
     yield* inRange(label("healthStale"), healthStaleMs, 1, 24 * 3_600_000, " ms")
+    // An idle consumer checks in once per poll interval: a stale bound not well above it would
+    // report a healthy idle worker stale (and have it restarted) between two polls.
+    if (healthStaleMs < HEALTH_STALE_POLLS * pollIntervalMs) {
+      return yield* invalid(
+        label("healthStale"),
+        `at least ${HEALTH_STALE_POLLS}x the poll interval (${label("pollInterval")} = ${pollIntervalMs} ms): raise it or poll more often`,
+        `${healthStaleMs}ms`
+      )
+    }
     const onLeaseLost = options.onLeaseLost ?? defaults.onLeaseLost
     if (onLeaseLost !== "interrupt" && onLeaseLost !== "continue") {
       return yield* invalid(label("onLeaseLost"), "interrupt or continue", String(onLeaseLost))

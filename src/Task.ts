@@ -8,6 +8,7 @@
 import { Effect, Schema } from "effect"
 import type * as Consumer from "./Consumer.ts"
 import * as Outcome from "./internal/outcome.ts"
+import * as Validate from "./internal/validate.ts"
 import type { Claim, SendResult } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { DecodeFailed, InvalidInput, type StoreError, UnknownTask, Unrecoverable } from "./QueueError.ts"
@@ -50,7 +51,76 @@ export interface Task<Name extends string, A, I, E, R> {
 /** Any task, for collections of tasks. */
 export type Any = Task<string, any, any, any, any>
 
-/** Define a task. The name must be a valid task name (1-128 of `A-Za-z0-9_.:/-`). */
+/** A definition that cannot work, found when the task is defined. */
+const definitionError = (task: string, field: string, rule: string, value: unknown) =>
+  new InvalidInput({
+    field,
+    rule,
+    message: `task ${JSON.stringify(task)}: ${field} ${typeof value === "string" ? JSON.stringify(value) : String(value)} is invalid; expected ${rule}`
+  })
+
+const durationOf = (task: string, field: string, value: QueueConfig.DurationLike, min: number, max: number): number => {
+  const parsed = Effect.runSync(Effect.result(QueueConfig.parseDuration(field, value)))
+  if (parsed._tag === "Failure") throw definitionError(task, field, parsed.failure.rule, value)
+  if (parsed.success < min || parsed.success > max) throw definitionError(task, field, `a duration from ${min} ms to ${max} ms`, value)
+  return parsed.success
+}
+
+/** A retry policy checked and resolved to milliseconds. */
+interface Backoff {
+  readonly baseMs: number
+  readonly maxMs: number
+  readonly factor: number
+  readonly jitter: boolean
+}
+
+/**
+ * Check a definition's policies, so that a retry delay can never come out negative, NaN or
+ * beyond what the store accepts (which would leave the message leased until its lease expired).
+ */
+const checkDefinition = (definition: {
+  readonly name: string
+  readonly queue?: string | undefined
+  readonly retry?: RetryPolicy | undefined
+  readonly maxAttempts?: number | undefined
+  readonly maxRuntime?: QueueConfig.DurationLike | undefined
+}): Backoff | undefined => {
+  const task = definition.name
+  if (typeof task !== "string" || !Validate.namePattern.test(task)) throw definitionError(String(task), "name", Validate.nameRule, task)
+  if (definition.queue !== undefined && (typeof definition.queue !== "string" || !Validate.namePattern.test(definition.queue))) {
+    throw definitionError(task, "queue", Validate.nameRule, definition.queue)
+  }
+  const maxAttempts = definition.maxAttempts
+  if (maxAttempts !== undefined && !(Number.isInteger(maxAttempts) && maxAttempts >= 1 && maxAttempts <= Validate.MAX_ATTEMPTS)) {
+    throw definitionError(task, "maxAttempts", `a whole number from 1 to ${Validate.MAX_ATTEMPTS}`, maxAttempts)
+  }
+  if (definition.maxRuntime !== undefined) durationOf(task, "maxRuntime", definition.maxRuntime, 1, 7 * 86_400_000)
+  const retry = definition.retry
+  if (retry === undefined) return undefined
+  if (typeof retry !== "object" || retry === null) throw definitionError(task, "retry", "an object { base, max, factor, jitter }", retry)
+  const baseMs = durationOf(task, "retry.base", retry.base ?? 1_000, 0, Validate.MAX_DELAY_MS)
+  const maxMs = durationOf(task, "retry.max", retry.max ?? 3_600_000, 0, Validate.MAX_DELAY_MS)
+  if (maxMs < baseMs) throw definitionError(task, "retry.max", `at least retry.base (${baseMs} ms)`, retry.max ?? 3_600_000)
+  const factor = retry.factor ?? 2
+  if (typeof factor !== "number" || !Number.isFinite(factor) || factor < 1) {
+    throw definitionError(task, "retry.factor", "a finite number, 1 or more (1 keeps the delay constant)", factor)
+  }
+  const jitter = retry.jitter ?? true
+  if (typeof jitter !== "boolean") throw definitionError(task, "retry.jitter", "true or false", jitter)
+  return { baseMs, maxMs, factor, jitter }
+}
+
+/**
+ * Define a task. The name (and queue) must be valid names (1-128 of `A-Za-z0-9_.:/-`).
+ *
+ * The definition is checked here, when the task is defined: a retry policy whose delays could
+ * come out negative, NaN or beyond the store's longest delay (a negative or non-finite
+ * `factor`, `base` above `max`, a `max` over ten years), a bad `maxAttempts` or `maxRuntime`
+ * throws an {@link InvalidInput} naming the field and the rule. Retry delays are then always
+ * within [0, retry.max].
+ *
+ * @throws InvalidInput when the definition breaks a rule.
+ */
 export const make = <const Name extends string, A, I, E = never, R = never>(definition: {
   readonly name: Name
   readonly payload: Schema.Codec<A, I>
@@ -61,17 +131,20 @@ export const make = <const Name extends string, A, I, E = never, R = never>(defi
   readonly retry?: RetryPolicy | undefined
   readonly maxAttempts?: number | undefined
   readonly maxRuntime?: QueueConfig.DurationLike | undefined
-}): Task<Name, A, I, E, R> => ({
-  name: definition.name,
-  queue: definition.queue ?? "default",
-  payload: definition.payload,
-  success: definition.success,
-  error: definition.error,
-  retry: definition.retry,
-  maxAttempts: definition.maxAttempts,
-  maxRuntime: definition.maxRuntime,
-  handler: definition.handler
-})
+}): Task<Name, A, I, E, R> => {
+  checkDefinition(definition)
+  return {
+    name: definition.name,
+    queue: definition.queue ?? "default",
+    payload: definition.payload,
+    success: definition.success,
+    error: definition.error,
+    retry: definition.retry,
+    maxAttempts: definition.maxAttempts,
+    maxRuntime: definition.maxRuntime,
+    handler: definition.handler
+  }
+}
 
 /** Fail a handler with this to send the message straight to dead letters. */
 export const unrecoverable = (message: string): Effect.Effect<never, Unrecoverable> => Effect.fail(new Unrecoverable({ message }))
@@ -146,7 +219,11 @@ const sendDelay = (options: SendOptions): Effect.Effect<number | undefined, Inva
       return yield* new InvalidInput({ field: "runAt", rule: "a valid Date", message: "runAt is not a valid Date" })
     }
     // The producer's clock sets run-at; the lease arithmetic stays on the database's clock.
-    return Math.max(delay, options.runAt.getTime() - Date.now(), 0)
+    const until = Math.max(delay, options.runAt.getTime() - Date.now(), 0)
+    if (until > Validate.MAX_DELAY_MS) {
+      return yield* new InvalidInput({ field: "runAt", rule: Validate.maxDelayRule, message: `runAt ${options.runAt.toISOString()} is too far ahead (rule: ${Validate.maxDelayRule})` })
+    }
+    return until
   })
 
 /** The task's failure, as recorded: JSON through its error schema when it has one and it encodes. */
@@ -193,13 +270,8 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
   }
   const policies = new Map<string, Consumer.MessagePolicy>()
   for (const task of tasks) {
-    const retry = task.retry
-    const backoff = retry === undefined ? undefined : {
-      baseMs: Effect.runSync(QueueConfig.parseDuration(`task ${task.name} retry.base`, retry.base ?? 1_000)),
-      maxMs: Effect.runSync(QueueConfig.parseDuration(`task ${task.name} retry.max`, retry.max ?? 3_600_000)),
-      factor: retry.factor ?? 2,
-      jitter: retry.jitter ?? true
-    }
+    // Checked again, for tasks not built by `make`: the same rules, thrown here.
+    const backoff = checkDefinition(task)
     policies.set(task.name, {
       maxRuntimeMs: task.maxRuntime === undefined
         ? undefined

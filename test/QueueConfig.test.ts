@@ -85,6 +85,44 @@ describe("QueueConfig", () => {
       assert.strictEqual(e.variable, "batchSize")
     }))
 
+  it.effect("health stale must be at least twice the poll interval, from the environment and from code", () =>
+    Effect.gen(function*() {
+      // Poll 10 s, stale 2 s: an idle, healthy worker would be reported stale between two polls.
+      const e = yield* fails(QueueConfig.fromEnv.pipe(withEnv({ LEASEHOLD_POLL_INTERVAL: "10s", LEASEHOLD_HEALTH_STALE: "2s" })))
+      assert.strictEqual(e._tag, "ConfigInvalid")
+      assert.strictEqual(e.variable, "LEASEHOLD_HEALTH_STALE")
+      assert.match(e.rule, /at least 2x the poll interval \(LEASEHOLD_POLL_INTERVAL = 10000 ms\)/)
+      // The default stale bound (60 s) with a slow poll is refused too, naming the stale bound.
+      const slow = yield* fails(QueueConfig.fromEnv.pipe(withEnv({ LEASEHOLD_POLL_INTERVAL: "31s" })))
+      assert.strictEqual(slow.variable, "LEASEHOLD_HEALTH_STALE")
+      const code = yield* fails(QueueConfig.resolve({ pollInterval: "10s", healthStale: "19999ms" }))
+      assert.strictEqual(code.variable, "healthStale")
+      assert.match(code.rule, /at least 2x the poll interval \(pollInterval = 10000 ms\)/)
+      const edge = yield* QueueConfig.resolve({ pollInterval: "10s", healthStale: "20s" })
+      assert.deepStrictEqual([edge.pollIntervalMs, edge.healthStaleMs], [10_000, 20_000])
+    }))
+
+  it.effect("delays are bounded by the store's longest delay (ten years), from the environment and from code", () =>
+    Effect.gen(function*() {
+      const tooLong = "3661d" // over ten years: the store would refuse it in the finishing write
+      for (const key of ["retryBase", "retryMax", "unknownTaskDelay", "maxRuntime", "attemptRetention"] as const) {
+        const variable = QueueConfig.variables[key]
+        const e = yield* fails(QueueConfig.fromEnv.pipe(withEnv({ [variable]: tooLong })))
+        assert.strictEqual(e.variable, variable)
+        assert.match(e.rule, /at most 316224000000 ms \(ten years: the longest delay a store accepts\)/, variable)
+      }
+      // Digits that overflow to Infinity are refused too, not taken as "forever".
+      const huge = yield* fails(QueueConfig.fromEnv.pipe(withEnv({ LEASEHOLD_UNKNOWN_TASK_DELAY: `${"9".repeat(400)}d` })))
+      assert.strictEqual(huge.variable, "LEASEHOLD_UNKNOWN_TASK_DELAY")
+      for (const options of [{ retryMax: 10 * 366 * 86_400_000 + 1 }, { unknownTaskDelay: "3661 days" }, { retryBase: 1e15, retryMax: 1e15 }]) {
+        const e = yield* fails(QueueConfig.resolve(options))
+        assert.strictEqual(e._tag, "ConfigInvalid")
+        assert.match(e.rule, /ten years: the longest delay a store accepts/, JSON.stringify(options))
+      }
+      const longest = yield* QueueConfig.resolve({ retryMax: "3660d", unknownTaskDelay: "3660d" })
+      assert.deepStrictEqual([longest.retryMaxMs, longest.unknownTaskDelayMs], [3660 * 86_400_000, 3660 * 86_400_000])
+    }))
+
   it.effect("a consumer layer with bad config fails at start, before claiming anything", () =>
     Effect.gen(function*() {
       const built = Layer.build(Consumer.layerFromEnv(() => Effect.void).pipe(Layer.provide(MemoryQueueStore.layer())))

@@ -6,7 +6,10 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Clock, Effect, Layer, Option, Schema } from "effect"
 import { TestClock } from "effect/testing"
+import * as Outcome from "../src/internal/outcome.ts"
+import * as Validate from "../src/internal/validate.ts"
 import type { MessageId } from "../src/Message.ts"
+import { InvalidInput } from "../src/QueueError.ts"
 import { QueueStore, type QueueStoreShape } from "../src/QueueStore.ts"
 import * as Task from "../src/Task.ts"
 import { captureLogs, makeSpy, startConsumer, type Spy } from "./support/ConsumerHarness.ts"
@@ -238,6 +241,85 @@ describe("Task (memory store, TestClock)", () => {
       const errors = logs.entries.filter((e) => e.level === "Error" && /does not match its success schema/.test(e.message))
       assert.strictEqual(errors.length, 1)
       assert.match(errors[0]!.message, /Expected number/)
+    }))
+
+  it("a definition whose retry delays could be negative, NaN or unbounded is refused at Task.make, naming the field and the rule", () => {
+    const define = (extra: Record<string, unknown>) => () =>
+      Task.make({ name: "policy", payload: Schema.Unknown, handler: () => Effect.void, ...extra })
+    const cases: ReadonlyArray<readonly [Record<string, unknown>, string, RegExp]> = [
+      [{ retry: { factor: -2 } }, "retry.factor", /finite number, 1 or more/],
+      [{ retry: { factor: Number.NaN } }, "retry.factor", /finite number, 1 or more/],
+      [{ retry: { factor: Number.POSITIVE_INFINITY } }, "retry.factor", /finite number, 1 or more/],
+      [{ retry: { factor: 0.5 } }, "retry.factor", /finite number, 1 or more/],
+      [{ retry: { factor: "2" } }, "retry.factor", /finite number, 1 or more/],
+      [{ retry: { base: -1 } }, "retry.base", /duration/],
+      [{ retry: { base: Number.NaN } }, "retry.base", /duration/],
+      [{ retry: { base: "soon" } }, "retry.base", /duration/],
+      [{ retry: { base: "2h", max: "1h" } }, "retry.max", /at least retry.base \(7200000 ms\)/],
+      [{ retry: { base: "1s", max: "3661d" } }, "retry.max", /ten years: the longest delay a store accepts/],
+      [{ retry: { max: Number.POSITIVE_INFINITY } }, "retry.max", /duration/],
+      [{ retry: { jitter: "yes" } }, "retry.jitter", /true or false/],
+      [{ maxAttempts: 0 }, "maxAttempts", /from 1 to 10000/],
+      [{ maxAttempts: 2.5 }, "maxAttempts", /from 1 to 10000/],
+      [{ maxRuntime: 0 }, "maxRuntime", /from 1 ms/],
+      [{ queue: "no spaces" }, "queue", /A-Z a-z 0-9/],
+      [{ name: "bad name" }, "name", /A-Z a-z 0-9/]
+    ]
+    for (const [extra, field, rule] of cases) {
+      let thrown: unknown
+      try {
+        define(extra)()
+      } catch (e) {
+        thrown = e
+      }
+      assert.instanceOf(thrown, InvalidInput, JSON.stringify(extra))
+      const e = thrown as InvalidInput
+      assert.strictEqual(e.field, field, JSON.stringify(extra))
+      assert.match(e.rule, rule, JSON.stringify(extra))
+      assert.include(e.message, field)
+      assert.include(e.message, `task "${field === "name" ? "bad name" : "policy"}"`)
+    }
+    // Sound policies pass, including a constant delay (factor 1) and no delay at all.
+    define({ retry: { base: "5s", factor: 1, jitter: false } })()
+    define({ retry: { base: 0, max: 0 }, maxAttempts: 10_000, maxRuntime: "7d" })()
+    // A task built by hand (not through make) meets the same rules when a dispatcher takes it.
+    const good = Task.make({ name: "handmade", payload: Schema.Unknown, handler: () => Effect.void })
+    assert.throws(() => Task.dispatcher({ ...good, retry: { factor: -1 } }), /retry.factor/)
+  })
+
+  it("computed retry delays stay within [0, max], whatever the attempt, factor or random number", () => {
+    const policy = { baseMs: 1_000, maxMs: 60_000, factor: 10, jitter: true }
+    for (const attempt of [-5, 0, 1, 2, 5, 61, 1_000, Number.MAX_SAFE_INTEGER]) {
+      for (const random of [0, 0.5, 0.999]) {
+        const delay = Outcome.backoffMs(policy, attempt, random)
+        assert.isTrue(Number.isInteger(delay) && delay >= 0 && delay <= policy.maxMs, `${attempt} ${random}: ${delay}`)
+      }
+    }
+    // A random number out of [0, 1) from a bad generator cannot push a delay out of bounds either.
+    assert.strictEqual(Outcome.backoffMs(policy, 10, 5), 60_000)
+    assert.strictEqual(Outcome.backoffMs(policy, 1, -5), 0)
+    // Any delay, also one from a custom policy function: clamped, and NaN taken as the bound.
+    assert.deepStrictEqual(
+      [Number.NaN, -3, 1.6, 1e20, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY].map((ms) => Outcome.boundedDelayMs(ms, 5_000)),
+      [5_000, 0, 2, 5_000, 5_000, 0]
+    )
+    // Never beyond what the store accepts, whatever the bound asked for.
+    assert.strictEqual(Outcome.boundedDelayMs(1e20, Number.POSITIVE_INFINITY), Validate.MAX_DELAY_MS)
+    assert.strictEqual(Outcome.boundedDelayMs(Number.NaN, 1e20), Validate.MAX_DELAY_MS)
+  })
+
+  it.effect("a send delay or run-at beyond the store's longest delay is refused at send, naming the option", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const job = Task.make({ name: "job", payload: Schema.Number, handler: () => Effect.void })
+      const delay = yield* Effect.flip(Task.send(job, 1, { delay: "3661d" }).pipe(withStore(spy)))
+      assert.strictEqual(delay._tag, "InvalidInput")
+      if (delay._tag !== "InvalidInput") return
+      assert.strictEqual(delay.field, "delay")
+      assert.match(delay.rule, /ten years: the longest delay a store accepts/)
+      const runAt = yield* Effect.flip(Task.send(job, 1, { runAt: new Date(Date.now() + 11 * 366 * 86_400_000) }).pipe(withStore(spy)))
+      assert.strictEqual(runAt._tag === "InvalidInput" ? runAt.field : runAt._tag, "runAt")
+      assert.strictEqual((yield* spy.inner.stats("default")).delayed, 0, "nothing was written")
     }))
 
   it("a dispatcher refuses two tasks of the same name", () => {

@@ -14,8 +14,16 @@ export const nameRule = "1-128 characters of A-Z a-z 0-9 _ . : / -, starting wit
 const schemaPattern = /^[a-z_][a-z0-9_]{0,62}$/
 
 const INT4_MAX = 2_147_483_647
-/** Longest delay accepted: about ten years. Anything longer is almost certainly a unit mistake. */
-const MAX_DELAY_MS = 10 * 366 * 24 * 3600 * 1000
+/** Most attempts a message may be given. */
+export const MAX_ATTEMPTS = 10_000
+/**
+ * Longest delay a store accepts (send delay, retry and release delays, leases): about ten
+ * years. Anything longer is almost certainly a unit mistake. Settings that become such a
+ * delay (retry policies, the unknown-task delay) are bounded by it where they are configured.
+ */
+export const MAX_DELAY_MS = 10 * 366 * 24 * 3600 * 1000
+/** The rule behind {@link MAX_DELAY_MS}, as error messages state it. */
+export const maxDelayRule = `at most ${MAX_DELAY_MS} ms (ten years: the longest delay a store accepts)`
 /** Recorded errors and reasons are cut to this many characters. */
 export const MAX_ERROR_TEXT = 8 * 1024
 
@@ -203,7 +211,7 @@ export const prepareMessage = (
     if (typeof delay !== "number" || !Number.isFinite(delay) || delay < 0 || delay > MAX_DELAY_MS) {
       return yield* invalid("delay", "milliseconds, 0 or more, at most ten years", `${show(delay)} is not allowed`)
     }
-    const maxAttempts = yield* positiveInt("maxAttempts", message.maxAttempts ?? limits.defaultMaxAttempts, 10_000)
+    const maxAttempts = yield* positiveInt("maxAttempts", message.maxAttempts ?? limits.defaultMaxAttempts, MAX_ATTEMPTS)
     const dedupKey = message.dedupKey ?? null
     if (dedupKey !== null && (typeof dedupKey !== "string" || dedupKey.length === 0 || dedupKey.length > 512 || dedupKey.includes("\u0000") || !dedupKey.isWellFormed())) {
       return yield* invalid("dedupKey", "a string of 1-512 characters", `${show(dedupKey)} is not allowed`)
