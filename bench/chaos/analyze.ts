@@ -13,8 +13,36 @@
  * - lost: a message sent that is neither completed nor still in the table.
  * - holder alive: the worker process running an execution had not been
  *   SIGKILLed (by the orchestrator) at the time in question.
+ * - handler return: when the handler of an execution gave the message back
+ *   to the consumer: the ledger end write committed (`done_ms`), the
+ *   interruption plus the worker's bound on its interrupted write
+ *   (INTERRUPTED_WRITE_BOUND_MS), or the journaled give-up of the end write.
+ * - ack bound: the latest moment the finishing write (ack, retry, release)
+ *   of an execution could land: handler return + `finishBoundMs` (the
+ *   renewer's stop timeout, which `finish` may wait, + the lease, for which
+ *   connection-dead writes are retried, + 1 s for the last attempt). A kill
+ *   after the ack bound cannot be why the message ran again: its ack had
+ *   landed or had been given up long before.
  */
-import type { JournalEvent, LedgerRow } from "./lib.ts"
+import type { JournalEvent, LedgerRow, LogEvent, LogKind } from "./lib.ts"
+
+/** worker.ts bounds the ledger write of an interruption by 1.5 s; the handler returns after it. */
+export const INTERRUPTED_WRITE_BOUND_MS = 1_500
+
+/** Allowance between a log line and the runs or connection deaths it is matched with (clock reads, pipes). */
+export const LOG_SLACK_MS = 500
+
+/** The finishing-write bound of a worker configuration (see `ack bound` above). */
+export const finishBound = (options: { readonly leaseMs: number; readonly renewerStopTimeoutMs: number }): number =>
+  options.renewerStopTimeoutMs + options.leaseMs + 1_000
+
+/** A connection of a worker that the orchestrator's storm cut: a terminated backend of one of its pools. */
+export interface BackendTermination {
+  readonly consumer: string
+  /** main, lease, listen, presence, presence-pool */
+  readonly pool: string
+  readonly at: number
+}
 
 export interface Kill {
   readonly consumer: string
@@ -37,6 +65,18 @@ export interface AnalysisInput {
   readonly kills: ReadonlyArray<Kill>
   /** When the server was restarted (stop issued), for context on lease losses. */
   readonly restartAt?: number | undefined
+  /** When the restarted server was accepting connections again (every connection died in between). */
+  readonly restartUpAt?: number | undefined
+  /** The ack bound after a handler return (see `finishBound`); a kill later than that explains no rerun. */
+  readonly finishBoundMs: number
+  /** The renewer stop timeout of the workers (the window of a wedged renewer). */
+  readonly renewerStopTimeoutMs: number
+  readonly leaseMs: number
+  /** The judged consumer log lines the workers journaled. */
+  readonly logEvents?: ReadonlyArray<LogEvent> | undefined
+  readonly terminations?: ReadonlyArray<BackendTermination> | undefined
+  /** Times in explanations are printed relative to this (the run's start); 0: absolute. */
+  readonly origin?: number | undefined
 }
 
 export interface Execution {
@@ -54,14 +94,43 @@ export interface Execution {
   endWriteFailedMs: number | undefined
   /** When the holder was SIGKILLed, if it was at or after the start. */
   killedMs: number | undefined
+  /** When the ledger end write committed (ok runs). */
+  doneMs: number | undefined
+}
+
+/** When the handler of an execution returned (see the header); undefined: it never did (cut short, or unknown). */
+export const handlerReturn = (e: Execution): number | undefined => {
+  const times = [
+    e.okMs === undefined ? undefined : Math.max(e.okMs, e.doneMs ?? e.okMs),
+    e.interruptedMs === undefined ? undefined : e.interruptedMs + INTERRUPTED_WRITE_BOUND_MS,
+    e.endWriteFailedMs
+  ].filter((x): x is number => x !== undefined)
+  return times.length === 0 ? undefined : Math.min(...times)
+}
+
+/** The kill of an execution's holder explains a later run only if it fell before the run's ack could have landed. */
+export const killExplains = (e: Execution, finishBoundMs: number): boolean => {
+  if (e.killedMs === undefined) return false
+  const returned = handlerReturn(e)
+  return returned === undefined || e.killedMs <= returned + finishBoundMs
+}
+
+/** How a judged log line was explained, or why not. */
+export interface JudgedLog {
+  readonly event: LogEvent
+  /** The run the line is about (the worker's latest run of the message before the line), if any. */
+  readonly execution: Execution | undefined
+  readonly explained: boolean
+  readonly why: string
 }
 
 /**
  * Why a message ran again, from how the run before it ended:
- * - `kill`: its holder was SIGKILLed;
+ * - `kill`: its holder was SIGKILLed before the run's ack bound (see the header), and before the next run started;
  * - `interrupted`: its handler was interrupted (lease or presence lost in the storm) before finishing;
  * - `interrupted-after-work`: its work was done (end row written), then the handler was interrupted before the ack;
  * - `handler-failed`: the handler failed (its ledger end could not be written), so the queue retried it;
+ * - `finish-given-up`: its finishing write was given up after connection deaths (an explained `finish-failed` log line);
  * - `after-completion`: it finished, its holder lived and nothing interrupted it: a double run;
  * - `unexplained`: it never finished, was not interrupted and its holder was not killed.
  */
@@ -70,6 +139,7 @@ export type DuplicateCause =
   | "interrupted"
   | "interrupted-after-work"
   | "handler-failed"
+  | "finish-given-up"
   | "after-completion"
   | "unexplained"
 
@@ -106,6 +176,10 @@ export interface Analysis {
   /** Messages in progress on a killed worker that never started again (and were not completed). */
   readonly notRedelivered: number
   readonly killsWithWork: number
+  /** Every judged log line (double run at ack, finishing write failed, renewer wedged) with its verdict. */
+  readonly logs: ReadonlyArray<JudgedLog>
+  readonly unexplainedLogs: Record<LogKind, number>
+  readonly explainedLogs: Record<LogKind, number>
 }
 
 /** The end of an execution as far as overlap goes: work finished, interrupted, or holder killed. Infinity: unknown. */
@@ -140,6 +214,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
         okMs: undefined,
         interruptedMs: undefined,
         endWriteFailedMs: undefined,
+        doneMs: undefined,
         killedMs: killed !== undefined && killed >= fact.startedMs ? killed : undefined
       }
       byExec.set(fact.exec, e)
@@ -156,7 +231,10 @@ export const analyze = (input: AnalysisInput): Analysis => {
       pid: row.pid,
       startedMs: row.started_ms
     })
-    if (row.outcome === "ok" && row.ended_ms !== null) e.okMs = row.ended_ms
+    if (row.outcome === "ok" && row.ended_ms !== null) {
+      e.okMs = row.ended_ms
+      if (row.done_ms !== undefined && row.done_ms !== null) e.doneMs = row.done_ms
+    }
     if (row.outcome === "interrupted" && row.ended_ms !== null) e.interruptedMs = row.ended_ms
   }
   for (const j of input.journal) {
@@ -210,6 +288,11 @@ export const analyze = (input: AnalysisInput): Analysis => {
     }
   }
 
+  const { logs, explainedLogs, unexplainedLogs } = judgeLogs(input, perMessage, remaining)
+  const finishGivenUp = new Set(
+    logs.filter((x) => x.explained && x.event.kind === "finish-failed" && x.execution !== undefined).map((x) => x.execution!)
+  )
+
   // Duplicates: every execution after the first, explained by how the one before it ended.
   const duplicates: Array<Duplicate> = []
   const duplicatesByCause: Record<DuplicateCause, number> = {
@@ -217,6 +300,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
     interrupted: 0,
     "interrupted-after-work": 0,
     "handler-failed": 0,
+    "finish-given-up": 0,
     "after-completion": 0,
     unexplained: 0
   }
@@ -225,12 +309,14 @@ export const analyze = (input: AnalysisInput): Analysis => {
     for (let j = 1; j < list.length; j++) {
       const previous = list[j - 1]!
       const next = list[j]!
-      const cause: DuplicateCause = previous.killedMs !== undefined && previous.killedMs <= next.startedMs
+      const cause: DuplicateCause = killExplains(previous, input.finishBoundMs) && previous.killedMs! <= next.startedMs
         ? "kill"
         : previous.interruptedMs !== undefined
         ? (previous.okMs !== undefined ? "interrupted-after-work" : "interrupted")
         : previous.endWriteFailedMs !== undefined
         ? "handler-failed"
+        : finishGivenUp.has(previous)
+        ? "finish-given-up"
         : previous.okMs !== undefined
         ? "after-completion"
         : "unexplained"
@@ -243,8 +329,8 @@ export const analyze = (input: AnalysisInput): Analysis => {
     }
   }
 
-  // Redelivery after a kill: for each execution cut short by a kill (or finished but not acked before it),
-  // the time from the kill to the next start of the message.
+  // Redelivery after a kill: for each execution cut short by a kill (or finished but not acked before it, the
+  // kill falling before its ack bound), the time from the kill to the next start of the message.
   const redeliveryMs: Array<number> = []
   let notRedelivered = 0
   const killsWithWork = new Set<string>()
@@ -262,6 +348,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
       // Cut short by the kill, or finished just before it without its ack landing: either way the kill redelivers it.
       const finishedNotAcked = e.okMs !== undefined && e.interruptedMs === undefined && e.endWriteFailedMs === undefined
       if (!cutShort && !finishedNotAcked) continue
+      if (!killExplains(e, input.finishBoundMs)) continue // killed long after its ack bound: not why it ran again
       killsWithWork.add(e.consumer)
       redeliveryMs.push(next.startedMs - e.killedMs)
     }
@@ -283,6 +370,110 @@ export const analyze = (input: AnalysisInput): Analysis => {
     interruptedAwayFromRestart,
     redeliveryMs,
     notRedelivered,
-    killsWithWork: killsWithWork.size
+    killsWithWork: killsWithWork.size,
+    logs,
+    explainedLogs,
+    unexplainedLogs
   }
+}
+
+/** The pools a finishing write or a renewal may use: the store's lease pool, or its main pool without one. */
+const LEASE_TRAFFIC_POOLS = new Set(["main", "lease"])
+
+/** Words of a connection death in a consumer's error text (the classifier's list, see DESIGN.md). */
+const CONNECTION_DEATH =
+  /ConnectionDead|Connection (closed|terminated)|Failed to connect|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|57P0[123]|terminating connection|shutting down|starting up/i
+
+/**
+ * Item by item, whether a judged consumer log line is explained by the chaos the orchestrator recorded.
+ * The rules (bench/README.md states them too):
+ * - double run at ack, on worker C for message m at t: explained only when nobody else ran m after C's run
+ *   began, m is acked (gone), and a connection of C (main or lease pool, or the server restart) died between the
+ *   end of C's work and t: C's first ack landed and its answer was lost, so the retry matched nothing. Anything
+ *   else is a real double run: a SIGKILL of another worker cannot take C's lease away, so no kill explains it.
+ * - finishing write failed, on C for m at t: explained when its error is a connection death, a connection of C
+ *   (main or lease pool, or the restart) died between the start of C's run and t, and m then ran again no
+ *   earlier than t (the write gave up only when its lease ran out; a rerun before t started under C's lease) or
+ *   was acked without another run (the last attempt landed, its answer lost).
+ * - renewer wedged, on C at t: explained when a connection of C (main or lease pool, or the restart) died in
+ *   [t - renewer stop timeout - lease, t]: the renew statement in flight when the stop began sat on it.
+ */
+const judgeLogs = (
+  input: AnalysisInput,
+  perMessage: ReadonlyMap<number, ReadonlyArray<Execution>>,
+  remaining: ReadonlyMap<number, string>
+) => {
+  const byId = new Map<string, ReadonlyArray<Execution>>()
+  for (const list of perMessage.values()) {
+    for (const e of list) byId.set(e.messageId, [...(byId.get(e.messageId) ?? []), e])
+  }
+  const terminations = input.terminations ?? []
+  /** A connection death of `consumer`'s lease traffic within [from, to] (with LOG_SLACK_MS either side), described. */
+  const deathOf = (consumer: string, from: number, to: number): string | undefined => {
+    const lo = from - LOG_SLACK_MS
+    const hi = to + LOG_SLACK_MS
+    const t = terminations.find((x) => x.consumer === consumer && LEASE_TRAFFIC_POOLS.has(x.pool) && x.at >= lo && x.at <= hi)
+    if (t !== undefined) return `its ${t.pool} pool backend was terminated at ${ms(t.at)}`
+    if (input.restartAt !== undefined) {
+      const up = input.restartUpAt ?? Infinity
+      if (input.restartAt <= hi && up >= lo) return `the server was down ${ms(input.restartAt)}..${ms(input.restartUpAt)}`
+    }
+    return undefined
+  }
+  const o = input.origin ?? 0
+  const ms = (t: number | undefined) => (t === undefined ? "?" : `${Math.round(t - o)} ms`)
+  const fmt = (e: Execution) => `${e.consumer} ran it ${ms(e.startedMs)}..${ms(e.okMs ?? e.interruptedMs ?? e.endWriteFailedMs)}`
+
+  const judge = (event: LogEvent): { explained: boolean; why: string; execution?: Execution | undefined } => {
+    const window = input.renewerStopTimeoutMs + input.leaseMs
+    if (event.kind === "renewer-wedged") {
+      const death = deathOf(event.consumer, event.at - window, event.at)
+      return death === undefined
+        ? { explained: false, why: `no connection of ${event.consumer} died in the ${window} ms before` }
+        : { explained: true, why: death }
+    }
+    const id = event.messageIds[0]
+    if (id === undefined) return { explained: false, why: "no message id on the log line" }
+    const runs = byId.get(id) ?? []
+    const mine = runs.filter((e) => e.consumer === event.consumer && e.startedMs <= event.at + LOG_SLACK_MS)
+    const own = mine[mine.length - 1]
+    if (own === undefined) return { explained: false, why: `no run of message ${id} on ${event.consumer} before the log line` }
+    return { execution: own, ...judgeRun(event, id, runs, own) }
+  }
+  const judgeRun = (event: LogEvent, id: string, runs: ReadonlyArray<Execution>, own: Execution): { explained: boolean; why: string } => {
+    const later = runs.filter((e) => e !== own && e.startedMs > own.startedMs)
+    const acked = remaining.get(own.n) === undefined && runs.some((e) => e.okMs !== undefined)
+    if (event.kind === "double-run-at-ack") {
+      if (later.length > 0) return { explained: false, why: `a real double run: ${fmt(own)}, then ${fmt(later[0]!)}` }
+      if (!acked) return { explained: false, why: `message ${id} is not acked (${remaining.get(own.n) ?? "lost"})` }
+      const death = deathOf(event.consumer, own.okMs ?? own.startedMs, event.at)
+      return death === undefined
+        ? { explained: false, why: `nobody else ran it, but no connection of ${event.consumer} died to lose its ack's answer` }
+        : { explained: true, why: `its own ack landed, answer lost: ${death}; no second run` }
+    }
+    // finish-failed
+    if (!CONNECTION_DEATH.test(event.text)) return { explained: false, why: `not a connection death: ${event.text}` }
+    const death = deathOf(event.consumer, own.startedMs, event.at)
+    if (death === undefined) return { explained: false, why: `no connection of ${event.consumer} died during ${fmt(own)} up to the log line` }
+    const next = later[0]
+    if (next !== undefined) {
+      return next.startedMs >= event.at - LOG_SLACK_MS
+        ? { explained: true, why: `${death}; ran again at ${ms(next.startedMs)}` }
+        : { explained: false, why: `${fmt(next)}, before the write gave up (${ms(event.at)}) under ${event.consumer}'s lease` }
+    }
+    return acked
+      ? { explained: true, why: `${death}; acked without another run (the last attempt landed)` }
+      : { explained: false, why: `${death}, but message ${id} never ran again` }
+  }
+
+  const zero = (): Record<LogKind, number> => ({ "double-run-at-ack": 0, "finish-failed": 0, "renewer-wedged": 0 })
+  const explainedLogs = zero()
+  const unexplainedLogs = zero()
+  const logs: Array<JudgedLog> = []
+  for (const event of input.logEvents ?? []) {
+    const verdict = judge(event)
+    ;(verdict.explained ? explainedLogs : unexplainedLogs)[event.kind]++
+    logs.push({ event, execution: verdict.execution, explained: verdict.explained, why: verdict.why })
+  }
+  return { logs, explainedLogs, unexplainedLogs }
 }

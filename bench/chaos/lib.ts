@@ -89,6 +89,7 @@ export const createLedger = async (db: Db, schema: string): Promise<void> => {
     started_ms float8 NOT NULL,
     ended_ms   float8,
     outcome    text,
+    done_ms    float8,
     written_at timestamptz NOT NULL DEFAULT clock_timestamp()
   )`)
   await db.query(`CREATE INDEX ledger_n_idx ON ${schema}.ledger (n)`)
@@ -105,11 +106,13 @@ export interface LedgerRow {
   readonly started_ms: number
   readonly ended_ms: number | null
   readonly outcome: string | null
+  /** When the ledger end (`ok`) was last written (the database's clock, same machine): the handler returned right after. */
+  readonly done_ms?: number | null
 }
 
 export const readLedger = (db: Db, schema: string) =>
   db.queryRetrying<LedgerRow>(
-    `SELECT exec_id::text, message_id::text, n, attempt, consumer, pid, task, started_ms, ended_ms, outcome
+    `SELECT exec_id::text, message_id::text, n, attempt, consumer, pid, task, started_ms, ended_ms, outcome, done_ms
      FROM ${schema}.ledger ORDER BY started_ms`
   )
 
@@ -117,7 +120,7 @@ export const readLedger = (db: Db, schema: string) =>
 // Worker processes
 // ---------------------------------------------------------------------------------------------
 
-/** A journal line of a worker (see worker.ts). */
+/** A journal line of a worker about one execution (see worker.ts). */
 export interface JournalEvent {
   readonly ev: "interrupted" | "abandoned" | "end-write-failed"
   readonly exec: string
@@ -130,6 +133,31 @@ export interface JournalEvent {
   readonly startedMs: number
   readonly endedMs?: number
   readonly at: number
+}
+
+/**
+ * The consumer log lines the chaos run must explain (see analyze.ts), as the
+ * worker's own logger journals them: `CHAOS {"ev":"log",...}` with the time
+ * of the log, the worker, and the message ids it was annotated with.
+ */
+export type LogKind = "double-run-at-ack" | "finish-failed" | "renewer-wedged"
+
+export interface LogEvent {
+  readonly ev: "log"
+  readonly kind: LogKind
+  readonly consumer: string
+  readonly pid: number
+  readonly at: number
+  /** The `messageId` annotation, or the `messageIds` one (a whole claim) split on commas. */
+  readonly messageIds: ReadonlyArray<string>
+  readonly text: string
+}
+
+/** Which of the counted log lines (below) is which judged event. */
+export const logKindOf: Partial<Record<keyof typeof logPatterns, LogKind>> = {
+  doubleRun: "double-run-at-ack",
+  finishFailed: "finish-failed",
+  wedged: "renewer-wedged"
 }
 
 /** Worker log lines worth counting (the consumer's own words, see src/Consumer.ts and src/LeaseRenewer.ts). */
@@ -159,6 +187,8 @@ export interface Worker {
   /** Resolves when the process exited and its output was read to the end. */
   readonly closed: Promise<void>
   readonly journal: Array<JournalEvent>
+  /** The judged log events this worker journaled (see LogEvent). */
+  readonly logEvents: Array<LogEvent>
   readonly logCounts: LogCounts
   /** The last lines of output, for failure reports. */
   readonly tail: Array<string>
@@ -232,6 +262,7 @@ export const spawnWorker = (options: SpawnOptions): Worker => {
     exit: undefined,
     closed,
     journal: [],
+    logEvents: [],
     logCounts: { doubleRun: 0, finishFailed: 0, leaseLost: 0, presenceLost: 0, wedged: 0, ledgerFailed: 0 },
     tail: []
   }
@@ -246,7 +277,9 @@ export const spawnWorker = (options: SpawnOptions): Worker => {
       for (const line of lines) {
         if (line.startsWith("CHAOS ")) {
           try {
-            worker.journal.push(JSON.parse(line.slice(6)) as JournalEvent)
+            const event = JSON.parse(line.slice(6)) as JournalEvent | LogEvent
+            if (event.ev === "log") worker.logEvents.push(event)
+            else worker.journal.push(event)
           } catch {
             // a torn line cannot happen on a pipe below PIPE_BUF; ignore anything else
           }
@@ -254,8 +287,11 @@ export const spawnWorker = (options: SpawnOptions): Worker => {
           worker.readyAt ??= Date.now()
           options.onReady?.(worker)
         }
-        for (const key of Object.keys(logPatterns) as Array<keyof typeof logPatterns>) {
-          if (logPatterns[key].test(line)) worker.logCounts[key]++
+        // Counted from the consumer's own output (journal lines quote it: not counted twice).
+        if (!line.startsWith("CHAOS ")) {
+          for (const key of Object.keys(logPatterns) as Array<keyof typeof logPatterns>) {
+            if (logPatterns[key].test(line)) worker.logCounts[key]++
+          }
         }
         worker.tail.push(line)
         if (worker.tail.length > 40) worker.tail.shift()

@@ -24,7 +24,7 @@ import { join } from "node:path"
 import { startPostgres } from "../../src/internal/EmbeddedPostgres.ts"
 import type { NewMessage } from "../../src/Message.ts"
 import { QueueStore } from "../../src/QueueStore.ts"
-import { analyze, type Kill } from "./analyze.ts"
+import { analyze, type BackendTermination, finishBound, type Kill } from "./analyze.ts"
 import {
   closeLogs,
   createLedger,
@@ -34,6 +34,7 @@ import {
   formatMs,
   type JournalEvent,
   killWorker,
+  logKindOf,
   type LogCounts,
   openDb,
   percentile,
@@ -65,6 +66,7 @@ const config = {
   drainTimeoutMs: envMs("CHAOS_DRAIN_TIMEOUT", profile.drainTimeoutMs),
   restartDownMs: envMs("CHAOS_RESTART_DOWN", 1_000),
   quarantineAfter: envInt("CHAOS_QUARANTINE_AFTER", 100),
+  renewerStopTimeoutMs: envMs("CHAOS_RENEWER_STOP_TIMEOUT", 5_000),
   logDir: process.env["CHAOS_LOG_DIR"] ??
     join(repoRoot, ".tmp", "chaos", new Date().toISOString().replace(/[:.]/g, "-")),
   liveness: process.env["LEASEHOLD_SESSION_LIVENESS"]
@@ -91,6 +93,8 @@ const workerEnv: Record<string, string> = {
   LEASEHOLD_RETRY_BASE: "100ms",
   LEASEHOLD_RETRY_MAX: "2s",
   LEASEHOLD_SHUTDOWN_GRACE: "10s",
+  // Set here, not left to the default: the checker's ack bound (analyze.ts, finishBound) is derived from it.
+  LEASEHOLD_RENEWER_STOP_TIMEOUT: `${config.renewerStopTimeoutMs}ms`,
   // Random SIGKILLs hit innocent messages: do not let them quarantine (dead-letter) as suspected worker-killers.
   LEASEHOLD_QUARANTINE_AFTER: String(config.quarantineAfter),
   ...(config.liveness === undefined ? {} : { LEASEHOLD_SESSION_LIVENESS: config.liveness })
@@ -238,9 +242,12 @@ const main = async (): Promise<number> => {
     const terminations: Array<{ readonly at: number; readonly count: number }> = []
     /** Backends terminated, by application name (main pool, lease pool, presence session...). */
     const terminatedBy = new Map<string, number>()
+    /** Every terminated backend, with its worker (the application name carries the consumer id, see worker.ts). */
+    const terminated: Array<BackendTermination> = []
     let terminateErrors = 0
     let restartAt: number | undefined
     let restartDownMs: number | undefined
+    let restartUpAt: number | undefined
 
     const killer = (async () => {
       while (chaosOn) {
@@ -267,14 +274,19 @@ const main = async (): Promise<number> => {
           if (rows.length === 0) continue
           const shuffled = [...rows].sort(() => Math.random() - 0.5)
           const victims = shuffled.slice(0, 1 + Math.floor(Math.random() * Math.max(1, Math.ceil(rows.length / 6))))
-          const [done] = await database.query<{ terminated: number }>(
-            `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS terminated FROM unnest($1::int[]) AS pid`,
+          const at = Date.now()
+          const done = await database.query<{ pid: number }>(
+            `SELECT pid FROM unnest($1::int[]) AS pid WHERE pg_terminate_backend(pid)`,
             [`{${victims.map((v) => Number(v.pid)).join(",")}}`]
           )
-          terminations.push({ at: Date.now(), count: Number(done?.terminated ?? 0) })
+          terminations.push({ at, count: done.length })
+          const hit = new Set(done.map((r) => Number(r.pid)))
           for (const v of victims) {
-            const kind = v.application_name.replace(/^chaos-worker-?/, "") || "main"
-            terminatedBy.set(kind, (terminatedBy.get(kind) ?? 0) + 1)
+            if (!hit.has(Number(v.pid))) continue
+            const m = /^chaos-worker@(.+?)(?:-(lease|listen|presence-pool|presence))?$/.exec(v.application_name)
+            const pool = m?.[2] ?? "main"
+            terminatedBy.set(pool, (terminatedBy.get(pool) ?? 0) + 1)
+            terminated.push({ consumer: m?.[1] ?? v.application_name, pool, at })
           }
         } catch {
           terminateErrors++ // the server is restarting
@@ -291,7 +303,8 @@ const main = async (): Promise<number> => {
         await server.stop()
         await sleep(config.restartDownMs)
         await server.start()
-        restartDownMs = Date.now() - restartAt
+        restartUpAt = Date.now()
+        restartDownMs = restartUpAt - restartAt
         log(`PostgreSQL back after ${formatMs(restartDownMs)}`)
       })
     })()
@@ -326,10 +339,14 @@ const main = async (): Promise<number> => {
       return Number(row?.ready ?? 0) === 0 ? true : undefined
     }, Math.max(5_000, hardDeadline - Date.now()), 250)
     log(drained ? "queue drained; stopping workers (SIGTERM)" : "drain timed out; stopping workers (SIGTERM)")
+    // A worker still starting (no READY yet) has no signal handler: SIGTERM would kill it, which says nothing of
+    // its drain. Give starters time to come up first; those that still did not are reported apart.
+    await poll(() => workers.every((w) => w.exit !== undefined || w.readyAt !== undefined) ? true : undefined, 30_000, 100)
     shuttingDown = true
     const live = workers.filter((w) => w.exit === undefined)
+    const notStarted = live.filter((w) => w.readyAt === undefined)
     const stuck = await stopWorkers(live, 15_000)
-    const uncleanExits = live.filter((w) => !stuck.includes(w) && w.exit?.code !== 0)
+    const uncleanExits = live.filter((w) => !stuck.includes(w) && !notStarted.includes(w) && w.exit?.code !== 0)
     const finishedAt = Date.now()
 
     // ---- checks ----------------------------------------------------------------------------
@@ -349,7 +366,14 @@ const main = async (): Promise<number> => {
       journal,
       remaining: remaining.map((r) => ({ n: Number(r.n), state: r.state })),
       kills,
-      restartAt
+      restartAt,
+      restartUpAt,
+      finishBoundMs: finishBound(config),
+      renewerStopTimeoutMs: config.renewerStopTimeoutMs,
+      leaseMs: config.leaseMs,
+      logEvents: workers.flatMap((w) => w.logEvents),
+      terminations: terminated,
+      origin: t0
     })
     const logs: LogCounts = { doubleRun: 0, finishFailed: 0, leaseLost: 0, presenceLost: 0, wedged: 0, ledgerFailed: 0 }
     for (const w of workers) for (const k of Object.keys(logs) as Array<keyof LogCounts>) logs[k] += w.logCounts[k]
@@ -359,6 +383,17 @@ const main = async (): Promise<number> => {
       if (!ok) violations.push(what)
       return ok ? "ok" : "VIOLATION"
     }
+    // Consumer log lines that must be explained by the chaos (analyze.ts, judgeLogs); their journaled count must match
+    // the count read from the plain output, or the checker missed some.
+    const logLabel = { "double-run-at-ack": "double runs at ack", "finish-failed": "finishing writes failed", "renewer-wedged": "renewers wedged" } as const
+    const logRows: Array<Array<string>> = (Object.keys(logKindOf) as Array<keyof typeof logKindOf>).flatMap((key) => {
+      const kind = logKindOf[key]!
+      const journaled = result.explainedLogs[kind] + result.unexplainedLogs[kind]
+      return [
+        [`worker log: ${logLabel[kind]}, unexplained`, String(result.unexplainedLogs[kind]), check(result.unexplainedLogs[kind] === 0, `${result.unexplainedLogs[kind]} ${logLabel[kind]} not explained by the chaos (see below)`)],
+        [`  explained by the chaos`, String(result.explainedLogs[kind]), check(journaled === logs[key], `${logLabel[kind]}: ${logs[key]} in the output, ${journaled} journaled (the checker missed some)`)]
+      ]
+    })
     const d = result.duplicatesByCause
     const totalDuplicates = result.duplicates.length
     const p50 = percentile(result.redeliveryMs, 50)
@@ -377,6 +412,7 @@ const main = async (): Promise<number> => {
       ["  following an interruption (lease/presence lost)", String(d.interrupted), d.interrupted === 0 ? "" : "allowed (storm)"],
       ["  following work done, interrupted before ack", String(d["interrupted-after-work"]), d["interrupted-after-work"] === 0 ? "" : "allowed (storm)"],
       ["  following a failed ledger write", String(d["handler-failed"]), d["handler-failed"] === 0 ? "" : "allowed (handler failed)"],
+      ["  following a finishing write given up (connection deaths)", String(d["finish-given-up"]), d["finish-given-up"] === 0 ? "" : "allowed (explained below)"],
       ["  after a completed run, holder alive", String(d["after-completion"]), check(d["after-completion"] === 0, `${d["after-completion"]} duplicates after a completed run whose holder was alive (double runs not caused by a kill)`)],
       ["  unexplained", String(d.unexplained), check(d.unexplained === 0, `${d.unexplained} duplicates whose earlier run neither finished, nor was interrupted, nor was killed`)],
       ["redelivery after kill, p50", formatMs(p50), `${result.redeliveryMs.length} samples`],
@@ -385,7 +421,9 @@ const main = async (): Promise<number> => {
       ["ledger rows of unknown messages", String(result.unknown), check(result.unknown === 0, `${result.unknown} ledger rows for messages never sent`)],
       ["messages sent twice", String(result.messagesWithSeveralIds.length), check(result.messagesWithSeveralIds.length === 0, `${result.messagesWithSeveralIds.length} messages ran under two ids (sent twice)`)],
       ["workers crashed (not killed)", String(crashes.length), check(crashes.length === 0, `${crashes.length} running workers exited on their own: ${crashes.map((w) => `${w.name} code ${w.exit?.code}`).join(", ")}`)],
-      ["workers unclean on SIGTERM", String(uncleanExits.length + stuck.length), check(uncleanExits.length + stuck.length === 0, `${uncleanExits.length} workers exited non-zero and ${stuck.length} did not exit on SIGTERM`)]
+      ["workers unclean on SIGTERM", String(uncleanExits.length + stuck.length), check(uncleanExits.length + stuck.length === 0, `${uncleanExits.length} workers exited non-zero and ${stuck.length} did not exit on SIGTERM`)],
+      ["workers not started 30 s after the drain", String(notStarted.length), check(notStarted.length === 0, `${notStarted.length} workers never printed READY: ${notStarted.map((w) => w.name).join(", ")}`)],
+      ...logRows
     ]
     console.log("")
     console.log(table(rows))
@@ -399,11 +437,8 @@ const main = async (): Promise<number> => {
       ["server restarts", restartDownMs === undefined ? "0" : `1 (down ${formatMs(restartDownMs)})`],
       ["ledger starts abandoned (no work done)", String(result.abandoned)],
       ["interruptions > 10 s from the restart", String(result.interruptedAwayFromRestart)],
-      ["worker log: double runs detected at ack", String(logs.doubleRun)],
-      ["worker log: finishing writes failed", String(logs.finishFailed)],
       ["worker log: leases lost / at risk", String(logs.leaseLost)],
       ["worker log: presence lost, handlers stopped", String(logs.presenceLost)],
-      ["worker log: renewers wedged", String(logs.wedged)],
       ["worker log: ledger writes failed", String(logs.ledgerFailed)],
       ["duration", formatMs(finishedAt - t0)]
     ]))
@@ -426,6 +461,16 @@ const main = async (): Promise<number> => {
               p.endWriteFailedMs === undefined ? "" : `end write failed at ${p.endWriteFailedMs - t0} ms`
             ].filter((x) => x !== "").join(", ") + "; " +
             `then ${x.next.consumer} started ${x.next.startedMs - t0} ms (restart at ${restartAt === undefined ? "-" : restartAt - t0} ms)`
+        )
+      }
+    }
+    if (result.logs.length > 0) {
+      console.log("\njudged worker log lines (first 10 unexplained, then first 5 explained):")
+      const shown = [...result.logs.filter((x) => !x.explained).slice(0, 10), ...result.logs.filter((x) => x.explained).slice(0, 5)]
+      for (const x of shown) {
+        console.log(
+          `  ${x.explained ? "explained  " : "UNEXPLAINED"} ${x.event.kind} on ${x.event.consumer} at ${x.event.at - t0} ms, ` +
+            `message ${x.event.messageIds.join(",") || "-"}: ${x.why}\n      "${x.event.text.split("\n")[0]}"`
         )
       }
     }

@@ -7,8 +7,8 @@
  * `npm run chaos` and `npm run chaos:ci` run it first.
  */
 import assert from "node:assert/strict"
-import { analyze, type AnalysisInput } from "./analyze.ts"
-import type { JournalEvent, LedgerRow } from "./lib.ts"
+import { analyze, type AnalysisInput, finishBound } from "./analyze.ts"
+import type { JournalEvent, LedgerRow, LogEvent, LogKind } from "./lib.ts"
 
 let execs = 0
 const row = (n: number, consumer: string, started: number, ended: number | null, outcome: string | null = ended === null ? null : "ok"): LedgerRow => ({
@@ -24,7 +24,23 @@ const row = (n: number, consumer: string, started: number, ended: number | null,
   outcome
 })
 
-const base: AnalysisInput = { sent: 0, ledger: [], journal: [], remaining: [], kills: [] }
+// The chaos defaults: lease 3 s, renewer stop timeout 5 s, so the ack bound is 9 s after the handler returns.
+const timing = { leaseMs: 3_000, renewerStopTimeoutMs: 5_000 }
+const base: AnalysisInput = { sent: 0, ledger: [], journal: [], remaining: [], kills: [], ...timing, finishBoundMs: finishBound(timing) }
+
+/** A judged log line of worker `consumer` about message n (message id 1000 + n, as `row` makes them). */
+const logLine = (kind: LogKind, consumer: string, at: number, n: number | ReadonlyArray<number>, text: string): LogEvent => ({
+  ev: "log",
+  kind,
+  consumer,
+  pid: 1,
+  at,
+  messageIds: (typeof n === "number" ? [n] : n).map((x) => String(1000 + x)),
+  text
+})
+const ACK_FAILED = "ack could not be written; the message runs again after its lease: ack: PgConnection: Connection closed: Connection closed"
+const DOUBLE_RUN = "double run: the ack found the lease gone; another consumer has taken this message"
+const WEDGED = "renewer wedged: did not stop within 5.0s; going on without it"
 const cases: Array<[string, () => void]> = []
 const check = (name: string, f: () => void) => cases.push([name, f])
 
@@ -173,6 +189,208 @@ check("a message that ran under two ids was sent twice", () => {
   const second = { ...row(0, "b", 5_000, 5_100), message_id: "9999" }
   const r = analyze({ ...base, sent: 1, ledger: [row(0, "a", 0, 100), second] })
   assert.deepEqual(r.messagesWithSeveralIds, [0])
+})
+
+// ---- item 12: a kill explains a rerun only before the earlier run's ack bound --------------------------------
+
+check("issue 8 item 12, as reproduced: work ended at 100 ms, holder killed at 9.9 s, rerun at 10 s: not caused by the kill", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100), row(0, "b", 10_000, 10_100)],
+    kills: [{ consumer: "a", pid: 1, at: 9_900 }]
+  })
+  assert.equal(r.duplicatesByCause.kill, 0)
+  assert.equal(r.duplicatesByCause["after-completion"], 1) // a double run with its holder alive: fails the run
+  assert.deepEqual(r.redeliveryMs, []) // and no 100 ms redelivery sample
+})
+
+check("work ended at 100 ms, holder killed at 1 s (before the ack bound), rerun at 4 s: caused by the kill, timed from the kill", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100), row(0, "b", 4_000, 4_100)],
+    kills: [{ consumer: "a", pid: 1, at: 1_000 }]
+  })
+  assert.equal(r.duplicatesByCause.kill, 1)
+  assert.equal(r.duplicatesByCause["after-completion"], 0)
+  assert.deepEqual(r.redeliveryMs, [3_000]) // not 3,900 (from the end of the work)
+})
+
+check("the ack bound runs from the handler's return: end write committed at 8 s (retried through the restart), killed at 9.9 s", () => {
+  const first = { ...row(0, "a", 0, 100), done_ms: 8_000 }
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [first, row(0, "b", 13_000, 13_100)],
+    kills: [{ consumer: "a", pid: 1, at: 9_900 }]
+  })
+  assert.equal(r.duplicatesByCause.kill, 1)
+  assert.deepEqual(r.redeliveryMs, [3_100])
+})
+
+check("a kill just past the ack bound (handler returned at 100 ms, bound 9.1 s, kill at 9.2 s) explains nothing", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100), row(0, "b", 9_300, 9_400)],
+    kills: [{ consumer: "a", pid: 1, at: 9_200 }]
+  })
+  assert.equal(r.duplicatesByCause.kill, 0)
+  assert.equal(r.duplicatesByCause["after-completion"], 1)
+})
+
+check("a run that never ended is explained by its holder's kill however late (the handler had not returned)", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, null), row(0, "b", 30_500, 30_600)],
+    kills: [{ consumer: "a", pid: 1, at: 30_000 }]
+  })
+  assert.equal(r.duplicatesByCause.kill, 1)
+  assert.deepEqual(r.redeliveryMs, [500])
+})
+
+// ---- item 11: double runs at ack, failed finishing writes and wedged renewers must be explained ----------------
+
+check("double run at ack with a second run on another worker: unexplained (fails the run)", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100), row(0, "b", 3_400, 3_450)],
+    logEvents: [logLine("double-run-at-ack", "a", 3_500, 0, DOUBLE_RUN)],
+    terminations: [{ consumer: "a", pool: "lease", at: 200 }]
+  })
+  assert.equal(r.unexplainedLogs["double-run-at-ack"], 1)
+  assert.equal(r.explainedLogs["double-run-at-ack"], 0)
+})
+
+check("double run at ack whose other run's holder was then SIGKILLed: still unexplained (a kill elsewhere takes no lease)", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100), row(0, "b", 3_400, null), row(0, "c", 7_000, 7_050)],
+    kills: [{ consumer: "b", pid: 2, at: 3_450 }],
+    logEvents: [logLine("double-run-at-ack", "a", 3_500, 0, DOUBLE_RUN)]
+  })
+  assert.equal(r.unexplainedLogs["double-run-at-ack"], 1)
+})
+
+check("double run at ack, nobody else ran it, its lease backend terminated during the ack: its own ack landed (explained)", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100)],
+    logEvents: [logLine("double-run-at-ack", "a", 300, 0, DOUBLE_RUN)],
+    terminations: [{ consumer: "a", pool: "lease", at: 150 }]
+  })
+  assert.equal(r.explainedLogs["double-run-at-ack"], 1)
+  assert.equal(r.unexplainedLogs["double-run-at-ack"], 0)
+})
+
+check("double run at ack, nobody else ran it, but no connection of that worker died: unexplained (a false report)", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100)],
+    logEvents: [logLine("double-run-at-ack", "a", 300, 0, DOUBLE_RUN)],
+    terminations: [{ consumer: "b", pool: "lease", at: 150 }, { consumer: "a", pool: "presence", at: 150 }]
+  })
+  assert.equal(r.unexplainedLogs["double-run-at-ack"], 1)
+})
+
+check("finishing write given up after its worker's lease backend was terminated, rerun after it: explained, not a double run", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100), row(0, "b", 3_200, 3_250)],
+    logEvents: [logLine("finish-failed", "a", 2_900, 0, ACK_FAILED)],
+    terminations: [{ consumer: "a", pool: "lease", at: 150 }]
+  })
+  assert.equal(r.explainedLogs["finish-failed"], 1)
+  assert.equal(r.duplicatesByCause["finish-given-up"], 1)
+  assert.equal(r.duplicatesByCause["after-completion"], 0)
+})
+
+check("finishing write given up during the server restart: explained", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100), row(0, "b", 3_200, 3_250)],
+    logEvents: [logLine("finish-failed", "a", 2_900, 0, ACK_FAILED)],
+    restartAt: 500,
+    restartUpAt: 1_800
+  })
+  assert.equal(r.explainedLogs["finish-failed"], 1)
+})
+
+check("finishing write given up with no connection death of that worker: unexplained, and its rerun a double run", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100), row(0, "b", 3_200, 3_250)],
+    logEvents: [logLine("finish-failed", "a", 2_900, 0, ACK_FAILED)],
+    terminations: [{ consumer: "b", pool: "lease", at: 150 }]
+  })
+  assert.equal(r.unexplainedLogs["finish-failed"], 1)
+  assert.equal(r.duplicatesByCause["after-completion"], 1)
+})
+
+check("finishing write failed with an error that is not a connection death: unexplained even in a storm", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100), row(0, "b", 3_200, 3_250)],
+    logEvents: [logLine("finish-failed", "a", 150, 0, "ack could not be written; the message runs again after its lease: ack: relation \"chaos.messages\" does not exist")],
+    terminations: [{ consumer: "a", pool: "lease", at: 120 }]
+  })
+  assert.equal(r.unexplainedLogs["finish-failed"], 1)
+})
+
+check("finishing write still retrying under its lease when another worker started the message: unexplained", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100), row(0, "b", 1_000, 1_050)],
+    logEvents: [logLine("finish-failed", "a", 2_900, 0, ACK_FAILED)],
+    terminations: [{ consumer: "a", pool: "lease", at: 150 }]
+  })
+  assert.equal(r.unexplainedLogs["finish-failed"], 1)
+})
+
+check("renewer wedged with a terminated lease backend of its worker just before: explained", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100)],
+    logEvents: [logLine("renewer-wedged", "a", 6_000, [0], WEDGED)],
+    terminations: [{ consumer: "a", pool: "lease", at: 900 }]
+  })
+  assert.equal(r.explainedLogs["renewer-wedged"], 1)
+})
+
+check("renewer wedged with no connection death of its worker in the lease + stop timeout before: unexplained", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100)],
+    logEvents: [logLine("renewer-wedged", "a", 20_000, [0], WEDGED)],
+    terminations: [{ consumer: "a", pool: "lease", at: 900 }],
+    restartAt: 1_000,
+    restartUpAt: 2_000
+  })
+  assert.equal(r.unexplainedLogs["renewer-wedged"], 1)
+})
+
+check("a judged log line about a message its worker never ran: unexplained", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100)],
+    logEvents: [logLine("finish-failed", "b", 2_900, 0, ACK_FAILED)],
+    terminations: [{ consumer: "b", pool: "lease", at: 150 }]
+  })
+  assert.equal(r.unexplainedLogs["finish-failed"], 1)
 })
 
 let failed = 0

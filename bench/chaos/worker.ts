@@ -19,6 +19,7 @@
  * so lines written before a SIGKILL are not lost):
  *   READY <consumerId> <pid> liveness=<on|off|unset>
  *   CHAOS {"ev":"interrupted"|"abandoned"|"end-write-failed", ...}   journal of what the ledger may miss
+ *   CHAOS {"ev":"log","kind":"double-run-at-ack"|"finish-failed"|"renewer-wedged", ...}   consumer log lines to explain
  *
  * Payload of every message: `{ n, ms, thenMs? }`: sleep `ms` on the first
  * attempt and `thenMs` (default `ms`) on later ones.
@@ -28,7 +29,7 @@
  * auto), which the orchestrators pass through.
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Logger, References } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { randomUUID } from "node:crypto"
 import * as Consumer from "../../src/Consumer.ts"
@@ -36,6 +37,7 @@ import * as ConsumerPresence from "../../src/ConsumerPresence.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
 import * as QueueConfig from "../../src/QueueConfig.ts"
 import { classify } from "../../src/QueueError.ts"
+import { type LogEvent, type LogKind, logKindOf, logPatterns } from "./lib.ts"
 
 const schema = process.env["LEASEHOLD_SCHEMA"]
 if (schema === undefined || !/^[a-z_][a-z0-9_]*$/.test(schema)) {
@@ -135,10 +137,14 @@ const handler: Consumer.Handler<SqlClient.SqlClient> = (message, context) =>
       }
       if (ms > 0) yield* Effect.sleep(ms)
       const endedMs = Date.now()
+      // done_ms: when this write committed (rewritten by a retry after an ambiguous commit), i.e. just before the
+      // handler returns; the analyzer bounds when the ack could land from it.
       const ended = yield* persist(
         "end",
-        sql`UPDATE ${ledger} SET ended_ms = ${endedMs}, outcome = 'ok'
-            WHERE exec_id = ${exec}::uuid AND ended_ms IS NULL`,
+        sql`UPDATE ${ledger}
+            SET ended_ms = coalesce(ended_ms, ${endedMs}), outcome = 'ok',
+                done_ms = extract(epoch FROM clock_timestamp()) * 1000
+            WHERE exec_id = ${exec}::uuid AND (outcome IS NULL OR outcome = 'ok')`,
         15_000
       )
       if (!ended) {
@@ -163,7 +169,39 @@ const handler: Consumer.Handler<SqlClient.SqlClient> = (message, context) =>
     )
   })
 
-const Pg = QueueConfig.pgLayerFromEnv({ applicationName: "chaos-worker", maxConnections: 6 })
+/**
+ * The consumer's log lines the orchestrator must explain (double run at ack, finishing write given up, renewer
+ * wedged), journaled with their time and message ids by a logger next to the default one.
+ */
+const judged: ReadonlyArray<readonly [RegExp, LogKind]> = (Object.keys(logKindOf) as Array<keyof typeof logPatterns>)
+  .map((key) => [logPatterns[key], logKindOf[key]!] as const)
+const consumerIdOfEnv = process.env["LEASEHOLD_CONSUMER_ID"] ?? "unknown"
+const JournalLogger = Logger.layer([
+  Logger.make((options) => {
+    const parts = Array.isArray(options.message) ? options.message : [options.message]
+    const text = parts.map((p) => (typeof p === "string" ? p : String(p))).join(" ")
+    const kind = judged.find(([pattern]) => pattern.test(text))?.[1]
+    if (kind === undefined) return
+    const annotations = options.fiber.getRef(References.CurrentLogAnnotations) as Record<string, unknown>
+    const ids = annotations["messageId"] !== undefined
+      ? [String(annotations["messageId"])]
+      : String(annotations["messageIds"] ?? "").split(",").filter((x) => x !== "")
+    const event: LogEvent = {
+      ev: "log",
+      kind,
+      consumer: String(annotations["consumer"] ?? consumerIdOfEnv),
+      pid: process.pid,
+      at: options.date.getTime(),
+      messageIds: ids,
+      text: text.slice(0, 300)
+    }
+    process.stdout.write(`CHAOS ${JSON.stringify(event)}\n`)
+  })
+], { mergeWithExisting: true })
+
+// The application name carries the consumer id, so the orchestrator knows whose backends it terminated
+// (the store and presence append -lease, -listen, -presence, -presence-pool).
+const Pg = QueueConfig.pgLayerFromEnv({ applicationName: `chaos-worker@${consumerIdOfEnv}`, maxConnections: 6 })
 
 const Store = PgQueueStore.layer({ schema })
 
@@ -180,7 +218,8 @@ const Ready = Layer.effectDiscard(Effect.gen(function*() {
 const WorkerLayer = Ready.pipe(
   Layer.provide(Consumer.layerFromEnv(handler).pipe(Layer.provide(ConsumerPresence.layerFromEnv()))),
   Layer.provide(Store),
-  Layer.provide(Pg)
+  Layer.provide(Pg),
+  Layer.provide(JournalLogger)
 )
 
 // A signal-driven shutdown that drained cleanly is a success: exit 0.
