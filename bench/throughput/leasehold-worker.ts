@@ -1,0 +1,38 @@
+/**
+ * The leasehold side of `npm run bench`: one worker process built like the
+ * README's worker (`Consumer.layerFromEnv` + `ConsumerPresence.layerFromEnv()`
+ * + `PgQueueStore.layer()` + `QueueConfig.pgLayerFromEnv()`, run by
+ * `NodeRuntime.runMain`), with a plain no-op handler. Every setting comes from
+ * `LEASEHOLD_*` variables set by the orchestrator (bench/throughput/run.ts):
+ * the URL, the schema, the queue, the concurrency, and only what a knob asks
+ * for besides; everything else is the consumer's default.
+ *
+ * Run by the orchestrator with Node 22 directly (never through npm: its
+ * `sh -c` does not pass SIGTERM on). Stdout protocol: see protocol.ts.
+ */
+import { NodeRuntime } from "@effect/platform-node"
+import { Effect, Layer } from "effect"
+import * as Consumer from "../../src/Consumer.ts"
+import * as ConsumerPresence from "../../src/ConsumerPresence.ts"
+import * as PgQueueStore from "../../src/PgQueueStore.ts"
+import * as QueueConfig from "../../src/QueueConfig.ts"
+import { announceReady, makeRecorder, workerEnv } from "./protocol.ts"
+
+const env = workerEnv("leasehold worker")
+const record = makeRecorder(env)
+
+const handler: Consumer.Handler = (message) => Effect.sync(() => record(message.payload))
+
+const WorkerLayer = Consumer.layerFromEnv(handler).pipe(
+  Layer.provide(ConsumerPresence.layerFromEnv()),
+  Layer.provide(PgQueueStore.layer({ schema: env.schema })),
+  Layer.provide(QueueConfig.pgLayerFromEnv({ applicationName: "bench-leasehold" }))
+)
+
+/** Announces readiness once the consumer is built (it is already claiming by then). */
+const Ready = Layer.effectDiscard(Effect.gen(function*() {
+  yield* Consumer.Consumer
+  announceReady()
+}))
+
+Layer.launch(Ready.pipe(Layer.provide(WorkerLayer))).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))

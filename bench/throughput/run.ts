@@ -1,0 +1,647 @@
+/**
+ * `npm run bench`: leasehold's throughput against a raw SKIP LOCKED worker on
+ * the same server in the same run, pickup latency across processes, and the
+ * worker's peak RSS (issue 9).
+ *
+ * Throughput, for each C (default 1, 10, 50): enqueue N no-op messages
+ * (default 20,000) into a fresh schema (leasehold's tables, migrated; then
+ * VACUUM ANALYZE and CHECKPOINT, so both workers start from the same state),
+ * start ONE worker process, and time from its first handler start to the
+ * moment the table is seen empty (polled every 2 ms once the worker reports
+ * its N-th handler run). Worker setup (connecting, migrating, registering) is
+ * not counted. Workers:
+ *   - leasehold: bench/throughput/leasehold-worker.ts, built like the README's
+ *     worker, concurrency C, every other setting the consumer's default;
+ *   - raw: bench/throughput/raw-worker.ts, a loop claiming up to C rows
+ *     FOR UPDATE SKIP LOCKED, running them, deleting them in one statement.
+ * With BENCH_REPS > 1 they alternate (raw, leasehold, raw, leasehold, ...)
+ * and the table shows medians. Peak RSS is the worker's VmHWM
+ * (/proc/<pid>/status) read just before it is stopped; "CPU" is the worker's
+ * user+system time over the measured window, as a share of one core.
+ *
+ * Pickup latency: an idle worker (concurrency 10) in its own process; a
+ * producer in another process (bench/throughput/producer.ts) sends 200
+ * single messages 20 ms apart (after 10 unmeasured warm-up sends), each
+ * carrying its send time; the worker prints handler start - send time.
+ * leasehold is woken by its own send notifications; the raw worker by a
+ * LISTEN/NOTIFY of its own (INSERT + pg_notify in one statement).
+ *
+ * PostgreSQL: a throwaway server with DURABLE settings (fsync, synchronous_commit
+ * and full_page_writes on, as a production server), or LEASEHOLD_DATABASE_URL
+ * (a schema per run, dropped after it).
+ *
+ * Knobs (environment):
+ *   BENCH_QUICK=1              2,000 messages and 50 latency sends (a smoke check)
+ *   BENCH_MESSAGES             messages per throughput run (default 20000)
+ *   BENCH_CONCURRENCY          list of C (default "1,10,50")
+ *   BENCH_REPS                 repetitions per C and worker, alternating (default 1)
+ *   BENCH_ONLY                 "leasehold" or "raw": run one worker only
+ *   BENCH_BATCH                LEASEHOLD_BATCH_SIZE for the leasehold worker (default: the consumer's)
+ *   BENCH_LEASEHOLD_<NAME>     passed to the leasehold worker as LEASEHOLD_<NAME> (e.g. BENCH_LEASEHOLD_POLL_INTERVAL=100ms)
+ *   BENCH_LATENCY=0            skip the pickup-latency measurement
+ *   BENCH_LATENCY_SENDS        measured sends (default 200; quick 50)
+ *   BENCH_LATENCY_INTERVAL     time between sends (default 20ms)
+ *   BENCH_FAST_PG=1            the embedded server without durability (fsync, synchronous_commit, full_page_writes off)
+ *   BENCH_CPU_PROF=1           run the leasehold worker at the largest C with `node --cpu-prof`; print its hottest frames
+ *   BENCH_TIMEOUT              longest throughput run (default 10m)
+ *   BENCH_STRICT=1             exit 1 when a target of issue 9 is missed (by default only a failed measurement does)
+ *   BENCH_LOG_DIR              where worker output (and profiles) go (default .tmp/bench/<time>)
+ */
+import { type ChildProcess, execFileSync, spawn } from "node:child_process"
+import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, statSync, type WriteStream } from "node:fs"
+import { availableParallelism, cpus, loadavg, totalmem } from "node:os"
+import { join } from "node:path"
+import { PgClient } from "@effect/sql-pg"
+import { Effect, ManagedRuntime, Redacted } from "effect"
+import { SqlClient } from "effect/sql"
+import { type PostgresServer, startPostgres } from "../../src/internal/EmbeddedPostgres.ts"
+import * as PgQueueStore from "../../src/PgQueueStore.ts"
+import { envInt, envMs, nodeBinary, percentile, repoRoot, sleep, table } from "../chaos/lib.ts"
+import { format as formatProfile, hottest } from "./profile.ts"
+import { QUEUE, wallMs } from "./protocol.ts"
+
+// ---------------------------------------------------------------------------------------------
+// Settings
+// ---------------------------------------------------------------------------------------------
+
+const quick = process.env["BENCH_QUICK"] === "1"
+const only = process.env["BENCH_ONLY"]
+if (only !== undefined && only !== "" && only !== "leasehold" && only !== "raw") {
+  console.error(`BENCH_ONLY: expected "leasehold" or "raw", got ${JSON.stringify(only)}`)
+  process.exit(2)
+}
+
+const config = {
+  messages: envInt("BENCH_MESSAGES", quick ? 2_000 : 20_000),
+  concurrencies: (process.env["BENCH_CONCURRENCY"] ?? "1,10,50").split(",").map((c) => c.trim()).filter((c) => c !== "").map((c) => {
+    if (!/^\d+$/.test(c) || Number(c) < 1) throw new Error(`BENCH_CONCURRENCY: expected a list of positive whole numbers, got ${JSON.stringify(c)}`)
+    return Number(c)
+  }),
+  reps: Math.max(1, envInt("BENCH_REPS", 1)),
+  kinds: (only === "leasehold" ? ["leasehold"] : only === "raw" ? ["raw"] : ["raw", "leasehold"]) as ReadonlyArray<Kind>,
+  latency: process.env["BENCH_LATENCY"] !== "0",
+  latencySends: envInt("BENCH_LATENCY_SENDS", quick ? 50 : 200),
+  latencyIntervalMs: envMs("BENCH_LATENCY_INTERVAL", 20),
+  latencyWarm: 10,
+  latencyConcurrency: 10,
+  fastPg: process.env["BENCH_FAST_PG"] === "1",
+  cpuProf: process.env["BENCH_CPU_PROF"] === "1",
+  timeoutMs: envMs("BENCH_TIMEOUT", 600_000),
+  strict: process.env["BENCH_STRICT"] === "1",
+  logDir: process.env["BENCH_LOG_DIR"] ?? join(repoRoot, ".tmp", "bench", new Date().toISOString().replace(/[:.]/g, "-"))
+}
+
+/** What the leasehold worker gets besides URL, schema, queue and concurrency: only what a knob asks for. */
+const leaseholdExtraEnv: Record<string, string> = (() => {
+  const extra: Record<string, string> = {}
+  const batch = process.env["BENCH_BATCH"]
+  if (batch !== undefined && batch !== "") extra["LEASEHOLD_BATCH_SIZE"] = batch
+  for (const [key, value] of Object.entries(process.env)) {
+    if (key.startsWith("BENCH_LEASEHOLD_") && value !== undefined) extra[`LEASEHOLD_${key.slice("BENCH_LEASEHOLD_".length)}`] = value
+  }
+  return extra
+})()
+
+/** The targets of issue 9 (checked by BENCH_STRICT=1). */
+const targets = {
+  ratioAt: (c: number) => (c >= 10 ? 0.9 : 0.8),
+  p50Ms: 2,
+  p99Ms: 6,
+  rssMb: 120
+}
+
+type Kind = "leasehold" | "raw"
+
+const t0 = Date.now()
+const log = (text: string) => console.log(`[bench +${((Date.now() - t0) / 1000).toFixed(1)}s] ${text}`)
+const runId = `${process.pid}_${Math.random().toString(36).slice(2, 6)}`
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------------------------------
+
+interface Proc {
+  readonly name: string
+  readonly child: ChildProcess
+  readonly pid: number
+  readonly lines: Array<string>
+  exit: { readonly code: number | null; readonly signal: NodeJS.Signals | null } | undefined
+  readonly closed: Promise<void>
+  /** The first line starting with `prefix` (seen already or to come); rejects on timeout or exit. */
+  readonly waitLine: (prefix: string, timeoutMs: number) => Promise<string>
+  readonly linesWith: (prefix: string) => Array<string>
+}
+
+const live = new Set<Proc>()
+process.on("exit", () => {
+  for (const p of live) if (p.exit === undefined) p.child.kill("SIGKILL")
+})
+
+const logStreams: Array<WriteStream> = []
+
+/** Worker environment: ours minus every LEASEHOLD_* variable (the worker gets only what we set). */
+const baseEnv = (): Record<string, string> => {
+  const env: Record<string, string> = {}
+  for (const [key, value] of Object.entries(process.env)) {
+    if (value !== undefined && !key.startsWith("LEASEHOLD_") && !key.startsWith("BENCH_")) env[key] = value
+  }
+  return env
+}
+
+const startProc = (name: string, script: string, env: Record<string, string>, nodeArgs: ReadonlyArray<string> = []): Proc => {
+  mkdirSync(config.logDir, { recursive: true })
+  const out = createWriteStream(join(config.logDir, `${name}.log`))
+  logStreams.push(out)
+  const child = spawn(nodeBinary, [...nodeArgs, join(repoRoot, "bench", "throughput", script)], {
+    cwd: repoRoot,
+    env: { ...baseEnv(), ...env },
+    stdio: ["ignore", "pipe", "pipe"]
+  })
+  const lines: Array<string> = []
+  const waiters = new Set<() => void>()
+  let resolveClosed!: () => void
+  const closed = new Promise<void>((r) => (resolveClosed = r))
+  const proc: Proc = {
+    name,
+    child,
+    pid: child.pid ?? -1,
+    lines,
+    exit: undefined,
+    closed,
+    waitLine: (prefix, timeoutMs) =>
+      new Promise((resolve, reject) => {
+        const check = (): boolean => {
+          const found = lines.find((l) => l.startsWith(prefix))
+          if (found !== undefined) {
+            done()
+            resolve(found)
+            return true
+          }
+          if (proc.exit !== undefined) {
+            done()
+            reject(new Error(`${name} exited (code ${proc.exit.code}, signal ${proc.exit.signal}) before "${prefix}"; last output:\n${lines.slice(-30).join("\n")}`))
+            return true
+          }
+          return false
+        }
+        const timer = setTimeout(() => {
+          done()
+          reject(new Error(`${name}: no "${prefix}" line within ${timeoutMs} ms; last output:\n${lines.slice(-30).join("\n")}`))
+        }, timeoutMs)
+        const done = () => {
+          clearTimeout(timer)
+          waiters.delete(waiter)
+        }
+        const waiter = () => void check()
+        if (!check()) waiters.add(waiter)
+      }),
+    linesWith: (prefix) => lines.filter((l) => l.startsWith(prefix))
+  }
+  const reader = (stream: string) => {
+    let pending = ""
+    return (chunk: Buffer) => {
+      pending += chunk.toString("utf8")
+      const parts = pending.split("\n")
+      pending = parts.pop() ?? ""
+      for (const l of parts) {
+        lines.push(l)
+        out.write(`[${stream}] ${l}\n`)
+      }
+      for (const w of [...waiters]) w()
+    }
+  }
+  child.stdout!.on("data", reader("out"))
+  child.stderr!.on("data", reader("err"))
+  child.on("exit", (code, signal) => {
+    proc.exit = { code, signal }
+    for (const w of [...waiters]) w()
+  })
+  child.on("close", () => {
+    live.delete(proc)
+    for (const w of [...waiters]) w()
+    resolveClosed()
+  })
+  child.on("error", (error) => {
+    lines.push(`spawn error: ${error.message}`)
+    proc.exit ??= { code: null, signal: null }
+    resolveClosed()
+  })
+  live.add(proc)
+  return proc
+}
+
+/** SIGTERM, then SIGKILL after `graceMs`; resolves once its output was read to the end. */
+const stopProc = async (p: Proc, graceMs = 20_000): Promise<void> => {
+  if (p.exit === undefined) p.child.kill("SIGTERM")
+  const done = await Promise.race([p.closed.then(() => true), sleep(graceMs).then(() => false)])
+  if (!done) {
+    p.child.kill("SIGKILL")
+    await Promise.race([p.closed, sleep(5_000)])
+  }
+}
+
+const clockTicks = (() => {
+  try {
+    return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100
+  } catch {
+    return 100
+  }
+})()
+
+/** Peak resident set (VmHWM) of a live process, in kB; undefined without /proc. */
+const vmHwmKb = (pid: number): number | undefined => {
+  try {
+    const m = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))
+    return m === null ? undefined : Number(m[1])
+  } catch {
+    return undefined
+  }
+}
+
+/** User + system CPU seconds of a live process; undefined without /proc. */
+const cpuSeconds = (pid: number): number | undefined => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    return (Number(fields[11]) + Number(fields[12])) / clockTicks
+  } catch {
+    return undefined
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Database
+// ---------------------------------------------------------------------------------------------
+
+type Admin = ManagedRuntime.ManagedRuntime<SqlClient.SqlClient, unknown>
+
+const openAdmin = async (url: string): Promise<Admin> => {
+  const runtime = ManagedRuntime.make(PgClient.layer({ url: Redacted.make(url), maxConnections: 2, applicationName: "bench-orchestrator" }))
+  await runtime.runPromise(Effect.void)
+  return runtime
+}
+
+const query = <A extends object>(admin: Admin, text: string, params: ReadonlyArray<unknown> = []) =>
+  admin.runPromise(Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    return yield* sql.unsafe<A>(text, params)
+  }))
+
+/** A fresh schema with leasehold's tables, holding `count` no-op messages on the bench queue. */
+const prepareSchema = async (admin: Admin, schema: string, count: number): Promise<number> => {
+  await query(admin, `DROP SCHEMA IF EXISTS ${schema} CASCADE`)
+  const started = wallMs()
+  await admin.runPromise(Effect.scoped(Effect.gen(function*() {
+    const store = yield* PgQueueStore.make({ schema, leasePool: false })
+    const CHUNK = 5_000
+    for (let from = 0; from < count; from += CHUNK) {
+      const batch = Array.from({ length: Math.min(CHUNK, count - from) }, (_, k) => ({ task: "noop", payload: { i: from + k } }))
+      yield* store.send(QUEUE, batch)
+    }
+  })))
+  const enqueueMs = wallMs() - started
+  await query(admin, `VACUUM ANALYZE ${schema}.messages`)
+  await query(admin, "CHECKPOINT").catch(() => undefined) // needs superuser (or pg_checkpoint) on a server of your own
+  return enqueueMs
+}
+
+/**
+ * How fast this server commits, one transaction after another (200 single-row
+ * INSERTs): with fsync on, the disk's flush latency, which bounds every worker
+ * that commits per message. Printed so runs on different disks can be compared.
+ */
+const commitProbe = async (admin: Admin): Promise<{ readonly perSecond: number; readonly p50Ms: number }> => {
+  const schema = `bench_${runId}_probe`
+  await query(admin, `DROP SCHEMA IF EXISTS ${schema} CASCADE`)
+  await query(admin, `CREATE SCHEMA ${schema}`)
+  await query(admin, `CREATE TABLE ${schema}.probe (x integer)`)
+  const times: Array<number> = []
+  const started = wallMs()
+  for (let i = 0; i < 200; i++) {
+    const t = wallMs()
+    await query(admin, `INSERT INTO ${schema}.probe VALUES ($1)`, [i])
+    times.push(wallMs() - t)
+  }
+  const perSecond = 200 / ((wallMs() - started) / 1000)
+  await dropSchema(admin, schema)
+  return { perSecond, p50Ms: percentile(times, 50) ?? 0 }
+}
+
+const loadLine = () => `load average ${loadavg().map((l) => l.toFixed(2)).join(", ")} (1, 5, 15 min) on ${availableParallelism()} cores`
+
+const dropSchema = (admin: Admin, schema: string) => query(admin, `DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined)
+
+/** Polls until the messages table is empty; the wall time it was first seen so. */
+const whenEmpty = async (admin: Admin, schema: string, timeoutMs: number): Promise<number> => {
+  const deadline = Date.now() + timeoutMs
+  while (true) {
+    const rows = await query<{ n: number }>(admin, `SELECT count(*)::int AS n FROM ${schema}.messages`)
+    if (rows[0]?.n === 0) return wallMs()
+    if (Date.now() > deadline) throw new Error(`${schema}.messages still holds ${rows[0]?.n} messages ${timeoutMs} ms after the worker ran them all`)
+    await sleep(2)
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runs
+// ---------------------------------------------------------------------------------------------
+
+interface ThroughputResult {
+  readonly kind: Kind
+  readonly c: number
+  readonly rep: number
+  readonly ms: number
+  readonly rate: number
+  readonly rssKb: number | undefined
+  readonly cpuShare: number | undefined
+  readonly handled: number | undefined
+  readonly profiled: boolean
+}
+
+const workerScript = (kind: Kind) => (kind === "raw" ? "raw-worker.ts" : "leasehold-worker.ts")
+
+const workerEnvFor = (kind: Kind, url: string, schema: string, c: number, mode: "throughput" | "latency", expect: number) => {
+  const common = { BENCH_SCHEMA: schema, BENCH_MODE: mode, BENCH_EXPECT: String(expect), BENCH_CONCURRENCY: String(c) }
+  return kind === "raw"
+    ? { ...common, BENCH_DATABASE_URL: url }
+    : {
+      ...common,
+      LEASEHOLD_DATABASE_URL: url,
+      LEASEHOLD_SCHEMA: schema,
+      LEASEHOLD_QUEUES: QUEUE,
+      LEASEHOLD_CONCURRENCY: String(c),
+      ...leaseholdExtraEnv
+    }
+}
+
+const profileDir = () => join(config.logDir, "profile")
+
+const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, rep: number): Promise<ThroughputResult> => {
+  const tag = `${kind}-c${c}-r${rep}`
+  const schema = `bench_${runId}_${kind === "raw" ? "raw" : "lh"}_c${c}_r${rep}`
+  const enqueueMs = await prepareSchema(admin, schema, config.messages)
+  const profiled = config.cpuProf && kind === "leasehold" && rep === 1 && c === Math.max(...config.concurrencies)
+  const nodeArgs = profiled ? ["--cpu-prof", `--cpu-prof-dir=${profileDir()}`] : []
+  const w = startProc(tag, workerScript(kind), workerEnvFor(kind, url, schema, c, "throughput", config.messages), nodeArgs)
+  try {
+    await w.waitLine("READY", 60_000)
+    const first = Number((await w.waitLine("FIRST", config.timeoutMs)).split(" ")[1])
+    const cpu0 = cpuSeconds(w.pid)
+    await w.waitLine("HANDLED", config.timeoutMs)
+    const end = await whenEmpty(admin, schema, 60_000)
+    const cpu1 = cpuSeconds(w.pid)
+    const hwm = vmHwmKb(w.pid)
+    await stopProc(w)
+    const countLine = w.linesWith("COUNT ")[0]?.split(" ")
+    const handled = countLine === undefined ? undefined : Number(countLine[1])
+    const rssKb = hwm ?? (countLine?.[2] === undefined ? undefined : Number(countLine[2]))
+    const ms = end - first
+    const result: ThroughputResult = {
+      kind,
+      c,
+      rep,
+      ms,
+      rate: config.messages / (ms / 1000),
+      rssKb,
+      cpuShare: cpu0 === undefined || cpu1 === undefined ? undefined : (cpu1 - cpu0) / (ms / 1000),
+      handled,
+      profiled
+    }
+    log(
+      `${tag}: ${config.messages} messages in ${(ms / 1000).toFixed(2)} s = ${Math.round(result.rate)} msg/s, ` +
+        `peak RSS ${fmtMb(rssKb)}, CPU ${fmtPct(result.cpuShare)} of a core, handler runs ${handled ?? "?"}` +
+        ` (enqueue ${(enqueueMs / 1000).toFixed(1)} s)${profiled ? " [profiled]" : ""}`
+    )
+    return result
+  } finally {
+    await stopProc(w)
+    await dropSchema(admin, schema)
+  }
+}
+
+interface LatencyResult {
+  readonly kind: Kind
+  readonly values: ReadonlyArray<number>
+  readonly expected: number
+}
+
+const latencyRun = async (admin: Admin, url: string, kind: Kind): Promise<LatencyResult> => {
+  const schema = `bench_${runId}_${kind === "raw" ? "raw" : "lh"}_latency`
+  await prepareSchema(admin, schema, 0)
+  const w = startProc(`${kind}-latency`, workerScript(kind), workerEnvFor(kind, url, schema, config.latencyConcurrency, "latency", 0))
+  try {
+    await w.waitLine("READY", 60_000)
+    await sleep(1_500) // let it go idle
+    const producer = startProc(`${kind}-producer`, "producer.ts", {
+      BENCH_KIND: kind,
+      BENCH_DATABASE_URL: url,
+      BENCH_SCHEMA: schema,
+      BENCH_SENDS: String(config.latencySends),
+      BENCH_INTERVAL_MS: String(config.latencyIntervalMs),
+      BENCH_WARM: String(config.latencyWarm)
+    })
+    const producerBudget = (config.latencySends + config.latencyWarm) * config.latencyIntervalMs + 60_000
+    await producer.waitLine("SENT", producerBudget).finally(() => stopProc(producer))
+    const total = config.latencySends + config.latencyWarm
+    const deadline = Date.now() + 10_000
+    while (w.linesWith("LAT ").length < total && Date.now() < deadline) await sleep(20)
+    const values = w.linesWith("LAT ").map((l) => l.split(" ")).filter((f) => f[2] === "0").map((f) => Number(f[1]))
+    const v = [...values]
+    log(
+      `${kind} pickup latency: ${v.length}/${config.latencySends} measured, p50 ${fmtMs(percentile(v, 50))}, ` +
+        `p95 ${fmtMs(percentile(v, 95))}, p99 ${fmtMs(percentile(v, 99))}, max ${fmtMs(percentile(v, 100))}`
+    )
+    return { kind, values, expected: config.latencySends }
+  } finally {
+    await stopProc(w)
+    await dropSchema(admin, schema)
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Printing
+// ---------------------------------------------------------------------------------------------
+
+const fmtMb = (kb: number | undefined) => (kb === undefined ? "-" : `${Math.round(kb / 1024)} MB`)
+const fmtPct = (share: number | undefined) => (share === undefined ? "-" : `${Math.round(share * 100)} %`)
+const fmtMs = (ms: number | undefined) => (ms === undefined ? "-" : `${ms.toFixed(2)} ms`)
+const fmtRate = (rate: number | undefined) => (rate === undefined ? "-" : Math.round(rate).toLocaleString("en-US"))
+
+const median = (values: ReadonlyArray<number>): number | undefined => {
+  if (values.length === 0) return undefined
+  const s = [...values].sort((a, b) => a - b)
+  const mid = Math.floor(s.length / 2)
+  return s.length % 2 === 1 ? s[mid] : (s[mid - 1]! + s[mid]!) / 2
+}
+
+const redactUrl = (url: string): string => {
+  try {
+    const u = new URL(url)
+    return `${u.hostname}:${u.port || "5432"}${u.pathname}`
+  } catch {
+    return "(unparsable URL)"
+  }
+}
+
+const newestProfile = (): string | undefined => {
+  const dir = profileDir()
+  if (!existsSync(dir)) return undefined
+  return readdirSync(dir)
+    .filter((f) => f.endsWith(".cpuprofile"))
+    .map((f) => join(dir, f))
+    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)[0]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main
+// ---------------------------------------------------------------------------------------------
+
+const main = async (): Promise<number> => {
+  const externalUrl = process.env["LEASEHOLD_DATABASE_URL"]
+  let server: PostgresServer | undefined
+  let admin: Admin | undefined
+  const onSignal = () => {
+    console.error("bench: interrupted")
+    for (const p of live) p.child.kill("SIGKILL")
+    void (server?.destroy() ?? Promise.resolve()).finally(() => process.exit(130))
+  }
+  process.once("SIGINT", onSignal)
+  process.once("SIGTERM", onSignal)
+  try {
+    if (externalUrl !== undefined && externalUrl !== "") {
+      log(`using LEASEHOLD_DATABASE_URL (${redactUrl(externalUrl)}); a schema per run, dropped after it`)
+    } else {
+      server = await startPostgres({ forTests: config.fastPg })
+    }
+    const url = server?.url ?? externalUrl!
+    admin = await openAdmin(url)
+    const settings = await query<{ name: string; setting: string }>(
+      admin,
+      `SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'max_connections')`
+    )
+    const setting = (name: string) => settings.find((s) => s.name === name)?.setting ?? "?"
+    const version = (await query<{ v: string }>(admin, "SELECT current_setting('server_version') AS v"))[0]?.v ?? "?"
+    const commit = await commitProbe(admin)
+    const cpu = cpus()[0]?.model ?? "?"
+
+    const header = [
+      `machine: ${availableParallelism()} cores (${cpu.trim()}), ${Math.round(totalmem() / 2 ** 30)} GB RAM, Node ${process.versions.node}`,
+      `PostgreSQL ${version} (${server === undefined ? `LEASEHOLD_DATABASE_URL ${redactUrl(url)}` : "embedded, same machine"}): ` +
+        `fsync=${setting("fsync")}, synchronous_commit=${setting("synchronous_commit")}, full_page_writes=${setting("full_page_writes")}, ` +
+        `shared_buffers=${Math.round(Number(setting("shared_buffers")) * 8 / 1024)} MB; ` +
+        `serial commits: ${Math.round(commit.perSecond)}/s (p50 ${commit.p50Ms.toFixed(2)} ms)`,
+      `at start: ${loadLine()}${loadavg()[0]! > availableParallelism() / 2 ? " -- the machine is busy: figures will be noisy" : ""}`,
+      `throughput: ${config.messages.toLocaleString("en-US")} no-op messages enqueued first, one worker process, C = ${config.concurrencies.join(", ")}, ` +
+        `${config.reps} repetition(s)${config.reps > 1 ? " alternating, medians" : ""}; timed from the first handler start to the table seen empty`,
+      `leasehold worker: Consumer.layerFromEnv + ConsumerPresence.layerFromEnv() + PgQueueStore.layer(), concurrency C, ` +
+        (Object.keys(leaseholdExtraEnv).length === 0
+          ? "every other setting the consumer's default"
+          : `also ${Object.entries(leaseholdExtraEnv).map(([k, v]) => `${k}=${v}`).join(" ")}, the rest the consumer's default`),
+      `raw worker: claim up to C rows FOR UPDATE SKIP LOCKED, run them, DELETE ... WHERE id = ANY(...)`,
+      config.latency
+        ? `pickup latency: idle worker (concurrency ${config.latencyConcurrency}), producer in another process, ${config.latencySends} single sends ` +
+          `${config.latencyIntervalMs} ms apart (after ${config.latencyWarm} warm-up sends)`
+        : "pickup latency: skipped (BENCH_LATENCY=0)"
+    ]
+    for (const h of header) console.log(h)
+    console.log(`worker logs: ${config.logDir}`)
+
+    const results: Array<ThroughputResult> = []
+    for (const c of config.concurrencies) {
+      for (let rep = 1; rep <= config.reps; rep++) {
+        for (const kind of config.kinds) results.push(await throughputRun(admin, url, kind, c, rep))
+      }
+    }
+    const latencies: Array<LatencyResult> = []
+    if (config.latency) {
+      for (const kind of ["leasehold", "raw"] as const) {
+        if (config.kinds.includes(kind)) latencies.push(await latencyRun(admin, url, kind))
+      }
+    }
+
+    // The table.
+    const misses: Array<string> = []
+    const rows: Array<Array<string>> = [["C", "leasehold msg/s", "baseline msg/s", "ratio", "leasehold RSS", "leasehold CPU", "baseline RSS", "baseline CPU"]]
+    for (const c of config.concurrencies) {
+      const of = (kind: Kind) => results.filter((r) => r.kind === kind && r.c === c)
+      const med = (kind: Kind, f: (r: ThroughputResult) => number | undefined) =>
+        median(of(kind).map(f).filter((v): v is number => v !== undefined))
+      const lh = med("leasehold", (r) => r.rate)
+      const raw = med("raw", (r) => r.rate)
+      const ratio = lh !== undefined && raw !== undefined ? lh / raw : undefined
+      const lhRss = med("leasehold", (r) => r.rssKb)
+      const profiled = of("leasehold").some((r) => r.profiled)
+      rows.push([
+        String(c),
+        `${fmtRate(lh)}${profiled ? " *" : ""}`,
+        fmtRate(raw),
+        ratio === undefined ? "-" : ratio.toFixed(2),
+        fmtMb(lhRss),
+        fmtPct(med("leasehold", (r) => r.cpuShare)),
+        fmtMb(med("raw", (r) => r.rssKb)),
+        fmtPct(med("raw", (r) => r.cpuShare))
+      ])
+      if (ratio !== undefined && ratio < targets.ratioAt(c)) misses.push(`ratio at C=${c}: ${ratio.toFixed(2)} < ${targets.ratioAt(c)}`)
+      if (lhRss !== undefined && lhRss / 1024 > targets.rssMb) misses.push(`leasehold peak RSS at C=${c}: ${fmtMb(lhRss)} > ${targets.rssMb} MB`)
+      const lhHandled = of("leasehold").map((r) => r.handled).filter((h) => h !== undefined && h !== config.messages)
+      if (lhHandled.length > 0) console.log(`note: leasehold at C=${c} ran handlers ${lhHandled.join(", ")} times for ${config.messages} messages`)
+    }
+    console.log("")
+    console.log(`throughput (${config.messages.toLocaleString("en-US")} messages; ${config.reps > 1 ? `median of ${config.reps}` : "one run each"})`)
+    console.log(table(rows))
+    if (results.some((r) => r.profiled)) console.log("* this run was profiled (node --cpu-prof): slower than usual")
+
+    if (latencies.length > 0) {
+      const lrows: Array<Array<string>> = [["pickup latency", "p50", "p95", "p99", "max", "n"]]
+      for (const l of latencies) {
+        const v = l.values
+        lrows.push([
+          l.kind === "leasehold" ? "leasehold" : "baseline (LISTEN/NOTIFY)",
+          fmtMs(percentile(v, 50)),
+          fmtMs(percentile(v, 95)),
+          fmtMs(percentile(v, 99)),
+          fmtMs(percentile(v, 100)),
+          `${v.length}/${l.expected}`
+        ])
+        if (l.kind === "leasehold") {
+          const p50 = percentile(v, 50)
+          const p99 = percentile(v, 99)
+          if (p50 !== undefined && p50 > targets.p50Ms) misses.push(`pickup p50 ${fmtMs(p50)} > ${targets.p50Ms} ms`)
+          if (p99 !== undefined && p99 > targets.p99Ms) misses.push(`pickup p99 ${fmtMs(p99)} > ${targets.p99Ms} ms`)
+        }
+      }
+      console.log("")
+      console.log(`pickup latency across processes (handler start - send time)`)
+      console.log(table(lrows))
+    }
+
+    const failures = latencies.filter((l) => l.values.length < l.expected).map((l) => `${l.kind}: ${l.values.length}/${l.expected} latency samples`)
+    const profile = config.cpuProf ? newestProfile() : undefined
+    if (profile !== undefined) {
+      console.log("")
+      console.log(`leasehold worker at C=${Math.max(...config.concurrencies)}, ${profile}`)
+      console.log(formatProfile(hottest(profile, 10)))
+    }
+
+    console.log("")
+    console.log(`at end: ${loadLine()}`)
+    console.log(misses.length === 0 ? "targets of issue 9: all met" : `targets of issue 9 missed:\n  ${misses.join("\n  ")}`)
+    for (const f of failures) console.log(`failed measurement: ${f}`)
+    const code = failures.length > 0 || (config.strict && misses.length > 0) ? 1 : 0
+    console.log(`\n${code === 0 ? "DONE" : "FAIL"}${config.strict ? "" : " (BENCH_STRICT=1 to fail on a missed target)"}`)
+    return code
+  } finally {
+    for (const p of [...live]) await stopProc(p, 5_000)
+    await admin?.dispose().catch(() => undefined)
+    await server?.destroy().catch(() => undefined)
+    await Promise.all(logStreams.map((s) => new Promise<void>((r) => s.end(r))))
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error) => {
+    console.error(`bench: ${error instanceof Error ? error.stack ?? error.message : String(error)}`)
+    process.exit(1)
+  }
+)
