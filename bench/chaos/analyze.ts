@@ -382,7 +382,7 @@ const LEASE_TRAFFIC_POOLS = new Set(["main", "lease"])
 
 /** Words of a connection death in a consumer's error text (the classifier's list, see DESIGN.md). */
 const CONNECTION_DEATH =
-  /ConnectionDead|Connection (closed|terminated)|Failed to connect|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|57P0[123]|terminating connection|shutting down|starting up/i
+  /ConnectionDead|Connection (closed|terminated)|Failed to connect|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|57P0[123]|terminating connection|shutting down|starting up|no answer within/i
 
 /**
  * Item by item, whether a judged consumer log line is explained by the chaos the orchestrator recorded.
@@ -412,13 +412,14 @@ const judgeLogs = (
   const deathOf = (consumer: string, from: number, to: number): string | undefined => {
     const lo = from - LOG_SLACK_MS
     const hi = to + LOG_SLACK_MS
-    const t = terminations.find((x) => x.consumer === consumer && LEASE_TRAFFIC_POOLS.has(x.pool) && x.at >= lo && x.at <= hi)
-    if (t !== undefined) return `its ${t.pool} pool backend was terminated at ${ms(t.at)}`
+    // The server's down window first (it cuts every connection), else the latest termination in the window.
     if (input.restartAt !== undefined) {
       const up = input.restartUpAt ?? Infinity
       if (input.restartAt <= hi && up >= lo) return `the server was down ${ms(input.restartAt)}..${ms(input.restartUpAt)}`
     }
-    return undefined
+    const t = terminations.filter((x) => x.consumer === consumer && LEASE_TRAFFIC_POOLS.has(x.pool) && x.at >= lo && x.at <= hi)
+      .sort((a, b) => b.at - a.at)[0]
+    return t === undefined ? undefined : `its ${t.pool} pool backend was terminated at ${ms(t.at)}`
   }
   const o = input.origin ?? 0
   const ms = (t: number | undefined) => (t === undefined ? "?" : `${Math.round(t - o)} ms`)

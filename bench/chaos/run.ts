@@ -239,6 +239,7 @@ const main = async (): Promise<number> => {
     // ---- chaos -----------------------------------------------------------------------------
     let chaosOn = true
     const kills: Array<Kill> = []
+    let killsSkipped = 0
     const terminations: Array<{ readonly at: number; readonly count: number }> = []
     /** Backends terminated, by application name (main pool, lease pool, presence session...). */
     const terminatedBy = new Map<string, number>()
@@ -254,7 +255,12 @@ const main = async (): Promise<number> => {
         await sleep(jitter(config.killEveryMs))
         if (!chaosOn) break
         const candidates = slots.map((w, slot) => ({ w, slot })).filter(({ w }) => w?.readyAt !== undefined && w.exit === undefined)
-        if (candidates.length === 0) continue
+        // Never the last running worker: on a loaded machine a replacement can take 20 s to start, and a run with
+        // nobody left to redeliver measures the machine, not the consumer.
+        if (candidates.length < 2) {
+          killsSkipped++
+          continue
+        }
         const { w, slot } = candidates[Math.floor(Math.random() * candidates.length)]!
         const at = killWorker(w!)
         kills.push({ consumer: w!.consumerId, pid: w!.pid, at })
@@ -430,7 +436,7 @@ const main = async (): Promise<number> => {
     console.log("")
     console.log(table([
       ["chaos", "count"],
-      ["workers SIGKILLed", `${kills.length} (${result.killsWithWork} had a message in progress)`],
+      ["workers SIGKILLed", `${kills.length} (${result.killsWithWork} had a message in progress; ${killsSkipped} skipped: fewer than 2 running)`],
       ["workers started", `${workers.length} (${startFailures.length} failed to start, e.g. during the restart)`],
       ["backend terminations", `${terminations.length} rounds, ${terminations.reduce((s, t) => s + t.count, 0)} backends (${terminateErrors} rounds failed)`],
       ["  by pool", [...terminatedBy].map(([k, v]) => `${k} ${v}`).join(", ") || "-"],
