@@ -174,10 +174,13 @@ describe("leasehold CLI (a real process)", () => {
       { id: keyed.id, payload: { to: "cy" }, priority: 0, max_attempts: 25, delayed: false }
     ])
 
+    // A known clock for the age: the oldest ready message became visible 90 s ago by the server's clock.
+    await query(`UPDATE ${schema}.messages SET visible_at = now() - interval '90 seconds' WHERE id = $1::bigint`, [a.id])
     const stats = await ok(["stats", "cli-q", "cli-empty"], env)
     assert.lengthOf(stats, 2)
     assert.deepInclude(stats[0], { queue: "cli-q", ready: 2, delayed: 1, inFlight: 0, dead: 0 })
-    assert.isAtLeast(stats[0].oldestReadyAgeMs, 0)
+    assert.isAtLeast(stats[0].oldestReadyAgeMs, 90_000)
+    assert.isBelow(stats[0].oldestReadyAgeMs, 90_000 + 60_000, "the age is measured from visibility, by the server's clock")
     assert.deepStrictEqual(stats[1], { queue: "cli-empty", ready: 0, delayed: 0, inFlight: 0, dead: 0, oldestReadyAgeMs: 0 })
 
     // Not JSON: a usage error, nothing sent.
@@ -307,16 +310,13 @@ describe("leasehold CLI (a real process)", () => {
       assert.match(r.stderr, /^leasehold: InvalidInput: (queue|task) /, args.join(" "))
       assert.include(r.stderr, "not a valid name")
     }
-    // The dead-letter filters do not validate the queue name (the store's filter operations have no
-    // InvalidInput): a hostile one is a bound parameter that matches nothing. Either answer is safe.
+    // The dead-letter filters are checked like every other input: refused, not run as a filter matching nothing.
     const verbs = ["purge", "redrive", "list"]
     for (const [verb, r] of zip(verbs, await Promise.all(verbs.map((verb) => run(["dead-letters", verb, "--queue", hostile], env))))) {
-      if (r.code === 1) {
-        assert.match(r.stderr, /^leasehold: InvalidInput: queue /, show(r))
-      } else {
-        assert.strictEqual(r.code, 0, show(r))
-        assert.deepStrictEqual(JSON.parse(r.stdout), verb === "list" ? [] : { [verb === "purge" ? "purged" : "redriven"]: [] })
-      }
+      assert.strictEqual(r.code, 1, `${verb}: ${show(r)}`)
+      assert.match(r.stderr, /^leasehold: InvalidInput: queue /, show(r))
+      assert.include(r.stderr, "not a valid name")
+      assert.strictEqual(r.stdout, "", `${verb} printed a result`)
     }
     const badSchema = await run(["stats", "q"], envWith({ LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), LEASEHOLD_SCHEMA: "x; DROP TABLE y" }))
     assert.strictEqual(badSchema.code, 1, show(badSchema))
@@ -324,6 +324,39 @@ describe("leasehold CLI (a real process)", () => {
     const rows = await query<{ id: string; state: string }>(`SELECT id::text AS id, state FROM ${schema}.messages`)
     assert.deepStrictEqual(rows, [{ id: dead!, state: "dead" }], "the schema, its table and its one dead letter are untouched")
   })
+
+  it("--ids with a part that is not a message id refuses, naming it, before connecting; nothing redriven or purged", async () => {
+    const schema = await freshSchema(true)
+    const env = envFor(schema)
+    const ids = await makeDeadLetters(schema, "ids", 2)
+    const noServer = envWith({ LEASEHOLD_DATABASE_URL: `postgres://u:p@127.0.0.1:${await closedPort()}/db`, LEASEHOLD_SCHEMA: schema })
+    const cases: ReadonlyArray<[NodeJS.ProcessEnv, ReadonlyArray<string>, string]> = [
+      [env, ["dead-letters", "redrive", "--ids", `${ids[0]},x`], `--ids: "x" is not a message id`],
+      [env, ["dead-letters", "redrive", "--ids", "x"], `--ids: "x" is not a message id`],
+      [env, ["dead-letters", "purge", "--ids", `${ids[0]},${ids[1]}, -3`], `--ids: "-3" is not a message id`],
+      [env, ["dead-letters", "purge", "--ids", `${ids[0]},,${ids[1]}`], "--ids: an empty id is not a message id"],
+      [env, ["dead-letters", "list", "--ids", "1 OR 1=1"], `--ids: "1 OR 1=1" is not a message id`],
+      [env, ["dead-letters", "list", "--limit", "ten"], `--limit: "ten" is not a whole number`],
+      [env, ["send", "q", "t", "{}", "--priority", "high"], `--priority: "high" is not a whole number`],
+      // Before connecting: no server is needed to refuse them.
+      [noServer, ["dead-letters", "redrive", "--ids", "17,x"], `--ids: "x" is not a message id`],
+      [noServer, ["dead-letters", "purge", "--ids", "x"], `--ids: "x" is not a message id`]
+    ]
+    // Three processes at a time: each is a Node start, and this machine may be busy.
+    for (let i = 0; i < cases.length; i += 3) {
+      const batch = cases.slice(i, i + 3)
+      for (const [[, args, message], r] of zip(batch, await Promise.all(batch.map(([e, args]) => run(args, e))))) {
+        assert.strictEqual(r.code, 2, `${args.join(" ")}: ${show(r)}`)
+        assert.include(r.stderr, message, args.join(" "))
+        assert.include(r.stderr, "usage:")
+        assert.strictEqual(r.stdout, "")
+      }
+    }
+    const rows = await query<{ id: string; state: string }>(`SELECT id::text AS id, state FROM ${schema}.messages ORDER BY id`)
+    assert.deepStrictEqual(rows, ids.map((id) => ({ id, state: "dead" })), "nothing redriven or purged")
+    const [sent] = await query<{ n: number }>(`SELECT count(*)::int AS n FROM ${schema}.messages WHERE queue = 'q'`)
+    assert.strictEqual(sent!.n, 0, "nothing sent")
+  }, 180_000)
 
   it("no LEASEHOLD_DATABASE_URL: exit 1 naming the variable", async () => {
     const r = await run(["stats", "q"], envWith({}))

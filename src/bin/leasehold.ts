@@ -51,9 +51,27 @@ const parseArgs = (argv: ReadonlyArray<string>) => {
   return { words, flags }
 }
 
+/** Message ids from `--ids 1,2,3`: every one a decimal number, or the command is refused before it connects. */
+const parseIds = (text: string): Array<MessageId> => {
+  const ids = text.split(",").map((s) => s.trim())
+  const bad = ids.find((id) => !/^\d{1,19}$/.test(id))
+  if (bad !== undefined) {
+    throw new UsageError(`--ids: ${bad === "" ? "an empty id" : JSON.stringify(bad)} is not a message id (ids are numbers, comma-separated: --ids 17,18)`)
+  }
+  return ids as Array<MessageId>
+}
+
+/** A whole number from `--flag N`, checked before connecting. */
+const intFlag = (flags: Map<string, string>, name: string): number | undefined => {
+  const text = flags.get(name)
+  if (text === undefined) return undefined
+  if (!/^-?\d{1,9}$/.test(text.trim())) throw new UsageError(`--${name}: ${JSON.stringify(text)} is not a whole number`)
+  return Number(text)
+}
+
 const filterFrom = (flags: Map<string, string>, requireOne: boolean): DeadLetterFilter => {
   const queue = flags.get("queue")
-  const ids = flags.get("ids")?.split(",").map((s) => s.trim()).filter((s) => /^\d+$/.test(s)) as Array<MessageId> | undefined
+  const ids = flags.has("ids") ? parseIds(flags.get("ids")!) : undefined
   if (requireOne && queue === undefined && ids === undefined && !flags.has("all")) {
     throw new UsageError("say which dead letters: --queue Q, --ids 1,2 or --all")
   }
@@ -87,9 +105,9 @@ const command = <E>(argv: ReadonlyArray<string>, connect: Effect.Effect<QueueSto
           task,
           payload,
           delay,
-          priority: flags.has("priority") ? Number(flags.get("priority")) : undefined,
+          priority: intFlag(flags, "priority"),
           dedupKey: flags.get("dedup"),
-          maxAttempts: flags.has("max-attempts") ? Number(flags.get("max-attempts")) : undefined
+          maxAttempts: intFlag(flags, "max-attempts")
         }])
         return yield* print(result)
       }
@@ -107,7 +125,7 @@ const command = <E>(argv: ReadonlyArray<string>, connect: Effect.Effect<QueueSto
       case "dead-letters": {
         const [action] = rest
         if (action === "list") {
-          const limit = flags.has("limit") ? Number(flags.get("limit")) : 100
+          const limit = intFlag(flags, "limit") ?? 100
           const filter = filterFrom(flags, false)
           return yield* print(yield* (yield* connect).deadLetters({ ...filter, limit }))
         }
