@@ -25,31 +25,54 @@ describe("QueueConfig", () => {
       assert.match(s.consumerId, /^[A-Za-z0-9][A-Za-z0-9_.:/-]*$/)
     }))
 
-  it.effect("reads every variable; durations accept 30s, 30 seconds, 500ms, 2m, 1h", () =>
+  it.effect("reads every variable of QueueConfig.variables; durations accept 30s, 30 seconds, 500ms, 2m, 1h, 3d", () =>
     Effect.gen(function*() {
-      const s = yield* QueueConfig.fromEnv.pipe(withEnv({
-        LEASEHOLD_QUEUES: "emails, reports",
-        LEASEHOLD_CONSUMER_ID: "worker-7",
-        LEASEHOLD_CONCURRENCY: "32",
-        LEASEHOLD_BATCH_SIZE: "8",
-        LEASEHOLD_LEASE: "30 seconds",
-        LEASEHOLD_LEASE_MARGIN: "4s",
-        LEASEHOLD_MAX_RUNTIME: "2m",
-        LEASEHOLD_POLL_INTERVAL: "500ms",
-        LEASEHOLD_BACKOFF_MAX: "1h",
-        LEASEHOLD_SHUTDOWN_GRACE: "45s",
-        LEASEHOLD_RENEWER_STOP_TIMEOUT: "2 seconds",
-        LEASEHOLD_HEALTH_STALE: "90s",
-        LEASEHOLD_ON_LEASE_LOST: "continue"
-      }))
-      assert.deepStrictEqual(s.queues, ["emails", "reports"])
-      assert.strictEqual(s.consumerId, "worker-7")
-      assert.deepStrictEqual(
-        [s.concurrency, s.batchSize, s.leaseMs, s.leaseMarginMs, s.maxRuntimeMs, s.pollIntervalMs, s.backoffMaxMs],
-        [32, 8, 30_000, 4_000, 120_000, 500, 3_600_000]
-      )
-      assert.deepStrictEqual([s.shutdownGraceMs, s.renewerStopTimeoutMs, s.healthStaleMs], [45_000, 2_000, 90_000])
-      assert.strictEqual(s.onLeaseLost, "continue")
+      interface Read {
+        readonly settings: QueueConfig.ConsumerSettings
+        readonly url: string | undefined
+        readonly schema: string | undefined
+      }
+      // One entry per variable (the type requires every key of QueueConfig.variables): the text set,
+      // where the value read shows up, and what it must be. Every value differs from its default.
+      const cases: { readonly [K in keyof typeof QueueConfig.variables]: readonly [string, (r: Read) => unknown, unknown] } = {
+        databaseUrl: ["postgres://u:pw-1@db:5432/x", (r) => r.url, "postgres://u:pw-1@db:5432/x"],
+        schema: ["myapp", (r) => r.schema, "myapp"],
+        queues: ["emails, reports", (r) => r.settings.queues, ["emails", "reports"]],
+        consumerId: ["worker-7", (r) => r.settings.consumerId, "worker-7"],
+        concurrency: ["32", (r) => r.settings.concurrency, 32],
+        batchSize: ["8", (r) => r.settings.batchSize, 8],
+        lease: ["45 seconds", (r) => r.settings.leaseMs, 45_000],
+        leaseMargin: ["4s", (r) => r.settings.leaseMarginMs, 4_000],
+        maxRuntime: ["2m", (r) => r.settings.maxRuntimeMs, 120_000],
+        pollInterval: ["500ms", (r) => r.settings.pollIntervalMs, 500],
+        backoffMax: ["1h", (r) => r.settings.backoffMaxMs, 3_600_000],
+        shutdownGrace: ["45s", (r) => r.settings.shutdownGraceMs, 45_000],
+        renewerStopTimeout: ["2 seconds", (r) => r.settings.renewerStopTimeoutMs, 2_000],
+        healthStale: ["90s", (r) => r.settings.healthStaleMs, 90_000],
+        onLeaseLost: ["continue", (r) => r.settings.onLeaseLost, "continue"],
+        retryBase: ["2s", (r) => r.settings.retryBaseMs, 2_000],
+        retryMax: ["2h", (r) => r.settings.retryMaxMs, 7_200_000],
+        quarantineAfter: ["4", (r) => r.settings.quarantineAfter, 4],
+        unknownTaskAttempts: ["7", (r) => r.settings.unknownTaskAttempts, 7],
+        unknownTaskDelay: ["1m", (r) => r.settings.unknownTaskDelayMs, 60_000],
+        attemptRetention: ["3d", (r) => r.settings.attemptRetentionMs, 3 * 86_400_000]
+      }
+      const keys = Object.keys(QueueConfig.variables) as Array<keyof typeof QueueConfig.variables>
+      assert.sameMembers(Object.keys(cases), keys, "a case for every variable")
+      const readAll = (env: Record<string, string>) =>
+        Effect.gen(function*() {
+          const settings = yield* QueueConfig.fromEnv
+          const url = yield* Effect.map(Effect.option(QueueConfig.databaseUrl), (o) => o._tag === "Some" ? Redacted.value(o.value) : undefined)
+          const schema = yield* QueueConfig.schemaFromEnv
+          return { settings, url, schema } satisfies Read
+        }).pipe(withEnv(env))
+      const all = yield* readAll(Object.fromEntries(keys.map((key) => [QueueConfig.variables[key], cases[key][0]])))
+      const none = yield* readAll({})
+      for (const key of keys) {
+        const [, read, expected] = cases[key]
+        assert.deepStrictEqual(read(all), expected, `${QueueConfig.variables[key]} was read`)
+        assert.notDeepEqual(read(none), expected, `${QueueConfig.variables[key]}: the value set is not the default, so the check above means something`)
+      }
     }))
 
   it.effect("an invalid value names the variable and the rule", () =>
