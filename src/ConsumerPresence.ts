@@ -70,15 +70,19 @@ export interface PresenceOptions {
 export interface Status {
   readonly mode: Mode
   /**
-   * `active`: the lock is held and the row advertises it. `reconnecting`: the
-   * presence session is gone and being replaced (heartbeats go on; the claims
-   * are protected by their leases). `unavailable`: a pooler was detected;
-   * lease expiry only. `off`: mode off.
+   * `active`: the lock is held and a heartbeat that succeeded advertised its
+   * key. `reconnecting`: the presence session is gone and being replaced, or
+   * its new key is not advertised yet (heartbeats go on; the claims are
+   * protected by their leases). `unavailable`: a pooler was detected; lease
+   * expiry only. `off`: mode off.
    */
   readonly liveness: "active" | "reconnecting" | "unavailable" | "off"
   /** The backend holding the lock (while active). */
   readonly backendPid: number | null
-  /** The key the consumers row advertises (null: the reaper never releases this consumer's claims). */
+  /**
+   * The key the consumers row advertises, as written by the last heartbeat that
+   * succeeded (null: the reaper never releases this consumer's claims).
+   */
   readonly lockKey: number | null
   /** Presence sessions established so far (1 after the first registration). */
   readonly sessions: number
@@ -322,7 +326,11 @@ export const make = (
      * - `stale`: other consumers advertising a lock, heartbeat older than the bound,
      *   on a server up for longer than the bound (after a restart every session is
      *   new and everybody gets the bound to heartbeat again). Materialized so the
-     *   lock probe below runs on these rows only.
+     *   lock probe below runs on these rows only. `FOR UPDATE ... SKIP LOCKED`: the
+     *   statement's snapshot may predate a heartbeat that committed since; locking
+     *   re-reads the latest row version and re-checks the staleness on it (and the
+     *   key it advertises), and a row being written right now is a heartbeat under
+     *   way, so it is skipped rather than waited for.
      * - `dead`: those whose lock is free. `pg_try_advisory_xact_lock` is granted only
      *   when no session holds the key, and it is held until this statement commits,
      *   so the consumer cannot re-take it between the check and the release, and two
@@ -357,6 +365,7 @@ export const make = (
               AND pg_postmaster_start_time() < now() - ${staleMs}::bigint * interval '1 millisecond'
             ORDER BY c.heartbeat_at
             LIMIT 100
+            FOR UPDATE OF c SKIP LOCKED
           ), dead AS MATERIALIZED (
             SELECT * FROM stale WHERE pg_try_advisory_xact_lock(${lockClass}::int, stale.lock_key)
           ), forgotten AS (
@@ -424,6 +433,13 @@ export const make = (
           /** Clock time taken just before the last heartbeat that succeeded. */
           heartbeatOkAt: yield* Clock.currentTimeMillis,
           /**
+           * The lock key the row holds: the one written by the last heartbeat that
+           * succeeded (null: none yet, or none advertised, and then no reaper can
+           * release this consumer's claims). Until it is the key of the session we
+           * hold, the row points at a lock that may be free: not active.
+           */
+          advertisedKey: null as number | null,
+          /**
            * When a heartbeat last found the server itself down (connection refused, or
            * "cannot connect now": starting or shutting down). A server that was down then
            * started later, and reapers release nothing within the stale bound of a start.
@@ -435,20 +451,31 @@ export const make = (
         // The row says who we are and which lock proves our session lives. Written whole on
         // every heartbeat (suspended: it reads the state of the moment), so a row deleted
         // meanwhile (by a reaper, or as long dead) comes back.
-        const heartbeatOnce = Effect.flatMap(Clock.currentTimeMillis, (startedAt) =>
-          sql`
-            INSERT INTO ${consumers} (id, host, pid, lock_key, backend_pid)
-            VALUES (${consumerId}, ${host}, ${process.pid}, ${state.lockKey}::int, ${state.backendPid}::int)
-            ON CONFLICT (id) DO UPDATE SET
-              host = excluded.host, pid = excluded.pid, lock_key = excluded.lock_key,
-              backend_pid = excluded.backend_pid, heartbeat_at = now()`.pipe(
-            Effect.tap(() =>
-              Effect.sync(() => {
-                state.heartbeatOkAt = Math.max(state.heartbeatOkAt, startedAt)
-              })
-            )
-          )
-        ).pipe(
+        // Heartbeats and sweeps share a one-connection pool, so heartbeats commit in the order they
+        // answer: the key of the last one that succeeded is the key in the row.
+        const heartbeatOnce = Effect.suspend(() => {
+          const key = state.lockKey
+          const pid = state.backendPid
+          return Effect.flatMap(Clock.currentTimeMillis, (startedAt) =>
+            sql`
+              INSERT INTO ${consumers} (id, host, pid, lock_key, backend_pid)
+              VALUES (${consumerId}, ${host}, ${process.pid}, ${key}::int, ${pid}::int)
+              ON CONFLICT (id) DO UPDATE SET
+                host = excluded.host, pid = excluded.pid, lock_key = excluded.lock_key,
+                backend_pid = excluded.backend_pid, heartbeat_at = now()`.pipe(
+              Effect.tap(() =>
+                Effect.sync(() => {
+                  state.heartbeatOkAt = Math.max(state.heartbeatOkAt, startedAt)
+                  state.advertisedKey = key
+                  // The row now names the lock of the session we hold: from here on only the end
+                  // of that session (and a stale heartbeat) lets a reaper release our claims.
+                  if (state.liveness === "reconnecting" && state.session !== undefined && state.session.lockKey === key) {
+                    state.liveness = "active"
+                  }
+                })
+              )
+            ))
+        }).pipe(
           Effect.timeoutOrElse({
             duration: staleMs,
             orElse: () => Effect.fail(new QueryFailed({ operation: "heartbeat", message: `heartbeat: no answer in ${seconds(staleMs)}` }))
@@ -508,9 +535,11 @@ export const make = (
                 state.session = result
                 state.lockKey = result.lockKey
                 state.backendPid = result.backendPid
-                state.liveness = "active"
                 state.sessions += 1
-                // Advertise the new key now rather than at the next heartbeat.
+                // Not active yet: the row still names the previous key (free by now, if that session
+                // ended), so until a heartbeat advertises this one, a reaper could release our claims
+                // once the heartbeat is stale. The heartbeat that succeeds makes us active.
+                state.liveness = "reconnecting"
                 yield* heartbeatOnce.pipe(Effect.ignore)
                 yield* Deferred.succeed(firstAttempt, undefined)
                 const message = `presence lock held by backend ${result.backendPid} (key ${lockClass}/${result.lockKey})`
@@ -520,10 +549,15 @@ export const make = (
               yield* Effect.sleep(heartbeatMs)
               const session = state.session
               // Is our session still there? Any failure, or a different backend answering, means no.
-              const probe = yield* session.sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.pipe(
+              const probeOnce = session.sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.pipe(
                 Effect.timeoutOption(Math.max(heartbeatMs, 2_000)),
                 Effect.result
               )
+              let probe = yield* probeOnce
+              // No answer in time is no proof: after a long event-loop block the timeout fires before
+              // an answer already received is read. Giving up the session would free our own lock, so
+              // ask again (the late answer is drained first) and give up only if that too goes unanswered.
+              if (probe._tag === "Success" && Option.isNone(probe.success)) probe = yield* probeOnce
               if (probe._tag === "Success" && Option.isSome(probe.success) && probe.success.value[0]?.pid === session.backendPid) continue
               state.session = undefined
               yield* closeSession(session)
@@ -637,13 +671,15 @@ export const make = (
             mode,
             liveness: state.liveness,
             backendPid: state.backendPid,
-            lockKey: state.lockKey,
+            lockKey: state.advertisedKey,
             sessions: state.sessions
           })),
           reaped: Effect.suspend(() => Deferred.await(reapedSignal)),
           reapableAt: Effect.sync(() =>
-            // Active: our lock is held, nobody can reap us. No key advertised: the reaper never releases us.
-            state.liveness === "active" || state.lockKey === null
+            // Safe while the row advertises no key (the reaper never releases us), or the key of the
+            // session we hold (active). Otherwise the row names a lock that may be free: reapable once
+            // the last heartbeat that succeeded is stale.
+            state.advertisedKey === null || (state.liveness === "active" && state.session?.lockKey === state.advertisedKey)
               ? Option.none()
               : Option.some(Math.max(state.heartbeatOkAt, state.serverDownSeenAt) + staleMs)
           )

@@ -1,0 +1,127 @@
+/**
+ * A TCP proxy of the test's own in front of the test server, to put a client
+ * in situations PostgreSQL alone cannot: cut off from the database while the
+ * server runs on for everyone else, or an event loop blocked at an exact point
+ * of the protocol.
+ *
+ * Each connection is tagged with the `application_name` of its startup packet,
+ * so a test can aim at one consumer's presence session or heartbeat pool.
+ */
+import { Effect, type Scope } from "effect"
+import * as net from "node:net"
+
+/** One proxied client connection. */
+export interface ProxiedConnection {
+  /** `application_name` from the startup packet, once seen. */
+  applicationName: string | undefined
+  /** Set when either side closed. */
+  closed: boolean
+}
+
+/** A running proxy. */
+export interface PgProxy {
+  /** `url` with its host and port replaced by the proxy's. */
+  readonly url: string
+  /**
+   * Called after each client-to-server chunk has been forwarded. A hook that
+   * blocks (a synchronous busy loop) blocks the whole process there, as a
+   * CPU-heavy handler would.
+   */
+  onClientChunk: ((connection: ProxiedConnection, chunk: Buffer) => void) | undefined
+  /**
+   * Cut off every client whose `application_name` starts with `prefix`: their
+   * connections are dropped, and new ones are accepted and closed at once (a
+   * middlebox that cannot reach the server, not a refused connection: that
+   * would look like the server itself being down).
+   */
+  cut(prefix: string): void
+  /** Let everybody through again. */
+  restore(): void
+  /** Connections currently open through the proxy. */
+  readonly connections: () => ReadonlyArray<ProxiedConnection>
+}
+
+const applicationNameIn = (bytes: Buffer): string | undefined => {
+  const marker = Buffer.from("application_name\0")
+  const at = bytes.indexOf(marker)
+  if (at < 0) return undefined
+  const start = at + marker.length
+  const end = bytes.indexOf(0, start)
+  return end < 0 ? undefined : bytes.subarray(start, end).toString("utf8")
+}
+
+/** Start a proxy to `targetUrl` (a `postgres://` URL on TCP) for the life of the scope. */
+export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.promise(() =>
+      new Promise<{ proxy: PgProxy; server: net.Server; sockets: Set<net.Socket> }>((resolve) => {
+        const target = new URL(targetUrl)
+        const sockets = new Set<net.Socket>()
+        const live = new Map<net.Socket, { connection: ProxiedConnection; upstream: net.Socket }>()
+        let cutPrefix: string | undefined
+        const isCut = (c: ProxiedConnection) => cutPrefix !== undefined && c.applicationName?.startsWith(cutPrefix) === true
+        const server = net.createServer((client) => {
+          sockets.add(client)
+          const connection: ProxiedConnection = { applicationName: undefined, closed: false }
+          const upstream = net.connect(Number(target.port || 5432), target.hostname)
+          sockets.add(upstream)
+          live.set(client, { connection, upstream })
+          const drop = () => {
+            connection.closed = true
+            live.delete(client)
+            sockets.delete(client)
+            sockets.delete(upstream)
+            client.destroy()
+            upstream.destroy()
+          }
+          client.on("close", drop).on("error", drop)
+          upstream.on("close", drop).on("error", drop)
+          upstream.on("data", (chunk) => {
+            if (!isCut(connection)) client.write(chunk)
+          })
+          let head = Buffer.alloc(0)
+          client.on("data", (chunk) => {
+            if (connection.applicationName === undefined) {
+              head = Buffer.concat([head, chunk])
+              connection.applicationName = applicationNameIn(head)
+            }
+            if (isCut(connection)) return drop()
+            upstream.write(chunk)
+            proxy.onClientChunk?.(connection, chunk)
+          })
+        })
+        const proxy: PgProxy = {
+          url: "",
+          onClientChunk: undefined,
+          cut(prefix) {
+            cutPrefix = prefix
+            for (const [client, { connection }] of live) {
+              if (isCut(connection)) {
+                client.destroy()
+                live.get(client)?.upstream.destroy()
+              }
+            }
+          },
+          restore() {
+            cutPrefix = undefined
+          },
+          connections: () => [...live.values()].map((l) => l.connection)
+        }
+        server.listen(0, "127.0.0.1", () => {
+          const port = (server.address() as net.AddressInfo).port
+          const url = new URL(targetUrl)
+          url.hostname = "127.0.0.1"
+          url.port = String(port)
+          ;(proxy as { url: string }).url = url.toString()
+          resolve({ proxy, server, sockets })
+        })
+      })
+    ),
+    ({ server, sockets }) =>
+      Effect.promise(() =>
+        new Promise<void>((resolve) => {
+          for (const s of sockets) s.destroy()
+          server.close(() => resolve())
+        })
+      )
+  ).pipe(Effect.map(({ proxy }) => proxy))
