@@ -1,7 +1,9 @@
 /**
  * The conformance suite every QueueStore must pass. It runs on the memory store
  * and on real PostgreSQL (see MemoryQueueStore.test.ts and PgQueueStore.test.ts).
- * Time is Effect's Clock, moved with TestClock; each test uses its own queue.
+ * Time is Effect's Clock, moved with TestClock; PostgreSQL also runs it on the database's
+ * clock (production's path), with real-time tests in place of those that move time.
+ * Each test uses its own queue.
  */
 import { assert, layer } from "@effect/vitest"
 import { type Duration, Effect, Fiber, type Layer, Option } from "effect"
@@ -31,14 +33,34 @@ const claimAll = (queue: string, options: { lease?: Duration.Input; limit?: numb
     })
   })
 
-/** Define the conformance suite for a store layer. `concurrentClaimers` adds the heavy exactly-once test. */
+/** Wait for real (the TestClock does not move a database's `now()`). */
+const realSleep = (ms: number) => Effect.promise(() => new Promise<void>((done) => setTimeout(done, ms)))
+
+/** Milliseconds by the machine's clock, which the local test server shares. */
+const wallClock = Effect.sync(() => Date.now())
+
+/**
+ * Define the conformance suite for a store layer. `exactlyOnceMessages` sizes the heavy
+ * exactly-once test.
+ *
+ * `clock` says what times the store: `"effect"` (Effect's Clock, so TestClock moves it: the
+ * memory store, and PostgreSQL with `clock: "effect"`) or `"database"` (the server's `now()`,
+ * as in production). On the database clock the tests that move time with TestClock are
+ * skipped (`movesTime`), and a set of real-time tests below covers the same rules with short
+ * leases and delays, real waits and generous bounds: lease arithmetic, delays, expiry,
+ * fencing after a reclaim, renewal, retry and release delays, dead-letter times, the oldest
+ * ready age and pruning.
+ */
 export const conformance = (
   name: string,
   storeLayer: Layer.Layer<QueueStore, unknown>,
-  options: { readonly exactlyOnceMessages: number }
+  options: { readonly exactlyOnceMessages: number; readonly clock?: "effect" | "database" | undefined }
 ) =>
   layer(storeLayer)(`QueueStore conformance: ${name}`, (it) => {
-    it.effect("send then claim returns the message with a fresh lease", () =>
+    const databaseClock = options.clock === "database"
+    /** A test that moves time with TestClock: skipped on the database clock (covered by the real-time tests). */
+    const movesTime = databaseClock ? it.effect.skip : it.effect
+    movesTime("send then claim returns the message with a fresh lease", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
         const queue = freshQueue("basic")
@@ -74,7 +96,7 @@ export const conformance = (
         assert.strictEqual(rest.length, 7)
       }))
 
-    it.effect("claims lowest priority number first, then earliest visibility, then id", () =>
+    movesTime("claims lowest priority number first, then earliest visibility, then id", () =>
       Effect.gen(function*() {
         const queue = freshQueue("prio")
         yield* sendAll(queue, [msg("p5-a", { priority: 5 })])
@@ -90,7 +112,7 @@ export const conformance = (
         assert.deepStrictEqual(more.map((c) => c.payload), ["p1-delayed", "p5-a", "p5-b"])
       }))
 
-    it.effect("a delayed message stays invisible until due", () =>
+    movesTime("a delayed message stays invisible until due", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
         const queue = freshQueue("delay")
@@ -143,7 +165,7 @@ export const conformance = (
         assert.strictEqual(afterDead!.deduplicated, false)
       }))
 
-    it.effect("renew extends the lease and returns exactly the ids still held", () =>
+    movesTime("renew extends the lease and returns exactly the ids still held", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
         const queue = freshQueue("renew")
@@ -170,7 +192,7 @@ export const conformance = (
         assert.deepStrictEqual(yield* store.renew([], "10 seconds"), [])
       }))
 
-    it.effect("after a lease expires and another consumer reclaims, the first holder can change nothing", () =>
+    movesTime("after a lease expires and another consumer reclaims, the first holder can change nothing", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
         const queue = freshQueue("fence")
@@ -196,7 +218,7 @@ export const conformance = (
         assert.strictEqual((yield* store.stats(queue)).inFlight, 0)
       }))
 
-    it.effect("an expired lease that nobody reclaimed can still be renewed and acked by its holder", () =>
+    movesTime("an expired lease that nobody reclaimed can still be renewed and acked by its holder", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
         const queue = freshQueue("late")
@@ -208,7 +230,7 @@ export const conformance = (
         assert.isFalse(yield* store.ack(c!), "a second ack finds nothing")
       }))
 
-    it.effect("release makes the message visible now and gives the attempt back", () =>
+    movesTime("release makes the message visible now and gives the attempt back", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
         const queue = freshQueue("release")
@@ -223,7 +245,7 @@ export const conformance = (
         assert.strictEqual((yield* claimAll(queue)).length, 1)
       }))
 
-    it.effect("retry hides the message for the delay, keeps the attempt and records the error", () =>
+    movesTime("retry hides the message for the delay, keeps the attempt and records the error", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
         const queue = freshQueue("retry")
@@ -243,7 +265,7 @@ export const conformance = (
         assert.isTrue(third!.lastError!.length <= 8 * 1024)
       }))
 
-    it.effect("dead letters: listed with reason, redriven with a fresh budget, purged", () =>
+    movesTime("dead letters: listed with reason, redriven with a fresh budget, purged", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
         const queue = freshQueue("dead")
@@ -278,7 +300,7 @@ export const conformance = (
         assert.strictEqual((yield* store.deadLetters({ queue: other })).length, 0)
       }))
 
-    it.effect("stats counts ready, delayed, in flight and dead, and the oldest ready age", () =>
+    movesTime("stats counts ready, delayed, in flight and dead, and the oldest ready age", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
         const queue = freshQueue("stats")
@@ -294,7 +316,7 @@ export const conformance = (
         assert.isTrue(yield* store.ack(flight!))
       }))
 
-    it.effect("nextVisibleAt is the earliest future visibility, none when nothing waits", () =>
+    movesTime("nextVisibleAt is the earliest future visibility, none when nothing waits", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
         const queue = freshQueue("next")
@@ -404,7 +426,7 @@ export const conformance = (
         yield* store.ack(claimed!)
       }))
 
-    it.effect("a lease that expired is counted, recorded in the history, and its message claimed alone", () =>
+    movesTime("a lease that expired is counted, recorded in the history, and its message claimed alone", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
         const queue = freshQueue("expiry")
@@ -448,7 +470,7 @@ export const conformance = (
         assert.deepStrictEqual([redriven!.payload, redriven!.attempts, redriven!.leaseExpiries], ["suspect", 1, 0])
       }))
 
-    it.effect("attempt history: recorded, listed in order, pruned by age", () =>
+    movesTime("attempt history: recorded, listed in order, pruned by age", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
         const queue = freshQueue("history")
@@ -510,4 +532,136 @@ export const conformance = (
         const stats = yield* store.stats(queue)
         assert.strictEqual(stats.ready + stats.inFlight, 0)
       }), 120_000)
+
+    if (databaseClock) {
+      // Real time on the server's clock: leases and delays of about a second, waits a little past
+      // them, bounds of a couple of seconds either side (the test server runs on this machine).
+      const slack = 2_000
+
+      it.effect("database clock: a claim's lease runs from the server's now; hidden while leased", () =>
+        Effect.gen(function*() {
+          const store = yield* QueueStore
+          const queue = freshQueue("db-basic")
+          const [sent] = yield* sendAll(queue, [msg({ n: 1 })])
+          const before = yield* wallClock
+          const [c] = yield* store.claim(queue, { lease: "30 seconds", limit: 10, consumer: "worker-a" })
+          const after = yield* wallClock
+          assert.strictEqual(c!.id, sent!.id)
+          assert.strictEqual(c!.attempts, 1)
+          assert.isAtLeast(c!.leaseExpiresAt.getTime(), before + 30_000 - slack)
+          assert.isAtMost(c!.leaseExpiresAt.getTime(), after + 30_000 + slack)
+          assert.strictEqual((yield* claimAll(queue, { consumer: "worker-b" })).length, 0)
+          assert.isTrue(yield* store.ack(c!))
+        }))
+
+      it.effect("database clock: a delayed message is hidden until due, and nextVisibleAt says when", () =>
+        Effect.gen(function*() {
+          const store = yield* QueueStore
+          const queue = freshQueue("db-delay")
+          const before = yield* wallClock
+          yield* sendAll(queue, [msg("later", { delay: 1_000 }), msg("now")])
+          assert.deepStrictEqual((yield* claimAll(queue, { lease: "1 minute" })).map((c) => c.payload), ["now"])
+          const next = Option.getOrThrow(yield* store.nextVisibleAt(queue)).getTime()
+          assert.isAtLeast(next, before + 1_000 - slack)
+          assert.isAtMost(next, (yield* wallClock) + 1_000 + slack)
+          assert.strictEqual((yield* store.stats(queue)).delayed, 1)
+          yield* realSleep(Math.max(0, next - (yield* wallClock)) + 300)
+          assert.deepStrictEqual((yield* claimAll(queue)).map((c) => c.payload), ["later"])
+        }))
+
+      it.effect("database clock: an expired lease is reclaimed, counted and recorded; the first holder can change nothing", () =>
+        Effect.gen(function*() {
+          const store = yield* QueueStore
+          const queue = freshQueue("db-fence")
+          const [sent] = yield* sendAll(queue, [msg("m")])
+          const [old] = yield* claimAll(queue, { lease: "1 second", consumer: "slow" })
+          assert.strictEqual((yield* claimAll(queue, { consumer: "fast" })).length, 0, "hidden while the lease holds")
+          yield* realSleep(1_300)
+          const [current] = yield* claimAll(queue, { lease: "30 seconds", consumer: "fast" })
+          assert.strictEqual(current!.id, old!.id)
+          assert.notStrictEqual(current!.leaseToken, old!.leaseToken)
+          assert.deepStrictEqual([current!.attempts, current!.leaseExpiries], [2, 1])
+          assert.deepStrictEqual(yield* store.renew([old!], "5 minutes"), [])
+          assert.isFalse(yield* store.ack(old!))
+          assert.isFalse(yield* store.retry(old!, { delay: 0, error: "stale" }))
+          assert.isFalse(yield* store.deadLetter(old!, { reason: "stale" }))
+          assert.isFalse(yield* store.release(old!))
+          const stats = yield* store.stats(queue)
+          assert.deepStrictEqual([stats.inFlight, stats.ready, stats.dead], [1, 0, 0])
+          const history = yield* store.attempts(sent!.id)
+          assert.deepStrictEqual(history.map((a) => [a.outcome, a.attempt, a.consumer]), [["lease-expired", 1, "slow"]])
+          assert.isTrue(yield* store.ack(current!))
+        }))
+
+      it.effect("database clock: renew moves the lease from the server's now; an unreclaimed expired lease is still its holder's", () =>
+        Effect.gen(function*() {
+          const store = yield* QueueStore
+          const queue = freshQueue("db-renew")
+          yield* sendAll(queue, [msg(1), msg(2)])
+          const [kept, lapsed] = yield* claimAll(queue, { lease: "1 second" })
+          yield* realSleep(600)
+          assert.deepStrictEqual(yield* store.renew([kept!], "3 seconds"), [kept!.id])
+          yield* realSleep(800) // past the first lease: `lapsed` expired, `kept` was moved on
+          // Nobody reclaimed `lapsed` yet: its holder may still renew it.
+          assert.deepStrictEqual(yield* store.renew([lapsed!], "3 seconds"), [lapsed!.id])
+          assert.strictEqual((yield* claimAll(queue, { consumer: "other" })).length, 0, "both leases hold")
+          assert.isTrue(yield* store.ack(kept!))
+          assert.isTrue(yield* store.ack(lapsed!))
+        }))
+
+      it.effect("database clock: retry and release delays run on the server's clock", () =>
+        Effect.gen(function*() {
+          const store = yield* QueueStore
+          const queue = freshQueue("db-retry")
+          yield* sendAll(queue, [msg("r"), msg("l")])
+          const [r, l] = yield* claimAll(queue, { lease: "1 minute" })
+          assert.isTrue(yield* store.retry(r!, { delay: "1 second", error: "boom" }))
+          assert.isTrue(yield* store.release(l!, { delay: "1 second" }))
+          assert.strictEqual((yield* store.stats(queue)).delayed, 2)
+          assert.strictEqual((yield* claimAll(queue)).length, 0)
+          yield* realSleep(1_300)
+          const again = yield* claimAll(queue)
+          assert.deepStrictEqual(
+            again.map((c) => [c.payload, c.attempts, c.lastError]).sort(),
+            [["l", 1, null], ["r", 2, "boom"]]
+          )
+          // Released now: visible at once, the attempt given back.
+          assert.isTrue(yield* store.release(again.find((c) => c.payload === "l")!))
+          assert.deepStrictEqual((yield* claimAll(queue)).map((c) => [c.payload, c.attempts]), [["l", 1]])
+        }))
+
+      it.effect("database clock: dead-letter time and the oldest ready age come from the server", () =>
+        Effect.gen(function*() {
+          const store = yield* QueueStore
+          const queue = freshQueue("db-stats")
+          yield* sendAll(queue, [msg("dead")])
+          const [c] = yield* claimAll(queue)
+          const before = yield* wallClock
+          assert.isTrue(yield* store.deadLetter(c!, { reason: "x" }))
+          const [dead] = yield* store.deadLetters({ queue })
+          assert.isAtLeast(dead!.deadAt.getTime(), before - slack)
+          assert.isAtMost(dead!.deadAt.getTime(), (yield* wallClock) + slack)
+          yield* sendAll(queue, [msg("r1")])
+          const sentAt = yield* wallClock
+          yield* realSleep(500)
+          const stats = yield* store.stats(queue)
+          const elapsed = (yield* wallClock) - sentAt
+          assert.deepStrictEqual([stats.ready, stats.dead], [1, 1])
+          assert.isAtLeast(stats.oldestReadyAgeMs, 500 - 50)
+          assert.isAtMost(stats.oldestReadyAgeMs, elapsed + slack)
+        }))
+
+      it.effect("database clock: attempt history is pruned by age against the server's now", () =>
+        Effect.gen(function*() {
+          const store = yield* QueueStore
+          const queue = freshQueue("db-prune")
+          const [s] = yield* sendAll(queue, [msg("h")])
+          const now = yield* wallClock
+          const base = { messageId: s!.id, queue, task: "job", consumer: "c1" }
+          yield* store.recordAttempt({ ...base, attempt: 1, outcome: "retried", error: "boom", startedAt: new Date(now - 7_300_000), endedAt: new Date(now - 7_200_000) })
+          yield* store.recordAttempt({ ...base, attempt: 2, outcome: "acked", error: null, startedAt: new Date(now - 1_000), endedAt: new Date(now) })
+          assert.isAtLeast(yield* store.pruneAttempts("1 hour"), 1)
+          assert.deepStrictEqual((yield* store.attempts(s!.id)).map((a) => a.attempt), [2])
+        }))
+    }
   })
