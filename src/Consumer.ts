@@ -6,7 +6,8 @@
  *
  * @since 0.1.0
  */
-import { Cause, Clock, Context, Effect, Exit, Fiber, Latch, Layer, Metric, Random, Runtime, Scope } from "effect"
+import { Cause, Clock, Context, Deferred, Effect, Exit, Fiber, Latch, Layer, Metric, Random, Runtime, Scope } from "effect"
+import * as Completer from "./internal/completer.ts"
 import * as EventLoopLag from "./internal/eventLoopLag.ts"
 import * as IdleWake from "./internal/idleWake.ts"
 import * as PresenceWatch from "./internal/presenceWatch.ts"
@@ -15,9 +16,9 @@ import * as LeaseRenewer from "./LeaseRenewer.ts"
 import type { Claim } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import * as Outcome from "./internal/outcome.ts"
-import { type ConfigInvalid, MaxRuntimeExceeded, type StoreError } from "./QueueError.ts"
+import { type ConfigInvalid, type InvalidInput, MaxRuntimeExceeded, type StoreError } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
-import { QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+import { QueueStore } from "./QueueStore.ts"
 import { seconds } from "./internal/format.ts"
 
 /** What a handler gets besides the message. */
@@ -58,7 +59,7 @@ const toDispatcher = <R>(handler: Handler<R> | Dispatcher<R>): Dispatcher<R> =>
 
 /** The consumer's view of its own liveness, for an orchestrator's health check. */
 export interface Health {
-  /** False when the claim loop has made no progress for longer than the configured bound. */
+  /** False when the claim loop failed, or made no progress for longer than the configured bound. */
   readonly healthy: boolean
   readonly lastProgressAt: Date
   readonly inFlight: number
@@ -68,8 +69,18 @@ export interface Health {
 /** A running consumer. */
 export interface ConsumerShape {
   readonly settings: QueueConfig.ConsumerSettings
-  /** Healthy, or stale once the loop has made no progress for `healthStale`. */
+  /**
+   * Healthy, or stale once the loop has made no progress for `healthStale`
+   * (a claim answered, or a wait by design such as idling or waiting for a free
+   * slot), or failed.
+   */
   readonly health: Effect.Effect<Health>
+  /**
+   * Fails when the claim loop failed with an error that is not connection-dead
+   * (a missing table, a revoked permission, a bug): the consumer has stopped
+   * claiming. Never succeeds. {@link launch} makes it the program's failure.
+   */
+  readonly failure: Effect.Effect<never, StoreError | InvalidInput>
 }
 
 /** The consumer service: present while the consumer runs (its layer's scope). */
@@ -119,6 +130,8 @@ export const make = <R>(
     const slotFreed = yield* Latch.make(false)
     let inFlight = 0
     let stopping = false
+    /** Waits by design in progress (see `waiting`): the loop is healthy while in one. */
+    let waits = 0
     let lastProgress = yield* Clock.currentTimeMillis
     const progress = Effect.map(Clock.currentTimeMillis, (now) => {
       lastProgress = now
@@ -137,121 +150,30 @@ export const make = <R>(
       }
     }
 
+    const completer = Completer.make({ store, consumerId, attemptTimeoutMs: settings.renewerStopTimeoutMs })
+
     /**
-     * A finishing write, fenced by the lease token. Connection-dead failures are
-     * retried with backoff while this consumer's lease still covers the message:
-     * until then nobody else can run it, so waiting is safe and a backend-kill
-     * storm does not turn into duplicate runs.
+     * Complete one message: the renewer lets go of it first (the last message of a claim stops the
+     * renewer, bounded), then the decided outcome is written and reported. Runs uninterruptibly;
+     * never fails. A decision that throws (a bug in a retry policy) is completed as a retry now.
      */
-    const fencedWrite = (
-      renewer: LeaseRenewer.LeaseRenewer,
-      claim: Claim,
-      name: string,
-      write: (store: QueueStoreShape) => Effect.Effect<boolean, StoreError>
-    ): Effect.Effect<boolean | "failed"> => {
-      const attempt = (delay: number): Effect.Effect<boolean | "failed"> =>
-        write(store).pipe(
-          Effect.catchTag("ConnectionDead", (error) =>
-            Effect.gen(function*() {
-              const now = yield* Clock.currentTimeMillis
-              if (now + delay >= renewer.expiresAt(claim.id)) return yield* error
-              yield* Effect.logWarning(`${name} failed, connection dead; retrying in ${delay}ms: ${error.message}`)
-              yield* Effect.sleep(delay)
-              return yield* attempt(Math.min(delay * 2, 2_000))
-            })),
-          Effect.catch((error) =>
-            Effect.gen(function*() {
-              yield* Metric.update(QueueMetrics.finishFailures, 1)
-              yield* Effect.logError(`${name} could not be written; the message runs again after its lease: ${error.message}`)
-              return "failed" as const
-            })
-          ),
-          Effect.withSpan(`leasehold.${name}`)
-        )
-      return attempt(100)
-    }
-
-    /** The fenced write of an action; `true` when the lease was still held. */
-    const write = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim, action: Outcome.Action) => {
-      switch (action._tag) {
-        case "Ack":
-          return fencedWrite(renewer, claim, "ack", (s) => s.ack(claim))
-        case "Retry":
-          return fencedWrite(renewer, claim, "retry", (s) => s.retry(claim, { delay: action.delayMs, error: action.error }))
-        case "DeadLetter":
-          return fencedWrite(renewer, claim, "deadLetter", (s) =>
-            s.deadLetter(claim, { reason: action.reason, error: action.error }))
-        case "Release":
-          return fencedWrite(renewer, claim, "release", (s) => s.release(claim))
-        case "Abandon":
-          return Effect.succeed(false)
-      }
-    }
-
-    /** Report a finished message: metrics, one log line, and its record in the attempt history. */
-    const report = (claim: Claim, action: Outcome.Action, held: boolean | "failed", startedAt: number) =>
-      Effect.gen(function*() {
-        switch (action._tag) {
-          case "Ack":
-            if (held === true) yield* Metric.update(QueueMetrics.acked, 1)
-            if (held === false) {
-              yield* Metric.update(QueueMetrics.doubleRuns, 1)
-              yield* Effect.logWarning("double run: the ack found the lease gone; another consumer has taken this message")
-            }
-            break
-          case "Retry":
-            if (held === true) {
-              yield* Metric.update(QueueMetrics.retried, 1)
-              yield* Effect.logWarning(`retry in ${seconds(action.delayMs)}:\n${action.error}`)
-            }
-            break
-          case "DeadLetter":
-            if (held === true) {
-              yield* Metric.update(QueueMetrics.deadLettered, 1)
-              yield* Effect.logWarning(`dead-lettered: ${action.reason}${action.error === undefined ? "" : `\n${action.error}`}`)
-            }
-            break
-          case "Release":
-            if (held === true) {
-              yield* Metric.update(QueueMetrics.released, 1)
-              yield* Effect.logInfo("released on shutdown")
-            }
-            break
-          case "Abandon":
-            yield* Effect.logError("handler stopped: another consumer holds the message now")
-            break
-        }
-        const endedAt = yield* Clock.currentTimeMillis
-        const error = action._tag === "Abandon"
-          ? action.error
-          : action._tag === "Retry" || action._tag === "DeadLetter"
-          ? (action.error ?? (action._tag === "DeadLetter" ? action.reason : null))
-          : held === "failed"
-          ? "the finishing write failed"
-          : null
-        yield* store.recordAttempt({
-          messageId: claim.id,
-          queue: claim.queue,
-          task: claim.task,
-          attempt: claim.attempts,
-          consumer: consumerId,
-          startedAt: new Date(startedAt),
-          endedAt: new Date(endedAt),
-          outcome: Outcome.historyOutcome(action, held === true),
-          error
-        }).pipe(
-          Effect.catch((e) => Effect.logWarning(`attempt history not recorded: ${e.message}`))
-        )
-      })
-
-    /** Write the outcome of one message. Runs uninterruptibly, after the renewer let go of the message. */
     const finish = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim, exit: Exit.Exit<Outcome.RunResult>, startedAt: number) =>
       Effect.gen(function*() {
         yield* renewer.finish(claim.id)
         const result: Outcome.RunResult = Exit.isSuccess(exit) ? exit.value : { _tag: "Interrupted" }
-        const action = Outcome.decide(claim, result, rulesFor(claim, yield* Random.next))
-        const held = yield* write(renewer, claim, action)
-        yield* report(claim, action, held, startedAt)
+        const random = yield* Random.next
+        const action = yield* Effect.try({
+          try: () => Outcome.decide(claim, result, rulesFor(claim, random)),
+          catch: (error) => error
+        }).pipe(
+          Effect.catch((error) =>
+            Effect.as(
+              Effect.logError(`deciding the outcome failed (a bug): ${String(error)}; retrying the message now`),
+              { _tag: "Retry", delayMs: 0, error: `deciding the outcome failed: ${String(error)}` } as Outcome.Action
+            )
+          )
+        )
+        yield* completer.complete({ claim, action, startedAt, leaseEndsAt: renewer.expiresAt(claim.id) })
       })
 
     /** Run one message of a claim, then finish it, whatever happened. */
@@ -323,56 +245,99 @@ export const make = <R>(
         yield* Effect.forEach(claims, (claim) => runMessage(renewer, claim), { concurrency: "unbounded", discard: true })
       }))
 
-    /** The claim loop: round-robin over the queues, never more claims than free slots. */
+    /** Hand claimed messages back at once (fenced, attempt given back): the consumer is stopping. */
+    const releaseUnrun = (claims: ReadonlyArray<Claim>, claimedAt: number) =>
+      Effect.gen(function*() {
+        yield* Effect.logInfo(`stopping: releasing ${claims.length} message(s) claimed as the shutdown began`)
+        yield* Effect.forEach(claims, (claim) =>
+          completer.complete({ claim, action: { _tag: "Release" }, startedAt: claimedAt, leaseEndsAt: claimedAt + leaseMs }).pipe(
+            Effect.annotateLogs({ queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts })
+          ), { concurrency: "unbounded", discard: true })
+      })
+
+    /**
+     * Claim up to the free slots of `queue` and dispatch what came back, as one
+     * uninterruptible unit: a claim that committed is always either running or
+     * released, never dropped by a shutdown that arrived while it was in flight.
+     */
+    const claimAndDispatch = (queue: string) =>
+      Effect.uninterruptible(Effect.gen(function*() {
+        const claimedAt = yield* Clock.currentTimeMillis
+        const claims = yield* store.claim(queue, {
+          lease: leaseMs,
+          limit: Math.min(settings.batchSize, concurrency - inFlight),
+          consumer: consumerId
+        })
+        if (claims.length === 0) return 0
+        yield* Metric.update(QueueMetrics.claimed, claims.length)
+        if (stopping) {
+          yield* releaseUnrun(claims, claimedAt)
+          return claims.length
+        }
+        inFlight += claims.length
+        yield* Metric.update(QueueMetrics.inFlight, inFlight)
+        yield* Effect.forkIn(processClaim(claims, claimedAt), handlers)
+        return claims.length
+      }))
+
+    /**
+     * Wait by design (for a free slot, for new work, for presence to come back),
+     * counted as progress by `health`: every such wait is bounded by the poll interval.
+     */
+    const waiting = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      Effect.acquireUseRelease(
+        Effect.sync(() => {
+          waits += 1
+        }),
+        () => effect,
+        () =>
+          Effect.map(Clock.currentTimeMillis, (now) => {
+            waits -= 1
+            lastProgress = now
+          })
+      )
+
+    /**
+     * The claim loop: round-robin over the queues, never more claims than free
+     * slots. Only connection-dead claim failures are retried (with backoff);
+     * any other failure ends the loop, and the consumer with it (see `failure`).
+     */
     const loop = Effect.gen(function*() {
       let next = 0
       let emptyInARow = 0
       let backoff = settings.pollIntervalMs
       while (true) {
-        yield* progress
         if (inFlight >= concurrency) {
           yield* slotFreed.close
-          if (inFlight >= concurrency) yield* Effect.timeoutOption(slotFreed.await, settings.pollIntervalMs)
+          if (inFlight >= concurrency) yield* waiting(Effect.timeoutOption(slotFreed.await, settings.pollIntervalMs))
           continue
         }
         if (yield* atRisk) {
           // Cut off long enough to look dead to the others: whatever we claimed now would be stopped at once.
-          yield* Effect.sleep(settings.pollIntervalMs)
+          yield* waiting(Effect.sleep(settings.pollIntervalMs))
           continue
         }
         const queue = settings.queues[next++ % settings.queues.length]!
-        const claimedAt = yield* Clock.currentTimeMillis
-        // Uninterruptible: a claim that committed must be dispatched (or released), never dropped.
-        const result = yield* store.claim(queue, {
-          lease: leaseMs,
-          limit: Math.min(settings.batchSize, concurrency - inFlight),
-          consumer: consumerId
-        }).pipe(Effect.uninterruptible, Effect.result)
-        if (result._tag === "Failure") {
-          const error = result.failure
-          if (error._tag === "ConnectionDead") {
-            yield* Effect.logWarning(`claim failed, connection dead; retrying in ${seconds(backoff)}: ${error.message}`)
-          } else {
-            yield* Effect.logError(`claim failed (${error._tag}); retrying in ${seconds(backoff)}: ${error.message}`)
-          }
-          yield* Effect.sleep(backoff)
-          backoff = Math.min(backoff * 2, settings.backoffMaxMs)
-          continue
-        }
+        const claimed = yield* claimAndDispatch(queue).pipe(
+          Effect.catchTag("ConnectionDead", (error) =>
+            Effect.gen(function*() {
+              yield* Effect.logWarning(`claim failed, connection dead; retrying in ${seconds(backoff)}: ${error.message}`)
+              yield* Effect.sleep(backoff)
+              backoff = Math.min(backoff * 2, settings.backoffMaxMs)
+              return undefined
+            }))
+        )
+        if (claimed === undefined) continue
         backoff = settings.pollIntervalMs
-        const claims = result.success
-        if (claims.length === 0) {
+        yield* progress
+        if (claimed === 0) {
           if (++emptyInARow >= settings.queues.length) {
             emptyInARow = 0
-            yield* idle
+            yield* waiting(idle)
           }
           continue
         }
         emptyInARow = 0
-        inFlight += claims.length
-        yield* Metric.update(QueueMetrics.claimed, claims.length)
-        yield* Metric.update(QueueMetrics.inFlight, inFlight)
-        yield* Effect.forkIn(processClaim(claims, claimedAt), handlers)
       }
     }).pipe(Effect.annotateLogs({ ...annotations, module: "Consumer" }))
 
@@ -382,7 +347,22 @@ export const make = <R>(
         Effect.annotateLogs(annotations)
       )
     )
-    const loopFiber = yield* Effect.forkDetach(loop.pipe(Effect.provideContext(context)))
+    // The loop is detached so that the shutdown controls when it stops (and bounds the wait for a claim
+    // in flight). A failure of the loop, which is never a connection-dead one, ends the consumer:
+    // logged at ERROR, reported by `health` and by `failure` (which `launch` turns into the program's).
+    const failed = yield* Deferred.make<never, StoreError | InvalidInput>()
+    const loopFiber = yield* Effect.forkDetach(loop.pipe(
+      Effect.tapCause((cause) =>
+        Cause.hasInterruptsOnly(cause) ? Effect.void : Effect.gen(function*() {
+          stopping = true
+          yield* Effect.logError(`claim loop failed; the consumer stops claiming and shuts down:\n${Cause.pretty(cause)}`).pipe(
+            Effect.annotateLogs(annotations)
+          )
+          yield* Deferred.failCause(failed, cause as Cause.Cause<StoreError | InvalidInput>)
+        })
+      ),
+      Effect.provideContext(context)
+    ))
     if (registration !== undefined) {
       // Cut off from the database (presence session gone, heartbeats failing), this consumer will
       // soon look dead to the others, whose reapers then release its claims: stop the handlers
@@ -435,8 +415,9 @@ export const make = <R>(
 
     return Consumer.of({
       settings,
+      failure: Deferred.await(failed),
       health: Effect.map(Clock.currentTimeMillis, (now) => ({
-        healthy: now - lastProgress <= settings.healthStaleMs,
+        healthy: !Deferred.isDoneUnsafe(failed) && (waits > 0 || now - lastProgress <= settings.healthStaleMs),
         lastProgressAt: new Date(lastProgress),
         inFlight,
         stopping
@@ -465,6 +446,19 @@ export const layer = <R>(
 /** A consumer running `handler`, configured from `LEASEHOLD_*` environment variables. */
 export const layerFromEnv = <R>(handler: Handler<R> | Dispatcher<R>): Layer.Layer<Consumer, ConfigInvalid, QueueStore | R> =>
   Layer.effect(Consumer, Effect.flatMap(QueueConfig.fromEnv, (settings) => make(handler, settings)))
+
+/**
+ * Run a worker: build `layer` (which provides a {@link Consumer}), keep it
+ * running until interrupted (SIGTERM/SIGINT under `NodeRuntime.runMain`), and
+ * fail when the consumer's claim loop fails with an error that is not
+ * connection-dead, after the consumer shut down (in-flight handlers drained
+ * within the grace, the rest released). Prefer it to `Layer.launch`, which
+ * would keep a failed consumer's process running.
+ *
+ * `Consumer.launch(WorkerLayer).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))`
+ */
+export const launch = <E, R>(layer: Layer.Layer<Consumer, E, R>): Effect.Effect<never, E | StoreError | InvalidInput, R> =>
+  Effect.scoped(Effect.flatMap(Layer.build(layer), (context) => Context.get(context, Consumer).failure))
 
 /**
  * A teardown for `NodeRuntime.runMain` in worker programs: a shutdown asked for

@@ -6,12 +6,13 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Clock, Deferred, Duration, Effect, Latch, Layer, Option, Queue, type Scope } from "effect"
+import { Clock, Context, Deferred, Duration, Effect, Latch, Layer, Option, Queue, type Scope } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql"
 import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
 import * as Migrations from "./Migrations.ts"
-import { classify, type InvalidInput, type StoreError } from "./QueueError.ts"
+import * as QueueConfig from "./QueueConfig.ts"
+import { classify, type ConfigInvalid, type InvalidInput, type StoreError } from "./QueueError.ts"
 import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Validate from "./internal/validate.ts"
 import type { PreparedMessage } from "./internal/validate.ts"
@@ -45,6 +46,16 @@ export interface PgQueueStoreOptions {
     readonly statementTimeout?: Duration.Input | undefined
   } | undefined
 }
+
+/**
+ * What a store built by {@link layer} resolved, for the parts that must agree
+ * with it: session liveness (`ConsumerPresence`) registers consumers in this
+ * schema, so the reaper sweeps the claims the store hands out.
+ */
+export class PgQueueStoreSettings extends Context.Service<PgQueueStoreSettings, {
+  /** The validated SQL schema of the store's tables. */
+  readonly schema: string
+}>()("leasehold/PgQueueStoreSettings") {}
 
 /** Rows of the messages table, as the driver returns them. */
 interface MessageRow {
@@ -98,6 +109,40 @@ const toDeadLetter = (row: MessageRow): DeadLetter => ({
 const ids = (rows: ReadonlyArray<{ readonly id: bigint | string }>): ReadonlyArray<MessageId> =>
   rows.map((row) => String(row.id) as MessageId)
 
+/** Attempt records deleted per statement by the retention pruning. */
+const PRUNE_BATCH = 5_000
+
+/** FNV-1a of `text`, as a positive 31-bit integer: a stable advisory-lock key or name suffix. */
+const hash31 = (text: string): number => {
+  let h = 0x811c9dc5
+  for (const ch of text) {
+    h ^= ch.codePointAt(0)!
+    h = Math.imul(h, 0x01000193)
+  }
+  return (h >>> 0) & 0x7fffffff
+}
+
+/**
+ * The advisory lock (single-key form, apart from the two-key presence locks) a
+ * consumer holds, one transaction at a time, while it prunes the attempt history of `schema`.
+ */
+export const pruneLockKey = (schema: string): number => hash31(`leasehold.prune.${schema}`)
+
+/** PostgreSQL's limit on identifiers, channel names included (NAMEDATALEN - 1 bytes). */
+const MAX_IDENTIFIER_BYTES = 63
+
+/**
+ * The NOTIFY channel of `schema`: sends announce their queue on it.
+ * `leasehold_<schema>` when that fits in an identifier; otherwise the schema is
+ * cut short and a hash of the whole name keeps channels of different schemas apart.
+ */
+export const notifyChannel = (schema: string): string => {
+  const plain = `leasehold_${schema}`
+  if (Buffer.byteLength(plain) <= MAX_IDENTIFIER_BYTES) return plain
+  const suffix = `_${hash31(schema).toString(36)}`
+  return `leasehold_${schema.slice(0, MAX_IDENTIFIER_BYTES - "leasehold_".length - suffix.length)}${suffix}`
+}
+
 /** Rows per INSERT of a batch send: keeps one statement's parameters well under protocol limits. */
 const SEND_CHUNK = 500
 
@@ -117,8 +162,7 @@ export const make = (
     const attemptsTable = sql(`${schema}.attempts`)
     const leaseSql = (yield* makeLeaseClient(options.leasePool)) ?? sql
     const pg = yield* Effect.serviceOption(PgClient.PgClient)
-    /** The NOTIFY channel of this schema: sends announce their queue on it. */
-    const channel = `leasehold_${schema}`
+    const channel = notifyChannel(schema)
     const limits: Validate.SendLimits = {
       maxPayloadBytes: options.maxPayloadBytes ?? defaults.maxPayloadBytes,
       defaultMaxAttempts: options.defaultMaxAttempts ?? defaults.maxAttempts
@@ -213,10 +257,13 @@ export const make = (
             }
           }
           yield* flush
-          // Wake idle consumers of this queue when something is ready now. NOTIFY is
-          // delivered when the transaction commits (the caller's, if any), never before.
-          // Best effort: a consumer also polls, so a failed notify must not fail the send.
-          if (prepared.some((m) => m.delayMs === 0)) yield* Effect.ignore(sql`SELECT pg_notify(${channel}, ${queue})`)
+          // Wake idle consumers of this queue when something is ready now. Sent after the
+          // outermost transaction commits (the caller's, if any; at once without one), on a
+          // statement of its own: best effort (a consumer also polls), so it can neither fail
+          // the send nor abort the caller's transaction, and it is never heard before the rows.
+          if (prepared.some((m) => m.delayMs === 0)) {
+            yield* sql.afterCommit(Effect.ignore(sql`SELECT pg_notify(${channel}, ${queue})`))
+          }
         })
         // One statement needs no transaction; several must land together.
         yield* prepared.length === 1 ? write : sql.withTransaction(write)
@@ -426,18 +473,36 @@ export const make = (
         (e) => op("attempts", { messageId: id }, e)
       )
 
+    // One batch of retention: the oldest expired records, through the `ended_at` index, at most
+    // PRUNE_BATCH of them per statement (a short transaction, however far behind the pruning is).
+    // The transaction-level advisory lock makes one consumer the pruner of the moment: a consumer
+    // that finds it taken prunes nothing (`locked`), since another one is at it.
+    const pruneBatch = (cutoffMs: number, now: Date | null) =>
+      sql<{ locked: boolean; n: number }>`
+        WITH lock AS (
+          SELECT pg_try_advisory_xact_lock(${pruneLockKey(schema)}::bigint) AS got
+        ), doomed AS (
+          SELECT id FROM ${attemptsTable}
+          WHERE (SELECT got FROM lock)
+            AND ended_at < coalesce(${now}::timestamptz, now()) - ${cutoffMs}::bigint * interval '1 millisecond'
+          ORDER BY ended_at
+          LIMIT ${PRUNE_BATCH}
+        ), gone AS (
+          DELETE FROM ${attemptsTable} WHERE id IN (SELECT id FROM doomed) RETURNING 1
+        )
+        SELECT NOT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS n`
+
     const pruneAttempts: QueueStoreShape["pruneAttempts"] = (olderThan) =>
       Effect.gen(function*() {
         const now = yield* currentTime
-        const ms = Duration.toMillis(olderThan)
-        const rows = yield* sql<{ n: number }>`
-          WITH gone AS (
-            DELETE FROM ${attemptsTable}
-            WHERE ended_at < coalesce(${now}::timestamptz, now()) - ${Math.round(ms)}::bigint * interval '1 millisecond'
-            RETURNING 1
-          )
-          SELECT count(*)::int AS n FROM gone`
-        return rows[0]?.n ?? 0
+        const cutoffMs = Math.round(Duration.toMillis(olderThan))
+        let total = 0
+        while (true) {
+          const [row] = yield* pruneBatch(cutoffMs, now)
+          if (row === undefined || row.locked) return total
+          total += row.n
+          if (row.n < PRUNE_BATCH) return total
+        }
       }).pipe((e) => op("pruneAttempts", {}, e))
 
     const sends: QueueStoreShape["sends"] = (queues) =>
@@ -557,6 +622,17 @@ const makeLeaseClient = (options: PgQueueStoreOptions["leasePool"]) =>
     return client.withoutTransforms()
   })
 
-/** The store as a layer over the `SqlClient` in context (migrating first unless `migrate: false`). */
-export const layer = (options: PgQueueStoreOptions = {}): Layer.Layer<QueueStore, InvalidInput | StoreError, SqlClient.SqlClient> =>
-  Layer.effect(QueueStore, make(options))
+/**
+ * The store as a layer over the `SqlClient` in context (migrating first unless
+ * `migrate: false`), with the settings it resolved ({@link PgQueueStoreSettings}).
+ * The schema is `options.schema`, else `LEASEHOLD_SCHEMA`, else `leasehold`:
+ * read once, here, and taken from here by session liveness built on this layer.
+ */
+export const layer = (
+  options: PgQueueStoreOptions = {}
+): Layer.Layer<QueueStore | PgQueueStoreSettings, InvalidInput | StoreError | ConfigInvalid, SqlClient.SqlClient> =>
+  Layer.effectContext(Effect.gen(function*() {
+    const schema = yield* Validate.schemaName(options.schema ?? (yield* QueueConfig.schemaFromEnv) ?? Migrations.defaultSchema)
+    const store = yield* make({ ...options, schema })
+    return Context.make(QueueStore, store).pipe(Context.add(PgQueueStoreSettings, PgQueueStoreSettings.of({ schema })))
+  }))

@@ -105,9 +105,6 @@ export const defaults = {
   attemptRetentionMs: 7 * 86_400_000
 } as const
 
-/** `healthStale` must be at least this many poll intervals. */
-export const HEALTH_STALE_POLLS = 2
-
 /** The environment variable behind each option. */
 export const variables = {
   databaseUrl: "LEASEHOLD_DATABASE_URL",
@@ -216,15 +213,6 @@ export const resolve = (
     yield* inRange(label("renewerStopTimeout"), renewerStopTimeoutMs, 1, 600_000, " ms")
     const healthStaleMs = yield* duration("healthStale", options.healthStale, defaults.healthStaleMs)
     yield* inRange(label("healthStale"), healthStaleMs, 1, 24 * 3_600_000, " ms")
-    // An idle consumer checks in once per poll interval: a stale bound not well above it would
-    // report a healthy idle worker stale (and have it restarted) between two polls.
-    if (healthStaleMs < HEALTH_STALE_POLLS * pollIntervalMs) {
-      return yield* invalid(
-        label("healthStale"),
-        `at least ${HEALTH_STALE_POLLS}x the poll interval (${label("pollInterval")} = ${pollIntervalMs} ms): raise it or poll more often`,
-        `${healthStaleMs}ms`
-      )
-    }
     const onLeaseLost = options.onLeaseLost ?? defaults.onLeaseLost
     if (onLeaseLost !== "interrupt" && onLeaseLost !== "continue") {
       return yield* invalid(label("onLeaseLost"), "interrupt or continue", String(onLeaseLost))

@@ -441,3 +441,172 @@ describe("Consumer with session liveness (TestClock)", () => {
       assert.strictEqual(spy.of("ack").length, 1)
     }))
 })
+
+describe("Consumer: claims, failures and health (memory store, TestClock)", () => {
+  it.effect("a shutdown while a claim is in flight releases the claimed messages at once, attempts given back", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const runs: Array<string> = []
+      yield* spy.store.send(queue, [1, 2, 3].map((n) => ({ task: "t", payload: n })))
+      // The claim answers after 300 ms; the shutdown comes at 100 ms.
+      const slow = { ...spy.store, claim: (q: string, o: any) => Effect.delay(spy.store.claim(q, o), "300 millis") }
+      const scope = yield* Scope.make()
+      yield* startConsumer({ ...spy, store: slow }, (m) => Effect.sync(() => runs.push(m.id)), { lease, batchSize: 3 }, logs, true).pipe(
+        Scope.provide(scope)
+      )
+      yield* settle
+      yield* TestClock.adjust("100 millis")
+      const closing = yield* Effect.forkChild(Scope.close(scope, Exit.void))
+      yield* settle
+      yield* TestClock.adjust("200 millis")
+      yield* settle
+      yield* Fiber.join(closing)
+      assert.strictEqual(spy.of("claim").length, 1)
+      assert.deepStrictEqual(runs, [], "nothing runs once the shutdown began")
+      assert.strictEqual(spy.of("release").length, 3, "every claimed message released")
+      const stats = yield* spy.inner.stats(queue)
+      assert.strictEqual(stats.inFlight, 0)
+      assert.strictEqual(stats.ready, 3)
+      const next = yield* spy.inner.claim(queue, { lease, limit: 10, consumer: "next" })
+      assert.deepStrictEqual(next.map((c) => [c.attempts, c.leaseExpiries]), [[1, 0], [1, 0], [1, 0]])
+    }))
+
+  it.effect("a claim failing with a non-connection-dead error is not retried: the consumer fails and reports unhealthy", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const h = yield* gatedHandler()
+      const [first] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      let claims = 0
+      const broken = {
+        ...spy.store,
+        claim: (q: string, o: any) =>
+          ++claims === 1
+            ? spy.store.claim(q, o)
+            : Effect.fail(new QueryFailed({ operation: "claim", message: "claim: permission denied for table messages", code: "42501" }))
+      }
+      const service = yield* startConsumer({ ...spy, store: broken }, h.handler, { lease, concurrency: 2, batchSize: 1 }, logs)
+      yield* settle
+      const failure = yield* Effect.forkChild(Effect.flip(service.failure))
+      yield* settle
+      const error = yield* Fiber.join(failure)
+      assert.strictEqual(error._tag, "QueryFailed")
+      assert.strictEqual(claims, 2, "the failed claim is not retried")
+      yield* TestClock.adjust("1 minute")
+      assert.strictEqual(claims, 2)
+      assert.isFalse((yield* service.health).healthy)
+      assert.isTrue(logs.entries.some((e) => e.level === "Error" && /claim loop failed/.test(e.message) && /permission denied/.test(e.message)))
+      // The message already running goes on and is acked.
+      yield* h.open(first!.id)
+      yield* settle
+      assert.strictEqual(spy.of("ack").length, 1)
+    }))
+
+  it.effect("launch fails with the claim loop's error after the consumer shut down and released what it held", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const h = yield* gatedHandler()
+      const [first] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      let claims = 0
+      const broken = {
+        ...spy.store,
+        claim: (q: string, o: any) =>
+          ++claims === 1 ? spy.store.claim(q, o) : Effect.fail(new QueryFailed({ operation: "claim", message: "claim: relation does not exist", code: "42P01" }))
+      }
+      const launched = yield* Effect.forkChild(Effect.flip(Consumer.launch(
+        Consumer.layer(h.handler, { consumerId: "launched", lease, concurrency: 2, batchSize: 1, shutdownGrace: "5 seconds" }).pipe(
+          Layer.provide(Layer.succeed(QueueStore, broken))
+        )
+      )))
+      yield* settle
+      assert.deepStrictEqual(yield* Ref.get(h.started), [first!.id])
+      yield* TestClock.adjust("5 seconds") // the grace runs out: the running handler is interrupted and released
+      yield* settle
+      const error = yield* Fiber.join(launched)
+      assert.strictEqual(error._tag, "QueryFailed")
+      assert.deepStrictEqual(yield* Ref.get(h.interrupted), [first!.id])
+      assert.deepStrictEqual(spy.of("release").map((c) => c.ids[0]), [first!.id])
+    }))
+
+  it.effect("health: claims failing on a dead connection are no progress; an idle consumer stays healthy", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      let down = false
+      const flaky = {
+        ...spy.store,
+        claim: (q: string, o: any) => down ? Effect.fail(new ConnectionDead({ operation: "claim", message: "claim: Connection terminated" })) : spy.store.claim(q, o)
+      }
+      const service = yield* startConsumer({ ...spy, store: flaky }, () => Effect.void, {
+        pollInterval: "10 seconds",
+        healthStale: "30 seconds",
+        backoffMax: "10 seconds"
+      })
+      yield* settle
+      // Idle for ten minutes, poll 10 s: healthy all along.
+      for (let i = 0; i < 60; i++) {
+        yield* TestClock.adjust("10 seconds")
+        assert.isTrue((yield* service.health).healthy, `healthy while idle at ${(i + 1) * 10}s`)
+      }
+      down = true
+      yield* TestClock.adjust("25 seconds")
+      assert.isTrue((yield* service.health).healthy, "not stale before the bound")
+      yield* TestClock.adjust("30 seconds")
+      assert.isFalse((yield* service.health).healthy, "claims failing for longer than the bound: stale")
+      down = false
+      yield* TestClock.adjust("20 seconds")
+      assert.isTrue((yield* service.health).healthy, "healthy again once a claim answers")
+    }))
+
+  it.effect("health: an idle consumer polling every 10 s with a 2 s stale bound stays healthy", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const service = yield* startConsumer(spy, () => Effect.void, { pollInterval: "10 seconds", healthStale: "2 seconds" })
+      yield* settle
+      for (let i = 0; i < 30; i++) {
+        yield* TestClock.adjust("1 second")
+        assert.isTrue((yield* service.health).healthy, `healthy while idle at ${i + 1}s`)
+      }
+    }))
+
+  it.effect("a retry policy answering NaN does not leave the message leased: it is retried at once and the bug logged", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      let runs = 0
+      const dispatcher: Consumer.Dispatcher = {
+        handle: () => Effect.suspend(() => ++runs === 1 ? Effect.fail("boom") : Effect.void),
+        policy: () => ({ retryDelayMs: () => Number.NaN })
+      }
+      yield* startConsumer(spy, dispatcher, { lease }, logs)
+      yield* settle
+      yield* TestClock.adjust("1 second")
+      yield* settle
+      assert.strictEqual(spy.of("retry").length, 1)
+      assert.strictEqual(runs, 2, "run again at once, not after the lease")
+      assert.strictEqual(spy.of("ack").length, 1)
+      assert.isTrue(logs.entries.some((e) => e.level === "Error" && /retry delay NaN ms/.test(e.message)))
+      const history = yield* spy.inner.attempts(sent!.id)
+      assert.deepStrictEqual(history.map((a) => a.outcome), ["retried", "acked"])
+    }))
+
+  it.effect("a defect while completing retries the message now (attempt counted), never leaves it leased", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      let acks = 0
+      const buggy = { ...spy.store, ack: (ref: any) => ++acks === 1 ? Effect.die(new Error("bug in ack")) : spy.store.ack(ref) }
+      yield* startConsumer({ ...spy, store: buggy }, () => Effect.void, { lease }, logs)
+      yield* settle
+      yield* TestClock.adjust("1 second")
+      yield* settle
+      assert.isTrue(logs.entries.some((e) => e.level === "Error" && /completing the message failed \(a bug\)/.test(e.message)))
+      assert.strictEqual(spy.of("retry").length, 1)
+      assert.strictEqual(acks, 2, "claimed again at once and acked")
+      assert.strictEqual((yield* spy.inner.stats(queue)).inFlight, 0)
+      const history = yield* spy.inner.attempts(sent!.id)
+      assert.deepStrictEqual(history.map((a) => a.outcome), ["retried", "acked"])
+    }))
+})

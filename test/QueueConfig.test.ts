@@ -108,21 +108,10 @@ describe("QueueConfig", () => {
       assert.strictEqual(e.variable, "batchSize")
     }))
 
-  it.effect("health stale must be at least twice the poll interval, from the environment and from code", () =>
+  it.effect("health stale may be shorter than the poll interval: idle waiting counts as progress (test/Consumer.test.ts)", () =>
     Effect.gen(function*() {
-      // Poll 10 s, stale 2 s: an idle, healthy worker would be reported stale between two polls.
-      const e = yield* fails(QueueConfig.fromEnv.pipe(withEnv({ LEASEHOLD_POLL_INTERVAL: "10s", LEASEHOLD_HEALTH_STALE: "2s" })))
-      assert.strictEqual(e._tag, "ConfigInvalid")
-      assert.strictEqual(e.variable, "LEASEHOLD_HEALTH_STALE")
-      assert.match(e.rule, /at least 2x the poll interval \(LEASEHOLD_POLL_INTERVAL = 10000 ms\)/)
-      // The default stale bound (60 s) with a slow poll is refused too, naming the stale bound.
-      const slow = yield* fails(QueueConfig.fromEnv.pipe(withEnv({ LEASEHOLD_POLL_INTERVAL: "31s" })))
-      assert.strictEqual(slow.variable, "LEASEHOLD_HEALTH_STALE")
-      const code = yield* fails(QueueConfig.resolve({ pollInterval: "10s", healthStale: "19999ms" }))
-      assert.strictEqual(code.variable, "healthStale")
-      assert.match(code.rule, /at least 2x the poll interval \(pollInterval = 10000 ms\)/)
-      const edge = yield* QueueConfig.resolve({ pollInterval: "10s", healthStale: "20s" })
-      assert.deepStrictEqual([edge.pollIntervalMs, edge.healthStaleMs], [10_000, 20_000])
+      const s = yield* QueueConfig.fromEnv.pipe(withEnv({ LEASEHOLD_POLL_INTERVAL: "10s", LEASEHOLD_HEALTH_STALE: "2s" }))
+      assert.deepStrictEqual([s.pollIntervalMs, s.healthStaleMs], [10_000, 2_000])
     }))
 
   it.effect("delays are bounded by the store's longest delay (ten years), from the environment and from code", () =>
