@@ -8,7 +8,7 @@ import { sendWelcomeEmail } from "./tasks.ts"
 
 const WorkerLayer = Consumer.layerFromEnv(Task.dispatcher(sendWelcomeEmail)).pipe(
   Layer.provide(ConsumerPresence.layerFromEnv()), // session liveness: a dead worker's claims come back in seconds
-  Layer.provide(PgQueueStore.layer()), // migrates the `leasehold` schema when built
+  Layer.provide(PgQueueStore.layer()), // migrates LEASEHOLD_SCHEMA (default `leasehold`) when built; presence uses the same
   Layer.provide(QueueConfig.pgLayerFromEnv())
 )
 

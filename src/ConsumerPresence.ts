@@ -24,7 +24,9 @@
  * (`auto`) or turned off (`off`), and then claims end by lease expiry only.
  *
  * The consumer uses this service when it is in context (`Effect.serviceOption`):
- * provide {@link layerPg} or {@link layerFromEnv} next to the PostgreSQL store.
+ * provide {@link layerPg} or {@link layerFromEnv} to the consumer, and
+ * `PgQueueStore.layer` below both, so that presence takes its schema from the
+ * store (one setting, `LEASEHOLD_SCHEMA`, for both).
  *
  * @since 0.1.0
  */
@@ -35,6 +37,7 @@ import { SqlClient } from "effect/sql"
 import * as os from "node:os"
 import * as Validate from "./internal/validate.ts"
 import * as Migrations from "./Migrations.ts"
+import { PgQueueStoreSettings } from "./PgQueueStore.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, ConfigInvalid, InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
@@ -51,7 +54,12 @@ export type Mode = "on" | "off" | "auto"
 
 /** How to build the presence service. Durations as `Duration.Input` (milliseconds, "1 second", ...). */
 export interface PresenceOptions {
-  /** Schema of leasehold's tables (default `leasehold`). */
+  /**
+   * Schema of leasehold's tables. Default: the schema of the PostgreSQL store
+   * this layer is built on (`PgQueueStore.layer`), else `leasehold`. Given and
+   * different from that store's, it is refused: consumers would register where
+   * the store's claims are not, and the reaper would release nothing.
+   */
   readonly schema?: string | undefined
   readonly mode?: Mode | undefined
   /** How often a consumer heartbeats its row and checks its presence session (default 500 ms). */
@@ -206,6 +214,28 @@ interface Session {
 }
 
 /**
+ * One source of truth for the schema: the store's, when presence sits on a
+ * `PgQueueStore.layer`; a different explicit one is refused.
+ */
+const resolveSchema = (explicit: string | undefined): Effect.Effect<string, InvalidInput> =>
+  Effect.gen(function*() {
+    const store = yield* Effect.serviceOption(PgQueueStoreSettings)
+    if (Option.isNone(store)) return yield* Validate.schemaName(explicit ?? Migrations.defaultSchema)
+    if (explicit === undefined) return store.value.schema
+    const schema = yield* Validate.schemaName(explicit)
+    if (schema !== store.value.schema) {
+      return yield* new InvalidInput({
+        field: "schema",
+        rule: "the schema of the store",
+        message: `session liveness schema ${JSON.stringify(schema)} is not the store's ${JSON.stringify(store.value.schema)}: ` +
+          "consumers would register where the store's claims are not, and the reaper would release nothing. " +
+          "Leave the presence schema unset to use the store's."
+      })
+    }
+    return schema
+  })
+
+/**
  * Build the presence service over the `PgClient` in context: a one-connection
  * pool of its own for heartbeats and the reaper (so busy handlers cannot starve
  * heartbeats), and one dedicated connection per registered consumer.
@@ -218,7 +248,7 @@ export const make = (
     if (mode !== "on" && mode !== "off" && mode !== "auto") {
       return yield* new InvalidInput({ field: "mode", rule: "on, off or auto", message: `mode ${String(mode)} is invalid (rule: on, off or auto)` })
     }
-    const schema = yield* Validate.schemaName(options.schema ?? Migrations.defaultSchema)
+    const schema = yield* resolveSchema(options.schema)
     const duration = (field: string, value: Duration.Input | undefined, fallback: number) =>
       value === undefined ? Effect.succeed(fallback) : Validate.durationMs(field, value, { min: 10 })
     const heartbeatMs = yield* duration("heartbeat", options.heartbeat, defaults.heartbeatMs)
@@ -712,14 +742,16 @@ export const modeFromEnv: Effect.Effect<Mode, ConfigInvalid> = Effect.gen(functi
 })
 
 /**
- * {@link layerPg} with the mode from `LEASEHOLD_SESSION_LIVENESS` and the
- * schema from `LEASEHOLD_SCHEMA`.
+ * {@link layerPg} with the mode from `LEASEHOLD_SESSION_LIVENESS`. The schema
+ * is the store's when built on `PgQueueStore.layer` (which reads
+ * `LEASEHOLD_SCHEMA` itself), else `LEASEHOLD_SCHEMA`.
  */
 export const layerFromEnv = (
   options: Omit<PresenceOptions, "mode" | "schema"> = {}
 ): Layer.Layer<ConsumerPresence, InvalidInput | StoreError | ConfigInvalid, PgClient.PgClient | SqlClient.SqlClient> =>
   Layer.unwrap(Effect.gen(function*() {
     const mode = yield* modeFromEnv
-    const schema = yield* QueueConfig.schemaFromEnv
+    const store = yield* Effect.serviceOption(PgQueueStoreSettings)
+    const schema = Option.isSome(store) ? undefined : yield* QueueConfig.schemaFromEnv
     return layerPg({ ...options, mode, schema })
   }))
