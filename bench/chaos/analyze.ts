@@ -462,9 +462,10 @@ const judgeLogs = (
         ? { explained: true, why: `${death}; ran again at ${ms(next.startedMs)}` }
         : { explained: false, why: `${fmt(next)}, before the write gave up (${ms(event.at)}) under ${event.consumer}'s lease` }
     }
-    return acked
-      ? { explained: true, why: `${death}; acked without another run (the last attempt landed)` }
-      : { explained: false, why: `${death}, but message ${id} never ran again` }
+    if (acked) return { explained: true, why: `${death}; acked without another run (the last attempt landed)` }
+    // Still waiting in the queue when the drain ended: the write gave it back; "still queued" fails the run on its own.
+    if (remaining.get(own.n) === "ready") return { explained: true, why: `${death}; still queued at the end (not run again yet)` }
+    return { explained: false, why: `${death}, but message ${id} never ran again (${remaining.get(own.n) ?? "lost"})` }
   }
 
   const zero = (): Record<LogKind, number> => ({ "double-run-at-ack": 0, "finish-failed": 0, "renewer-wedged": 0 })

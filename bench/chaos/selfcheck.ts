@@ -312,6 +312,33 @@ check("finishing write given up after its worker's lease backend was terminated,
   assert.equal(r.duplicatesByCause["after-completion"], 0)
 })
 
+check("finishing write given up in the restart, message still queued when the drain ended: explained (still queued fails apart)", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100)],
+    remaining: [{ n: 0, state: "ready" }],
+    logEvents: [logLine("finish-failed", "a", 2_900, 0, ACK_FAILED)],
+    restartAt: 500,
+    restartUpAt: 1_800
+  })
+  assert.equal(r.explainedLogs["finish-failed"], 1)
+  assert.deepEqual(r.stillQueued, [0])
+})
+
+check("finishing write given up, message dead-lettered and never run again: unexplained", () => {
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [row(0, "a", 0, 100)],
+    remaining: [{ n: 0, state: "dead" }],
+    logEvents: [logLine("finish-failed", "a", 2_900, 0, ACK_FAILED)],
+    restartAt: 500,
+    restartUpAt: 1_800
+  })
+  assert.equal(r.unexplainedLogs["finish-failed"], 1)
+})
+
 check("finishing write given up during the server restart: explained", () => {
   const r = analyze({
     ...base,
