@@ -104,9 +104,10 @@ export interface Registration {
   readonly reaped: Effect.Effect<void>
   /**
    * When another consumer's reaper could release this consumer's claims (Clock
-   * ms), or none while that cannot happen: the presence session is gone (its
-   * lock is free) and heartbeats stopped succeeding, so at the last successful
-   * heartbeat + the stale bound both signals agree. The consumer stops its
+   * ms), or none while that cannot happen: the lock its row advertises may be
+   * free (the presence session is gone, or a new one's key is not yet written
+   * by a heartbeat) and heartbeats stopped succeeding, so at the last
+   * successful heartbeat + the stale bound both signals agree. The consumer stops its
    * handlers before then, so a consumer cut off from the database does not
    * run on while another runs its messages. A heartbeat refused because the
    * server itself is down moves that moment on: nobody can reap while the server
@@ -752,6 +753,14 @@ export const layerFromEnv = (
   Layer.unwrap(Effect.gen(function*() {
     const mode = yield* modeFromEnv
     const store = yield* Effect.serviceOption(PgQueueStoreSettings)
-    const schema = Option.isSome(store) ? undefined : yield* QueueConfig.schemaFromEnv
-    return layerPg({ ...options, mode, schema })
+    const fromEnv = yield* QueueConfig.schemaFromEnv
+    if (Option.isNone(store)) return layerPg({ ...options, mode, schema: fromEnv })
+    // On a store, its schema rules (the store read LEASEHOLD_SCHEMA itself unless given one).
+    if (fromEnv !== undefined && fromEnv !== store.value.schema) {
+      yield* Effect.logWarning(
+        `${QueueConfig.variables.schema}=${fromEnv} is not the store's schema ${store.value.schema}: ` +
+          "session liveness uses the store's, where its claims are"
+      )
+    }
+    return layerPg({ ...options, mode })
   }))
