@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Clock, Context, Deferred, Duration, Effect, Latch, Layer, Option, Queue, type Scope } from "effect"
+import { Clock, Context, Deferred, Duration, Effect, Fiber, Latch, Layer, Option, Queue, type Scope } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql"
 import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
@@ -14,6 +14,7 @@ import * as Migrations from "./Migrations.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, type ConfigInvalid, type InvalidInput, type StoreError } from "./QueueError.ts"
 import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+import * as Abandon from "./internal/abandon.ts"
 import * as Validate from "./internal/validate.ts"
 import type { PreparedMessage } from "./internal/validate.ts"
 
@@ -532,7 +533,10 @@ export const make = (
           Effect.forever,
           Effect.annotateLogs({ module: "PgQueueStore", channel })
         )
-        yield* Effect.forkScoped(listen)
+        // Detached, and stopped with a bound: closing a listening connection that stopped answering
+        // (a network partition) must not hold up the subscriber's shutdown; it is left to die alone.
+        const listener = yield* Effect.forkDetach(listen)
+        yield* Effect.addFinalizer(() => Effect.asVoid(Abandon.within(Fiber.interrupt(listener), 1_000)))
         // Sends made after this returns must be heard: wait (boundedly) until LISTEN is in place.
         yield* Deferred.await(listening).pipe(Effect.timeoutOption(5_000))
         return Effect.andThen(latch.await, latch.close)

@@ -86,26 +86,22 @@ export const make = (options: CompleterOptions): Completer => {
   }
 
   /**
-   * A finishing write, fenced by the lease token. Each attempt is bounded by the
-   * time left on the lease (and by `attemptTimeoutMs`); an attempt that times out
-   * may or may not have landed and counts as connection-dead. Connection-dead
-   * failures are retried with backoff while the lease still covers the message:
-   * until then nobody else can run it, so waiting is safe and a backend-kill storm
-   * does not turn into duplicate runs. Any other failure, or a defect, is final.
+   * A finishing write, fenced by the lease token. Each attempt is bounded by
+   * `attemptTimeoutMs`; an attempt that times out may or may not have landed
+   * and counts as connection-dead. Connection-dead failures are retried with
+   * backoff while the lease still covers the message: until then nobody else
+   * can run it, so waiting is safe and a backend-kill storm does not turn into
+   * duplicate runs. Any other failure, or a defect, is final. So a write takes
+   * at most the time left on the lease plus one attempt. (An attempt after the
+   * lease ran out is harmless: fenced, it lands only if nobody claimed since.)
    */
   const fencedWrite = (f: Finished, name: string, write: Effect.Effect<boolean, StoreError>): Effect.Effect<Held> => {
     const attempt = (delay: number): Effect.Effect<Held> =>
-      Effect.gen(function*() {
-        const left = f.leaseEndsAt - (yield* Clock.currentTimeMillis)
-        const answer = yield* Abandon.within(write, Math.min(attemptTimeoutMs, Math.max(left, 0))).pipe(
-          Effect.flatMap(Option.match({
-            onNone: () =>
-              Effect.fail(new ConnectionDead({ operation: name, message: `${name}: no answer within ${seconds(Math.min(attemptTimeoutMs, Math.max(left, 0)))}` })),
-            onSome: Effect.succeed
-          }))
-        )
-        return answer
-      }).pipe(
+      Abandon.within(write, attemptTimeoutMs).pipe(
+        Effect.flatMap(Option.match({
+          onNone: () => Effect.fail(new ConnectionDead({ operation: name, message: `${name}: no answer within ${seconds(attemptTimeoutMs)}` })),
+          onSome: Effect.succeed
+        })),
         Effect.catchTag("ConnectionDead", (error) =>
           Effect.gen(function*() {
             const now = yield* Clock.currentTimeMillis

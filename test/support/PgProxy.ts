@@ -35,7 +35,14 @@ export interface PgProxy {
    * would look like the server itself being down).
    */
   cut(prefix: string): void
-  /** Let everybody through again. */
+  /**
+   * Freeze every client whose `application_name` starts with `prefix`: their
+   * connections stay open but nothing more is forwarded either way, and new
+   * ones are accepted and never answered (a network partition: TCP would
+   * retransmit for minutes before anyone noticed).
+   */
+  freeze(prefix: string): void
+  /** Let everybody through again (frozen connections are closed: their streams lost bytes). */
   restore(): void
   /** Connections currently open through the proxy. */
   readonly connections: () => ReadonlyArray<ProxiedConnection>
@@ -59,7 +66,11 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
         const sockets = new Set<net.Socket>()
         const live = new Map<net.Socket, { connection: ProxiedConnection; upstream: net.Socket }>()
         let cutPrefix: string | undefined
+        let frozenPrefix: string | undefined
         const isCut = (c: ProxiedConnection) => cutPrefix !== undefined && c.applicationName?.startsWith(cutPrefix) === true
+        const isFrozen = (c: ProxiedConnection) =>
+          frozenPrefix !== undefined && (c.applicationName ?? "").startsWith(frozenPrefix)
+        const frozen = new Set<net.Socket>()
         const server = net.createServer((client) => {
           sockets.add(client)
           const connection: ProxiedConnection = { applicationName: undefined, closed: false }
@@ -77,6 +88,7 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
           client.on("close", drop).on("error", drop)
           upstream.on("close", drop).on("error", drop)
           upstream.on("data", (chunk) => {
+            if (isFrozen(connection)) return void frozen.add(client)
             if (!isCut(connection)) client.write(chunk)
           })
           let head = Buffer.alloc(0)
@@ -86,6 +98,7 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
               connection.applicationName = applicationNameIn(head)
             }
             if (isCut(connection)) return drop()
+            if (isFrozen(connection)) return void frozen.add(client)
             upstream.write(chunk)
             proxy.onClientChunk?.(connection, chunk)
           })
@@ -102,8 +115,14 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
               }
             }
           },
+          freeze(prefix) {
+            frozenPrefix = prefix
+          },
           restore() {
             cutPrefix = undefined
+            frozenPrefix = undefined
+            for (const client of frozen) client.destroy()
+            frozen.clear()
           },
           connections: () => [...live.values()].map((l) => l.connection)
         }
