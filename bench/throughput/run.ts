@@ -43,7 +43,9 @@
  *   BENCH_LATENCY_INTERVAL     time between sends (default 20ms)
  *   BENCH_FAST_PG=1            the embedded server without durability (fsync, synchronous_commit, full_page_writes off)
  *   BENCH_CPU_PROF=1           run the leasehold worker at the largest C with `node --cpu-prof`; print its hottest frames
- *   BENCH_TIMEOUT              longest throughput run (default 10m)
+ *   BENCH_RUN_BUDGET           time budget of one throughput run (default 30s; 0: none): a worker that has not
+ *                              emptied the queue by then is measured on what it acked so far (marked in the table)
+ *   BENCH_TIMEOUT              longest wait for a worker's first handler run (default 10m)
  *   BENCH_STRICT=1             exit 1 when a target of issue 9 is missed (by default only a failed measurement does)
  *   BENCH_LOG_DIR              where worker output (and profiles) go (default .tmp/bench/<time>)
  */
@@ -87,6 +89,7 @@ const config = {
   fastPg: process.env["BENCH_FAST_PG"] === "1",
   cpuProf: process.env["BENCH_CPU_PROF"] === "1",
   timeoutMs: envMs("BENCH_TIMEOUT", 600_000),
+  runBudgetMs: envMs("BENCH_RUN_BUDGET", 30_000),
   strict: process.env["BENCH_STRICT"] === "1",
   logDir: process.env["BENCH_LOG_DIR"] ?? join(repoRoot, ".tmp", "bench", new Date().toISOString().replace(/[:.]/g, "-"))
 }
@@ -351,6 +354,8 @@ interface ThroughputResult {
   readonly c: number
   readonly rep: number
   readonly ms: number
+  /** Messages acked in `ms`: all of them, or fewer when the time budget ran out. */
+  readonly done: number
   readonly rate: number
   readonly rssKb: number | undefined
   readonly cpuShare: number | undefined
@@ -387,8 +392,25 @@ const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, r
     await w.waitLine("READY", 60_000)
     const first = Number((await w.waitLine("FIRST", config.timeoutMs)).split(" ")[1])
     const cpu0 = cpuSeconds(w.pid)
-    await w.waitLine("HANDLED", config.timeoutMs)
-    const end = await whenEmpty(admin, schema, 60_000)
+    // Until the worker has run every message, or the run's time budget is spent.
+    const handledLine = w.waitLine("HANDLED", config.timeoutMs)
+    handledLine.catch(() => undefined)
+    let budgetTimer: NodeJS.Timeout | undefined
+    const budget = config.runBudgetMs > 0
+      ? new Promise<"budget">((r) => (budgetTimer = setTimeout(() => r("budget"), Math.max(0, first + config.runBudgetMs - wallMs()))))
+      : new Promise<"budget">(() => undefined)
+    const outcome = await Promise.race([handledLine.then(() => "handled" as const), budget])
+    clearTimeout(budgetTimer)
+    let end: number
+    let done: number
+    if (outcome === "handled") {
+      end = await whenEmpty(admin, schema, 60_000)
+      done = config.messages
+    } else {
+      const left = (await query<{ n: number }>(admin, `SELECT count(*)::int AS n FROM ${schema}.messages`))[0]?.n ?? 0
+      end = wallMs()
+      done = config.messages - left
+    }
     const cpu1 = cpuSeconds(w.pid)
     const hwm = vmHwmKb(w.pid)
     await stopProc(w)
@@ -401,14 +423,16 @@ const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, r
       c,
       rep,
       ms,
-      rate: config.messages / (ms / 1000),
+      done,
+      rate: done / (ms / 1000),
       rssKb,
       cpuShare: cpu0 === undefined || cpu1 === undefined ? undefined : (cpu1 - cpu0) / (ms / 1000),
       handled,
       profiled
     }
     log(
-      `${tag}: ${config.messages} messages in ${(ms / 1000).toFixed(2)} s = ${Math.round(result.rate)} msg/s, ` +
+      `${tag}: ${done === config.messages ? `all ${done}` : `${done} of ${config.messages} (time budget)`} messages in ` +
+        `${(ms / 1000).toFixed(2)} s = ${Math.round(result.rate)} msg/s, ` +
         `peak RSS ${fmtMb(rssKb)}, CPU ${fmtPct(result.cpuShare)} of a core, handler runs ${handled ?? "?"}` +
         ` (enqueue ${(enqueueMs / 1000).toFixed(1)} s)${profiled ? " [profiled]" : ""}`
     )
@@ -462,6 +486,7 @@ const latencyRun = async (admin: Admin, url: string, kind: Kind): Promise<Latenc
 // Printing
 // ---------------------------------------------------------------------------------------------
 
+const formatBudget = () => `${Math.round(config.runBudgetMs / 1000)} s`
 const fmtMb = (kb: number | undefined) => (kb === undefined ? "-" : `${Math.round(kb / 1024)} MB`)
 const fmtPct = (share: number | undefined) => (share === undefined ? "-" : `${Math.round(share * 100)} %`)
 const fmtMs = (ms: number | undefined) => (ms === undefined ? "-" : `${ms.toFixed(2)} ms`)
@@ -532,7 +557,8 @@ const main = async (): Promise<number> => {
         `serial commits: ${Math.round(commit.perSecond)}/s (p50 ${commit.p50Ms.toFixed(2)} ms)`,
       `at start: ${loadLine()}${loadavg()[0]! > availableParallelism() / 2 ? " -- the machine is busy: figures will be noisy" : ""}`,
       `throughput: ${config.messages.toLocaleString("en-US")} no-op messages enqueued first, one worker process, C = ${config.concurrencies.join(", ")}, ` +
-        `${config.reps} repetition(s)${config.reps > 1 ? " alternating, medians" : ""}; timed from the first handler start to the table seen empty`,
+        `${config.reps} repetition(s)${config.reps > 1 ? " alternating, medians" : ""}; timed from the first handler start to the table seen empty` +
+        (config.runBudgetMs > 0 ? ` or ${formatBudget()} (then: messages acked so far)` : ""),
       `leasehold worker: Consumer.layerFromEnv + ConsumerPresence.layerFromEnv() + PgQueueStore.layer(), concurrency C, ` +
         (Object.keys(leaseholdExtraEnv).length === 0
           ? "every other setting the consumer's default"
@@ -571,10 +597,11 @@ const main = async (): Promise<number> => {
       const ratio = lh !== undefined && raw !== undefined ? lh / raw : undefined
       const lhRss = med("leasehold", (r) => r.rssKb)
       const profiled = of("leasehold").some((r) => r.profiled)
+      const partial = (kind: Kind) => (of(kind).some((r) => r.done < config.messages) ? " +" : "")
       rows.push([
         String(c),
-        `${fmtRate(lh)}${profiled ? " *" : ""}`,
-        fmtRate(raw),
+        `${fmtRate(lh)}${partial("leasehold")}${profiled ? " *" : ""}`,
+        `${fmtRate(raw)}${partial("raw")}`,
         ratio === undefined ? "-" : ratio.toFixed(2),
         fmtMb(lhRss),
         fmtPct(med("leasehold", (r) => r.cpuShare)),
@@ -583,12 +610,16 @@ const main = async (): Promise<number> => {
       ])
       if (ratio !== undefined && ratio < targets.ratioAt(c)) misses.push(`ratio at C=${c}: ${ratio.toFixed(2)} < ${targets.ratioAt(c)}`)
       if (lhRss !== undefined && lhRss / 1024 > targets.rssMb) misses.push(`leasehold peak RSS at C=${c}: ${fmtMb(lhRss)} > ${targets.rssMb} MB`)
-      const lhHandled = of("leasehold").map((r) => r.handled).filter((h) => h !== undefined && h !== config.messages)
+      const lhHandled = of("leasehold").filter((r) => r.done === config.messages).map((r) => r.handled)
+        .filter((h) => h !== undefined && h !== config.messages)
       if (lhHandled.length > 0) console.log(`note: leasehold at C=${c} ran handlers ${lhHandled.join(", ")} times for ${config.messages} messages`)
     }
     console.log("")
     console.log(`throughput (${config.messages.toLocaleString("en-US")} messages; ${config.reps > 1 ? `median of ${config.reps}` : "one run each"})`)
     console.log(table(rows))
+    for (const r of results.filter((r) => r.done < config.messages)) {
+      console.log(`+ ${r.kind} at C=${r.c}: the ${formatBudget()} budget ran out with ${r.done.toLocaleString("en-US")} of ${config.messages.toLocaleString("en-US")} messages acked; the rate is theirs`)
+    }
     if (results.some((r) => r.profiled)) console.log("* this run was profiled (node --cpu-prof): slower than usual")
 
     if (latencies.length > 0) {
