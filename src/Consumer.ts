@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Clock, Context, Deferred, Effect, Exit, Fiber, Latch, Layer, Metric, Random, Runtime, Scope } from "effect"
+import { Cause, Clock, Config, Context, Deferred, Effect, Exit, Fiber, Latch, Layer, Metric, Option, Random, Runtime, Scope } from "effect"
 import * as Completer from "./internal/completer.ts"
 import * as EventLoopLag from "./internal/eventLoopLag.ts"
 import * as IdleWake from "./internal/idleWake.ts"
@@ -52,6 +52,11 @@ export interface MessagePolicy {
 export interface Dispatcher<R = never> {
   readonly handle: Handler<R>
   readonly policy: (message: Claim) => MessagePolicy | undefined
+  /**
+   * The queues its messages are sent to (its tasks' queues): a consumer built
+   * from it consumes these unless its configuration names queues itself.
+   */
+  readonly queues?: ReadonlyArray<string> | undefined
 }
 
 const toDispatcher = <R>(handler: Handler<R> | Dispatcher<R>): Dispatcher<R> =>
@@ -436,16 +441,43 @@ const clampLease = (settings: QueueConfig.ConsumerSettings) =>
     return { ...settings, leaseMs, leaseMarginMs: Math.min(settings.leaseMarginMs, Math.floor(leaseMs / 6)) }
   })
 
-/** A consumer running `handler`, configured in code; it runs while the layer is in use. */
+/** The queues a dispatcher's tasks are sent to, when it knows them. */
+const dispatcherQueues = <R>(handler: Handler<R> | Dispatcher<R>): ReadonlyArray<string> | undefined =>
+  typeof handler === "function" || handler.queues === undefined || handler.queues.length === 0 ? undefined : handler.queues
+
+/**
+ * A consumer running `handler`, configured in code; it runs while the layer is
+ * in use. Without `queues`, a dispatcher's consumer consumes its tasks' queues
+ * (a plain handler: `default`).
+ */
 export const layer = <R>(
   handler: Handler<R> | Dispatcher<R>,
   options: QueueConfig.ConsumerOptions = {}
 ): Layer.Layer<Consumer, ConfigInvalid, QueueStore | R> =>
-  Layer.effect(Consumer, Effect.flatMap(QueueConfig.resolve(options), (settings) => make(handler, settings)))
+  Layer.effect(
+    Consumer,
+    Effect.flatMap(
+      QueueConfig.resolve(options.queues === undefined ? { ...options, queues: dispatcherQueues(handler) } : options),
+      (settings) => make(handler, settings)
+    )
+  )
 
-/** A consumer running `handler`, configured from `LEASEHOLD_*` environment variables. */
+/**
+ * A consumer running `handler`, configured from `LEASEHOLD_*` environment
+ * variables. Without `LEASEHOLD_QUEUES`, a dispatcher's consumer consumes its
+ * tasks' queues (a plain handler: `default`).
+ */
 export const layerFromEnv = <R>(handler: Handler<R> | Dispatcher<R>): Layer.Layer<Consumer, ConfigInvalid, QueueStore | R> =>
-  Layer.effect(Consumer, Effect.flatMap(QueueConfig.fromEnv, (settings) => make(handler, settings)))
+  Layer.effect(
+    Consumer,
+    Effect.gen(function*() {
+      const settings = yield* QueueConfig.fromEnv
+      const named = yield* Effect.orElseSucceed(Config.option(Config.String(QueueConfig.variables.queues)), () => Option.none<string>())
+      const fromTasks = dispatcherQueues(handler)
+      const unnamed = Option.isNone(named) || named.value.trim() === ""
+      return yield* make(handler, unnamed && fromTasks !== undefined ? { ...settings, queues: fromTasks } : settings)
+    })
+  )
 
 /**
  * Run a worker: build `layer` (which provides a {@link Consumer}), keep it
@@ -465,7 +497,7 @@ export const launch = <E, R>(layer: Layer.Layer<Consumer, E, R>): Effect.Effect<
  * by SIGTERM/SIGINT that drained (the main fiber ended by interruption only)
  * exits 0, not 130; anything else exits as Effect's default teardown says.
  *
- * `Layer.launch(WorkerLayer).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))`
+ * `Consumer.launch(WorkerLayer).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))`
  */
 export const teardown: Runtime.Teardown = (exit, onExit) =>
   Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause) ? onExit(0) : Runtime.defaultTeardown(exit, onExit)

@@ -280,6 +280,7 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
     })
   }
   return {
+    queues: [...new Set(tasks.map((task) => task.queue))],
     policy: (message) => policies.get(message.task),
     handle: (message, context) =>
       Effect.gen(function*() {

@@ -3,7 +3,7 @@
  * every timing claim of the lease protocol, checked to the tick.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Clock, Deferred, Effect, Exit, Fiber, Layer, Metric, Option, Ref, Scope } from "effect"
+import { Clock, ConfigProvider, Context, Deferred, Effect, Exit, Fiber, Layer, Metric, Option, Ref, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import * as Consumer from "../src/Consumer.ts"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
@@ -608,5 +608,56 @@ describe("Consumer: claims, failures and health (memory store, TestClock)", () =
       assert.strictEqual((yield* spy.inner.stats(queue)).inFlight, 0)
       const history = yield* spy.inner.attempts(sent!.id)
       assert.deepStrictEqual(history.map((a) => a.outcome), ["retried", "acked"])
+    }))
+})
+
+describe("Consumer: which queues (memory store, TestClock)", () => {
+  const emailsDispatcher = (runs: Array<string>): Consumer.Dispatcher => ({
+    handle: (m) => Effect.sync(() => runs.push(`${m.queue}:${m.payload}`)),
+    policy: () => undefined,
+    queues: ["emails"]
+  })
+
+  it.effect("a consumer built from a dispatcher consumes its tasks' queues unless told otherwise", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const runs: Array<string> = []
+      yield* spy.store.send("emails", [{ task: "t", payload: 1 }])
+      yield* spy.store.send("default", [{ task: "t", payload: 2 }])
+      const service = yield* startConsumer(spy, emailsDispatcher(runs), {})
+      yield* settle
+      yield* TestClock.adjust("1 second")
+      assert.deepStrictEqual(service.settings.queues, ["emails"])
+      assert.deepStrictEqual(runs, ["emails:1"])
+    }))
+
+  it.effect("named queues win over the dispatcher's", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const runs: Array<string> = []
+      yield* spy.store.send("emails", [{ task: "t", payload: 1 }])
+      yield* spy.store.send("other", [{ task: "t", payload: 2 }])
+      const service = yield* startConsumer(spy, emailsDispatcher(runs), { queues: ["other"] })
+      yield* settle
+      yield* TestClock.adjust("1 second")
+      assert.deepStrictEqual(service.settings.queues, ["other"])
+      assert.deepStrictEqual(runs, ["other:2"])
+    }))
+
+  it.effect("from the environment: without LEASEHOLD_QUEUES the dispatcher's queues, with it the variable's", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const queuesOf = (env: Record<string, string>) =>
+        Effect.scoped(Effect.gen(function*() {
+          const context = yield* Layer.build(
+            Consumer.layerFromEnv(emailsDispatcher([])).pipe(
+              Layer.provide(Layer.succeed(QueueStore, spy.store)),
+              Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env })))
+            )
+          )
+          return Context.get(context, Consumer.Consumer).settings.queues
+        }))
+      assert.deepStrictEqual(yield* queuesOf({}), ["emails"])
+      assert.deepStrictEqual(yield* queuesOf({ LEASEHOLD_QUEUES: "a,b" }), ["a", "b"])
     }))
 })

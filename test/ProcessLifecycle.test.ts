@@ -155,6 +155,28 @@ const endsOf = (rows: ReadonlyArray<LedgerRow>, id: MessageId) => rows.filter((r
 // ---------------------------------------------------------------------------------------------
 
 describe("worker process lifecycle", () => {
+  it("a claim failing with a non-connection-dead error (a column it needs is gone) ends the worker: exit 1, the error at ERROR, its running message released", async () => {
+    dumpOnFailure(workers)
+    const schema = await freshSchema()
+    const [id] = await send(schema, [{ task: "sleep", payload: { ms: 60_000 } }])
+    const a = spawnWorker("A", { schema, lease: "2000ms", shutdownGrace: "1000ms" })
+    await waitReady(a)
+    await waitFor("A to start the message", async () => startsOf(await ledger(schema), id!).length === 1 ? true : undefined)
+    // Break the claim statement only (renew and release do not use this column): the next claim
+    // fails with an error from the database, not a dead connection.
+    await query(`ALTER TABLE ${schema}.messages DROP COLUMN lease_expiries`)
+    const exit = await waitExit(a, 20_000)
+    assert.strictEqual(exit.signal, null)
+    assert.strictEqual(exit.code, 1, "a failed consumer fails the program")
+    const output = a.output.join("\n")
+    assert.match(output, /ERROR.*claim loop failed/)
+    assert.match(output, /lease_expiries|cached plan/)
+    // Its running message was interrupted at the end of the grace and released.
+    const row = await messageRow(schema, id!)
+    assert.deepStrictEqual(row && [row.attempts, row.lease_token], [0, null], "released: attempt given back, no token")
+  })
+
+
   it("SIGTERM: the short task finishes and is acked, the long one is released and taken over at once", async () => {
     dumpOnFailure(workers)
     const LEASE_MS = 2_000
