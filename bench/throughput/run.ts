@@ -330,6 +330,17 @@ const commitProbe = async (admin: Admin): Promise<{ readonly perSecond: number; 
   return { perSecond, p50Ms: percentile(times, 50) ?? 0 }
 }
 
+/** The code measured: the commit, and whether src/ differs from it. */
+const codeLine = (): string => {
+  try {
+    const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: repoRoot, encoding: "utf8" }).trim()
+    const dirty = execFileSync("git", ["status", "--porcelain", "--", "src"], { cwd: repoRoot, encoding: "utf8" }).trim() !== ""
+    return `code: ${head}${dirty ? " with uncommitted changes in src/" : ""}`
+  } catch {
+    return "code: (not a git checkout)"
+  }
+}
+
 const loadLine = () => `load average ${loadavg().map((l) => l.toFixed(2)).join(", ")} (1, 5, 15 min) on ${availableParallelism()} cores`
 
 const dropSchema = (admin: Admin, schema: string) => query(admin, `DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined)
@@ -550,6 +561,7 @@ const main = async (): Promise<number> => {
     const cpu = cpus()[0]?.model ?? "?"
 
     const header = [
+      codeLine(),
       `machine: ${availableParallelism()} cores (${cpu.trim()}), ${Math.round(totalmem() / 2 ** 30)} GB RAM, Node ${process.versions.node}`,
       `PostgreSQL ${version} (${server === undefined ? `LEASEHOLD_DATABASE_URL ${redactUrl(url)}` : "embedded, same machine"}): ` +
         `fsync=${setting("fsync")}, synchronous_commit=${setting("synchronous_commit")}, full_page_writes=${setting("full_page_writes")}, ` +
