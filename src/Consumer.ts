@@ -155,7 +155,14 @@ export const make = <R>(
       }
     }
 
-    const completer = Completer.make({ store, consumerId, attemptTimeoutMs: settings.renewerStopTimeoutMs })
+    // Before the shutdown finalizer: its flushers outlive the drain.
+    const completer = yield* Completer.make({
+      store,
+      consumerId,
+      attemptTimeoutMs: settings.renewerStopTimeoutMs,
+      flushers: COMPLETION_FLUSHERS,
+      maxBatch: COMPLETION_BATCH
+    })
 
     /**
      * Complete one message: the renewer lets go of it first (the last message of a claim stops the
@@ -429,6 +436,11 @@ export const make = <R>(
       }))
     })
   })
+
+/** Completion flushes in flight at once: the lease pool's default size (one statement per connection). */
+const COMPLETION_FLUSHERS = 2
+/** Completions written by one statement, at most. */
+const COMPLETION_BATCH = 500
 
 /** A lease longer than the max runtime makes no sense: clamp it, and say so. */
 const clampLease = (settings: QueueConfig.ConsumerSettings) =>

@@ -229,6 +229,37 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         clearLease(row)
       })
 
+    /** Each completion as its single write would do it, then its history record; as one step. */
+    const complete: QueueStoreShape["complete"] = (completions) =>
+      Effect.gen(function*() {
+        const held: Array<MessageId> = []
+        for (const c of completions) {
+          const f = c.finish
+          const landed = f._tag === "Ack"
+            ? yield* ack(c.ref)
+            : f._tag === "Retry"
+            ? yield* retry(c.ref, { delay: f.delayMs, error: f.error })
+            : f._tag === "DeadLetter"
+            ? yield* deadLetter(c.ref, { reason: f.reason, error: f.error })
+            : f._tag === "Release"
+            ? yield* release(c.ref)
+            : false
+          if (landed) held.push(c.ref.id)
+          yield* recordAttempt({
+            messageId: c.ref.id,
+            queue: c.queue,
+            task: c.task,
+            attempt: c.attempt,
+            consumer: c.consumer,
+            startedAt: c.startedAt,
+            endedAt: new Date(yield* Clock.currentTimeMillis),
+            outcome: landed ? c.outcome : "lease-lost",
+            error: c.error
+          })
+        }
+        return held
+      })
+
     const redrive: QueueStoreShape["redrive"] = (filter) =>
       Effect.map(Clock.currentTimeMillis, (now) =>
         matching(filter).map((row) => {
@@ -321,6 +352,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       release,
       retry,
       deadLetter,
+      complete,
       redrive,
       purge,
       deadLetters,

@@ -393,6 +393,71 @@ export const make = (
         return rows.length === 1
       }).pipe((e) => op("deadLetter", { messageId: ref.id }, e))
 
+    /**
+     * Many finishing writes and their history records in one statement, one commit.
+     * The completions travel as one jsonb document. Acks are a fenced DELETE; the
+     * rest one fenced UPDATE whose columns follow the kind (as `retry`, `release`
+     * and `deadLetter` write them one by one); both RETURN the ids that still
+     * matched their token, and the history INSERT reads those to tell each
+     * record's outcome. The CTEs touch disjoint rows (one kind per message).
+     */
+    const complete: QueueStoreShape["complete"] = (completions) =>
+      Effect.gen(function*() {
+        if (completions.length === 0) return []
+        const now = yield* currentTime
+        const doc = JSON.stringify(completions.map((c) => {
+          const f = c.finish
+          return {
+            id: c.ref.id,
+            token: c.ref.leaseToken,
+            kind: f._tag,
+            delay_ms: f._tag === "Retry" ? Math.round(f.delayMs) : 0,
+            last_error: f._tag === "Retry" ? Validate.boundedText(f.error) : f._tag === "DeadLetter" && f.error !== undefined ? Validate.boundedText(f.error) : null,
+            reason: f._tag === "DeadLetter" ? Validate.boundedText(f.reason) : null,
+            queue: c.queue,
+            task: c.task,
+            attempt: c.attempt,
+            consumer: c.consumer,
+            started_at: c.startedAt.toISOString(),
+            outcome: c.outcome,
+            error: c.error === null ? null : Validate.boundedText(c.error)
+          }
+        }))
+        const rows = yield* leaseSql<{ id: bigint }>`
+          WITH items AS (
+            SELECT * FROM jsonb_to_recordset(${doc}::jsonb) AS i(
+              id bigint, token uuid, kind text, delay_ms bigint, last_error text, reason text,
+              queue text, task text, attempt int, consumer text, started_at timestamptz, outcome text, error text)
+          ), acked AS (
+            DELETE FROM ${table} AS m USING items AS i
+            WHERE i.kind = 'Ack' AND m.id = i.id AND m.lease_token = i.token
+            RETURNING m.id
+          ), updated AS (
+            UPDATE ${table} AS m SET
+              visible_at  = CASE WHEN i.kind IN ('Retry', 'Release')
+                                 THEN coalesce(${now}::timestamptz, now()) + i.delay_ms * interval '1 millisecond'
+                                 ELSE m.visible_at END,
+              attempts    = CASE WHEN i.kind = 'Release' THEN greatest(m.attempts - 1, 0) ELSE m.attempts END,
+              last_error  = coalesce(i.last_error, m.last_error),
+              state       = CASE WHEN i.kind = 'DeadLetter' THEN 'dead' ELSE m.state END,
+              dead_reason = CASE WHEN i.kind = 'DeadLetter' THEN i.reason ELSE m.dead_reason END,
+              dead_at     = CASE WHEN i.kind = 'DeadLetter' THEN coalesce(${now}::timestamptz, now()) ELSE m.dead_at END,
+              lease_token = NULL, leased_by = NULL, leased_at = NULL
+            FROM items AS i
+            WHERE i.kind IN ('Retry', 'DeadLetter', 'Release') AND m.id = i.id AND m.lease_token = i.token
+            RETURNING m.id
+          ), held AS (
+            SELECT id FROM acked UNION ALL SELECT id FROM updated
+          ), recorded AS (
+            INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
+            SELECT i.id, i.queue, i.task, i.attempt, i.consumer, i.started_at, coalesce(${now}::timestamptz, now()),
+                   CASE WHEN i.id IN (SELECT id FROM held) THEN i.outcome ELSE 'lease-lost' END, i.error
+            FROM items AS i
+          )
+          SELECT id FROM held`
+        return ids(rows)
+      }).pipe((e) => op("complete", { count: completions.length }, e))
+
     // Dead-letter filters: a NULL parameter means "any".
     const filterIds = (filter: DeadLetterFilter) => filter.ids === undefined ? null : JSON.stringify(filter.ids)
     const filterQueue = (filter: DeadLetterFilter) => filter.queue ?? null
@@ -592,6 +657,7 @@ export const make = (
       release,
       retry,
       deadLetter,
+      complete,
       redrive,
       purge,
       deadLetters,

@@ -23,6 +23,29 @@ export interface DeadLetterFilter {
   readonly ids?: ReadonlyArray<MessageId> | undefined
 }
 
+/** The finishing write of one message, as {@link QueueStoreShape.complete} takes it. */
+export type Finish =
+  | { readonly _tag: "Ack" }
+  | { readonly _tag: "Retry"; readonly delayMs: number; readonly error: string }
+  | { readonly _tag: "DeadLetter"; readonly reason: string; readonly error?: string | undefined }
+  | { readonly _tag: "Release" }
+  /** Write nothing (the lease is known lost): only the history record. */
+  | { readonly _tag: "Forget" }
+
+/** One finished run for {@link QueueStoreShape.complete}: the fenced write and its history record. */
+export interface Completion {
+  readonly ref: ClaimRef
+  readonly finish: Finish
+  readonly queue: string
+  readonly task: string
+  readonly attempt: number
+  readonly consumer: string
+  readonly startedAt: Date
+  /** Recorded when the lease was still held; `lease-lost` otherwise. */
+  readonly outcome: Attempt["outcome"]
+  readonly error: string | null
+}
+
 /** The operations of a queue store. Every write on a claim is fenced by `(id, leaseToken)`. */
 export interface QueueStoreShape {
   /**
@@ -56,6 +79,15 @@ export interface QueueStoreShape {
    * attempt back: for shutdown and interruption, not for failures.
    */
   readonly release: (claim: ClaimRef, options?: { readonly delay?: Duration.Input | undefined }) => Effect.Effect<boolean, StoreError>
+  /**
+   * Finish many runs at once: each message's fenced write (as `ack`, `retry`,
+   * `deadLetter` and `release` do one by one) and its attempt-history record,
+   * in one statement and one commit on PostgreSQL. Returns the ids whose lease
+   * was still held (their write landed); the others were left untouched and
+   * their history says `lease-lost`. Idempotent per message: a retried call
+   * finds its landed writes' tokens gone. Delays must be valid (0 .. ten years).
+   */
+  readonly complete: (completions: ReadonlyArray<Completion>) => Effect.Effect<ReadonlyArray<MessageId>, StoreError>
   /** Make a failed message visible again after `delay`, recording `error`. */
   readonly retry: (
     claim: ClaimRef,

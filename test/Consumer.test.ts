@@ -597,7 +597,10 @@ describe("Consumer: claims, failures and health (memory store, TestClock)", () =
       const logs = captureLogs()
       const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
       let acks = 0
-      const buggy = { ...spy.store, ack: (ref: any) => ++acks === 1 ? Effect.die(new Error("bug in ack")) : spy.store.ack(ref) }
+      const buggy = {
+        ...spy.store,
+        complete: (cs: any) => ++acks === 1 ? Effect.die(new Error("bug in ack")) : spy.store.complete(cs)
+      }
       yield* startConsumer({ ...spy, store: buggy }, () => Effect.void, { lease }, logs)
       yield* settle
       yield* TestClock.adjust("1 second")

@@ -132,6 +132,64 @@ export const conformance = (
         assert.deepStrictEqual((yield* claimAll(queue)).map((c) => c.payload), ["later"])
       }))
 
+    movesTime("complete: a mixed batch writes each message as its single write would, fenced, with its history, in one call", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("complete")
+        yield* TestClock.setTime(7_000_000)
+        const sent = yield* sendAll(queue, ["ack", "retry", "dead", "release", "stale", "forget"].map((p) => msg(p)))
+        const claims = yield* claimAll(queue, { consumer: "first" })
+        assert.strictEqual(claims.length, 6)
+        const [ackC, retryC, deadC, releaseC, staleC, forgetC] = claims as unknown as [Claim, Claim, Claim, Claim, Claim, Claim]
+        const completion = (c: Claim, finish: import("../src/QueueStore.ts").Finish, outcome: "acked" | "retried" | "dead-lettered" | "released" | "lease-lost", error: string | null = null) => ({
+          ref: c.leaseToken === staleC.leaseToken ? { id: c.id, leaseToken: "00000000-0000-4000-8000-000000000000" as Claim["leaseToken"] } : c,
+          finish,
+          queue,
+          task: c.task,
+          attempt: c.attempts,
+          consumer: "first",
+          startedAt: new Date(7_000_000),
+          outcome,
+          error
+        })
+        yield* TestClock.adjust("1 second")
+        const held = yield* store.complete([
+          completion(ackC, { _tag: "Ack" }, "acked"),
+          completion(retryC, { _tag: "Retry", delayMs: 5_000, error: "boom" }, "retried", "boom"),
+          completion(deadC, { _tag: "DeadLetter", reason: "bad payload", error: "decode" }, "dead-lettered", "decode"),
+          completion(releaseC, { _tag: "Release" }, "released"),
+          completion(staleC, { _tag: "Ack" }, "acked"), // a token that is not (or no longer) the holder's
+          completion(forgetC, { _tag: "Forget" }, "lease-lost", "another consumer holds it")
+        ])
+        assert.deepStrictEqual([...held].sort(), [ackC.id, retryC.id, deadC.id, releaseC.id].sort())
+        // The ack deleted; the release is visible now with its attempt given back; the retry after 5 s
+        // with its error; the dead letter is out of the ready set; the stale and forgotten ones untouched.
+        const stats = yield* store.stats(queue)
+        assert.deepStrictEqual([stats.ready, stats.delayed, stats.inFlight, stats.dead], [1, 1, 2, 1])
+        const [dead] = yield* store.deadLetters({ queue })
+        assert.deepStrictEqual([dead!.id, dead!.reason, dead!.lastError], [deadC.id, "bad payload", "decode"])
+        const now = yield* claimAll(queue, { consumer: "second" })
+        assert.deepStrictEqual(now.map((c) => [c.id, c.attempts]), [[releaseC.id, 1]])
+        yield* TestClock.adjust("5 seconds")
+        const later = yield* claimAll(queue, { consumer: "second" })
+        assert.deepStrictEqual(later.map((c) => [c.id, c.attempts, c.lastError]), [[retryC.id, 2, "boom"]])
+        // Idempotent: completing again finds every landed write's token gone.
+        assert.deepStrictEqual(yield* store.complete([completion(ackC, { _tag: "Ack" }, "acked")]), [])
+        // History: one record each, the outcome as asked where the lease was held, lease-lost where not.
+        const outcomes = yield* Effect.forEach([ackC, retryC, deadC, releaseC, staleC, forgetC], (c) =>
+          Effect.map(store.attempts(c.id), (a) => a.map((x) => [x.outcome, x.error, x.consumer, x.attempt])))
+        assert.deepStrictEqual(outcomes, [
+          [["acked", null, "first", 1], ["lease-lost", null, "first", 1]],
+          [["retried", "boom", "first", 1]],
+          [["dead-lettered", "decode", "first", 1]],
+          [["released", null, "first", 1]],
+          [["lease-lost", null, "first", 1]],
+          [["lease-lost", "another consumer holds it", "first", 1]]
+        ])
+        assert.deepStrictEqual(yield* store.complete([]), [])
+        void sent
+      }))
+
     it.effect("dedup: a live message with the key is returned instead of a new one", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore

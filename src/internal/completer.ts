@@ -1,26 +1,32 @@
 /**
  * Completing a message: the last step of a claim, after its handler ended and
- * its renewer let go of it. Writes the decided outcome (ack, retry,
- * dead-letter, release) fenced by the lease token, retries connection-dead
- * failures only while the lease still covers the message, bounds every
- * attempt, and reports the result: metrics, one log line, the attempt history.
+ * its renewer let go of it. The decided outcome (ack, retry, dead-letter,
+ * release) is queued; a flusher takes everything queued (up to a bound) and
+ * writes it with its attempt-history records in one fenced statement, one
+ * commit, while the handler waits for its own answer. Each message still
+ * learns whether its lease was held, and is reported on its own: metrics, one
+ * log line. Connection-dead failures are retried, per message, only while
+ * that message's lease still covers it; every attempt is bounded.
  */
-import { Cause, Clock, Effect, Metric, Option } from "effect"
+import { Cause, Clock, Deferred, Effect, Latch, Metric, Option, type Scope } from "effect"
 import type { Claim } from "../Message.ts"
-import { ConnectionDead, type StoreError } from "../QueueError.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
-import type { QueueStoreShape } from "../QueueStore.ts"
+import type { Completion, Finish, QueueStoreShape } from "../QueueStore.ts"
 import * as Abandon from "./abandon.ts"
-import { MAX_DELAY_MS } from "./validate.ts"
 import { seconds } from "./format.ts"
 import * as Outcome from "./outcome.ts"
+import { MAX_DELAY_MS } from "./validate.ts"
 
 /** What the completer needs to know about the consumer it works for. */
 export interface CompleterOptions {
   readonly store: QueueStoreShape
   readonly consumerId: string
-  /** The longest one attempt of a finishing write (or of its history record) may take. */
+  /** The longest one attempt of a flush may take. */
   readonly attemptTimeoutMs: number
+  /** Flushes in flight at once (the lease pool's size is a good choice). */
+  readonly flushers: number
+  /** Completions per flush, at most. */
+  readonly maxBatch: number
 }
 
 /** One finished run, ready to be written. */
@@ -40,9 +46,9 @@ export type Held = boolean | "failed"
 export interface Completer {
   /**
    * Write and report the outcome of one finished run. Never fails and never
-   * dies; returns within the lease (each attempt is bounded, and a failing
-   * write is given up when the lease runs out: the message then runs again
-   * elsewhere, as after a crash).
+   * dies; returns within the lease plus one attempt (a failing write is given
+   * up when the lease runs out: the message then runs again elsewhere, as
+   * after a crash).
    */
   readonly complete: (finished: Finished) => Effect.Effect<Held>
 }
@@ -62,158 +68,237 @@ export const sanitize = (action: Outcome.Action): { readonly action: Outcome.Act
   }
 }
 
+/** The store's form of an action. */
+const finishOf = (action: Outcome.Action): Finish => {
+  switch (action._tag) {
+    case "Ack":
+      return action
+    case "Retry":
+      return { _tag: "Retry", delayMs: action.delayMs, error: action.error }
+    case "DeadLetter":
+      return { _tag: "DeadLetter", reason: action.reason, error: action.error }
+    case "Release":
+      return action
+    case "Abandon":
+      return { _tag: "Forget" }
+  }
+}
+
+/** The history's error text of an action. */
+const historyError = (action: Outcome.Action): string | null =>
+  action._tag === "Abandon"
+    ? action.error
+    : action._tag === "Retry"
+    ? action.error
+    : action._tag === "DeadLetter"
+    ? (action.error ?? action.reason)
+    : null
+
+/** What the store call of an action is called, in logs and spans. */
+const nameOf = (action: Outcome.Action): string => action._tag === "DeadLetter" ? "deadLetter" : action._tag.toLowerCase()
+
 const FIRST_RETRY_MS = 100
 const MAX_RETRY_MS = 2_000
 
-/** Make the completer of one consumer. */
-export const make = (options: CompleterOptions): Completer => {
-  const { store, consumerId, attemptTimeoutMs } = options
+/** A queued completion and the handler waiting for it. */
+interface Pending {
+  readonly finished: Finished
+  readonly completion: Completion
+  readonly answer: Deferred.Deferred<Held, unknown>
+  /** Backoff before this entry's next attempt, after a connection-dead failure. */
+  retryMs: number
+}
 
-  /** The store call of an action, or `undefined` when nothing is to be written. */
-  const statement = (claim: Claim, action: Outcome.Action): Effect.Effect<boolean, StoreError> | undefined => {
-    switch (action._tag) {
-      case "Ack":
-        return store.ack(claim)
-      case "Retry":
-        return store.retry(claim, { delay: action.delayMs, error: action.error })
-      case "DeadLetter":
-        return store.deadLetter(claim, { reason: action.reason, error: action.error })
-      case "Release":
-        return store.release(claim)
-      case "Abandon":
-        return undefined
-    }
-  }
+/**
+ * Make the completer of one consumer. Its flushers run in the current scope:
+ * build it before the consumer's shutdown finalizer, so they outlive the drain.
+ */
+export const make = (options: CompleterOptions): Effect.Effect<Completer, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { store, consumerId, attemptTimeoutMs } = options
+    const queue: Array<Pending> = []
+    const work = yield* Latch.make(false)
 
-  /**
-   * A finishing write, fenced by the lease token. Each attempt is bounded by
-   * `attemptTimeoutMs`; an attempt that times out may or may not have landed
-   * and counts as connection-dead. Connection-dead failures are retried with
-   * backoff while the lease still covers the message: until then nobody else
-   * can run it, so waiting is safe and a backend-kill storm does not turn into
-   * duplicate runs. Any other failure, or a defect, is final. So a write takes
-   * at most the time left on the lease plus one attempt. (An attempt after the
-   * lease ran out is harmless: fenced, it lands only if nobody claimed since.)
-   */
-  const fencedWrite = (f: Finished, name: string, write: Effect.Effect<boolean, StoreError>): Effect.Effect<Held> => {
-    const attempt = (delay: number): Effect.Effect<Held> =>
-      Abandon.within(write, attemptTimeoutMs).pipe(
-        Effect.flatMap(Option.match({
-          onNone: () => Effect.fail(new ConnectionDead({ operation: name, message: `${name}: no answer within ${seconds(attemptTimeoutMs)}` })),
-          onSome: Effect.succeed
-        })),
-        Effect.catchTag("ConnectionDead", (error) =>
-          Effect.gen(function*() {
-            const now = yield* Clock.currentTimeMillis
-            if (now + delay >= f.leaseEndsAt) return yield* error
-            yield* Effect.logWarning(`${name} failed, connection dead; retrying in ${delay}ms: ${error.message}`)
-            yield* Effect.sleep(delay)
-            return yield* attempt(Math.min(delay * 2, MAX_RETRY_MS))
+    /** Give an entry its answer. A defect is handed to the waiting handler, which completes it alone. */
+    const answer = (p: Pending, held: Held) => Deferred.succeed(p.answer, held)
+
+    /**
+     * One flush: one statement for the whole batch, bounded. On a dead connection
+     * (or no answer in time: it may or may not have landed, and a retry is safe since
+     * every row is fenced) each entry is retried after its backoff while its lease
+     * still covers it, and given up otherwise; any other failure is final for all.
+     */
+    const flush = (batch: ReadonlyArray<Pending>): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        const result = yield* Abandon.within(store.complete(batch.map((p) => p.completion)), attemptTimeoutMs).pipe(
+          Effect.map(Option.match({
+            onNone: () => ({ _tag: "Timeout" as const }),
+            onSome: (held) => ({ _tag: "Held" as const, held: new Set(held) })
           })),
-        Effect.catch((error) =>
-          Effect.gen(function*() {
-            yield* Metric.update(QueueMetrics.finishFailures, 1)
-            yield* Effect.logError(`${name} could not be written; the message runs again after its lease: ${error.message}`)
-            return "failed" as const
-          })
+          Effect.catchTag("ConnectionDead", (error) => Effect.succeed({ _tag: "Dead" as const, error })),
+          Effect.catchTag("QueryFailed", (error) => Effect.succeed({ _tag: "Failed" as const, error })),
+          Effect.catchCause((cause) => Effect.succeed({ _tag: "Defect" as const, cause }))
         )
-      )
-    return attempt(FIRST_RETRY_MS).pipe(Effect.withSpan(`leasehold.${name}`))
-  }
+        switch (result._tag) {
+          case "Held":
+            for (const p of batch) yield* answer(p, result.held.has(p.completion.ref.id))
+            return
+          case "Failed":
+            yield* Metric.update(QueueMetrics.finishFailures, batch.length)
+            yield* Effect.logError(
+              `finishing writes could not be written; ${batch.length} message(s) run again after their leases: ${result.error.message}`
+            )
+            for (const p of batch) yield* answer(p, "failed")
+            return
+          case "Defect":
+            for (const p of batch) yield* Deferred.failCause(p.answer, result.cause)
+            return
+        }
+        const why = result._tag === "Timeout" ? `no answer within ${seconds(attemptTimeoutMs)}` : result.error.message
+        const now = yield* Clock.currentTimeMillis
+        for (const p of batch) {
+          const name = nameOf(p.finished.action)
+          if (now + p.retryMs >= p.finished.leaseEndsAt) {
+            yield* Metric.update(QueueMetrics.finishFailures, 1)
+            yield* Effect.logError(`${name} could not be written; the message runs again after its lease: ${why}`).pipe(
+              annotate(p.finished.claim)
+            )
+            yield* answer(p, "failed")
+          } else {
+            yield* Effect.logWarning(`${name} failed, connection dead; retrying in ${p.retryMs}ms: ${why}`).pipe(annotate(p.finished.claim))
+            const delay = p.retryMs
+            p.retryMs = Math.min(p.retryMs * 2, MAX_RETRY_MS)
+            yield* Effect.forkDetach(Effect.sleep(delay).pipe(Effect.andThen(enqueue(p))))
+          }
+        }
+      })
 
-  /** Metrics and one log line for a written outcome. */
-  const announce = (action: Outcome.Action, held: Held) =>
-    Effect.gen(function*() {
-      switch (action._tag) {
-        case "Ack":
-          if (held === true) yield* Metric.update(QueueMetrics.acked, 1)
-          if (held === false) {
-            yield* Metric.update(QueueMetrics.doubleRuns, 1)
-            yield* Effect.logWarning("double run: the ack found the lease gone; another consumer has taken this message")
-          }
-          break
-        case "Retry":
-          if (held === true) {
-            yield* Metric.update(QueueMetrics.retried, 1)
-            yield* Effect.logWarning(`retry in ${seconds(action.delayMs)}:\n${action.error}`)
-          }
-          break
-        case "DeadLetter":
-          if (held === true) {
-            yield* Metric.update(QueueMetrics.deadLettered, 1)
-            yield* Effect.logWarning(`dead-lettered: ${action.reason}${action.error === undefined ? "" : `\n${action.error}`}`)
-          }
-          break
-        case "Release":
-          if (held === true) {
-            yield* Metric.update(QueueMetrics.released, 1)
-            yield* Effect.logInfo("released on shutdown")
-          }
-          break
-        case "Abandon":
-          yield* Effect.logError("handler stopped: another consumer holds the message now")
-          break
+    const enqueue = (p: Pending) =>
+      Effect.suspend(() => {
+        queue.push(p)
+        return work.open
+      })
+
+    /** A flusher: waits for work, takes up to a batch, writes it; forever. */
+    const flusher = Effect.gen(function*() {
+      while (true) {
+        yield* work.await
+        if (queue.length === 0) {
+          yield* work.close
+          continue
+        }
+        const batch = queue.splice(0, options.maxBatch)
+        if (queue.length === 0) yield* work.close
+        yield* flush(batch).pipe(Effect.withSpan("leasehold.complete", { attributes: { count: batch.length } }))
       }
     })
+    for (let i = 0; i < options.flushers; i++) yield* Effect.forkScoped(flusher)
 
-  /** The attempt's record in the history: best effort, bounded like the write. */
-  const record = (f: Finished, held: Held) =>
-    Effect.gen(function*() {
-      const { action, claim } = f
-      const error = action._tag === "Abandon"
-        ? action.error
-        : action._tag === "Retry" || action._tag === "DeadLetter"
-        ? (action.error ?? (action._tag === "DeadLetter" ? action.reason : null))
-        : held === "failed"
-        ? "the finishing write failed"
-        : null
-      const recorded = yield* Abandon.within(
-        store.recordAttempt({
-          messageId: claim.id,
-          queue: claim.queue,
-          task: claim.task,
-          attempt: claim.attempts,
-          consumer: consumerId,
-          startedAt: new Date(f.startedAt),
-          endedAt: new Date(yield* Clock.currentTimeMillis),
-          outcome: Outcome.historyOutcome(action, held === true),
-          error
-        }),
-        attemptTimeoutMs
-      )
-      if (Option.isNone(recorded)) yield* Effect.logWarning(`attempt history not recorded: no answer within ${seconds(attemptTimeoutMs)}`)
-    }).pipe(Effect.catch((e) => Effect.logWarning(`attempt history not recorded: ${e.message}`)))
+    /** Metrics and one log line for a written outcome. */
+    const announce = (action: Outcome.Action, held: Held) =>
+      Effect.gen(function*() {
+        switch (action._tag) {
+          case "Ack":
+            if (held === true) yield* Metric.update(QueueMetrics.acked, 1)
+            if (held === false) {
+              yield* Metric.update(QueueMetrics.doubleRuns, 1)
+              yield* Effect.logWarning("double run: the ack found the lease gone; another consumer has taken this message")
+            }
+            break
+          case "Retry":
+            if (held === true) {
+              yield* Metric.update(QueueMetrics.retried, 1)
+              yield* Effect.logWarning(`retry in ${seconds(action.delayMs)}:\n${action.error}`)
+            }
+            break
+          case "DeadLetter":
+            if (held === true) {
+              yield* Metric.update(QueueMetrics.deadLettered, 1)
+              yield* Effect.logWarning(`dead-lettered: ${action.reason}${action.error === undefined ? "" : `\n${action.error}`}`)
+            }
+            break
+          case "Release":
+            if (held === true) {
+              yield* Metric.update(QueueMetrics.released, 1)
+              yield* Effect.logInfo("released on shutdown")
+            }
+            break
+          case "Abandon":
+            yield* Effect.logError("handler stopped: another consumer holds the message now")
+            break
+        }
+      })
 
-  /**
-   * A defect while completing (a bug, a retry delay the store refuses) must not
-   * leave the message leased silently: report it at ERROR and hand the message
-   * back for a retry now, the attempt counted (so a defect that repeats ends in
-   * dead letters once the attempts are used up, never in a loop).
-   */
-  const onDefect = (f: Finished, cause: Cause.Cause<unknown>) =>
-    Effect.gen(function*() {
-      yield* Metric.update(QueueMetrics.finishFailures, 1)
-      const error = `completing the message failed (a bug); retrying it now:\n${Cause.pretty(cause)}`
-      yield* Effect.logError(error)
-      const action: Outcome.Action = { _tag: "Retry", delayMs: 0, error }
-      const held = yield* fencedWrite(f, "retry", store.retry(f.claim, { delay: 0, error })).pipe(
-        Effect.catchCause(() => Effect.succeed<Held>("failed"))
-      )
-      yield* record({ ...f, action }, held).pipe(Effect.catchCause(() => Effect.void))
-      return "failed" as const
+    const completionOf = (f: Finished): Completion => ({
+      ref: { id: f.claim.id, leaseToken: f.claim.leaseToken },
+      finish: finishOf(f.action),
+      queue: f.claim.queue,
+      task: f.claim.task,
+      attempt: f.claim.attempts,
+      consumer: consumerId,
+      startedAt: new Date(f.startedAt),
+      outcome: Outcome.historyOutcome(f.action, true),
+      error: historyError(f.action)
     })
 
-  return {
-    complete: (finished) =>
+    /**
+     * Queue one completion and wait for its answer: at most until its lease ends
+     * plus one attempt (more only if the flushers are gone, the consumer's scope closed).
+     */
+    const write = (f: Finished) =>
       Effect.gen(function*() {
-        const { action, problem } = sanitize(finished.action)
-        if (problem !== undefined) yield* Effect.logError(`bad retry policy: ${problem}`)
-        const f = { ...finished, action }
-        const write = statement(f.claim, f.action)
-        const held: Held = write === undefined ? false : yield* fencedWrite(f, f.action._tag === "DeadLetter" ? "deadLetter" : f.action._tag.toLowerCase(), write)
-        yield* announce(f.action, held)
-        yield* record(f, held)
-        return held
-      }).pipe(Effect.catchCause((cause) => onDefect(finished, cause)))
-  }
-}
+        const p: Pending = { finished: f, completion: completionOf(f), answer: yield* Deferred.make<Held, unknown>(), retryMs: FIRST_RETRY_MS }
+        yield* enqueue(p)
+        const waitMs = Math.max(0, f.leaseEndsAt - (yield* Clock.currentTimeMillis)) + 2 * attemptTimeoutMs
+        const held = yield* Deferred.await(p.answer).pipe(Effect.timeoutOption(waitMs))
+        if (Option.isSome(held)) return held.value
+        yield* Metric.update(QueueMetrics.finishFailures, 1)
+        yield* Effect.logError(`${nameOf(f.action)} was not written within ${seconds(waitMs)}; the message runs again after its lease`)
+        return "failed" as const
+      })
+
+    /**
+     * A defect while completing (a bug, a retry delay the store refuses) must not
+     * leave the message leased silently: report it at ERROR and hand the message
+     * back for a retry now, the attempt counted (so a defect that repeats ends in
+     * dead letters once the attempts are used up, never in a loop). Written alone,
+     * with the plain fenced retry, so one bad entry cannot fail a batch again.
+     */
+    const onDefect = (f: Finished, cause: Cause.Cause<unknown>) =>
+      Effect.gen(function*() {
+        yield* Metric.update(QueueMetrics.finishFailures, 1)
+        const error = `completing the message failed (a bug); retrying it now:\n${Cause.pretty(cause)}`
+        yield* Effect.logError(error)
+        yield* Abandon.within(store.retry(f.claim, { delay: 0, error }), attemptTimeoutMs).pipe(Effect.catchCause(() => Effect.void))
+        yield* Abandon.within(
+          store.recordAttempt({
+            messageId: f.claim.id,
+            queue: f.claim.queue,
+            task: f.claim.task,
+            attempt: f.claim.attempts,
+            consumer: consumerId,
+            startedAt: new Date(f.startedAt),
+            endedAt: new Date(yield* Clock.currentTimeMillis),
+            outcome: "retried",
+            error
+          }),
+          attemptTimeoutMs
+        ).pipe(Effect.catchCause(() => Effect.void))
+        return "failed" as const
+      })
+
+    return {
+      complete: (finished) =>
+        Effect.gen(function*() {
+          const { action, problem } = sanitize(finished.action)
+          if (problem !== undefined) yield* Effect.logError(`bad retry policy: ${problem}`)
+          const f = { ...finished, action }
+          const held = yield* write(f)
+          yield* announce(f.action, held)
+          return held
+        }).pipe(Effect.catchCause((cause) => onDefect(finished, cause)))
+    }
+  })
+
+const annotate = (claim: Claim) =>
+  Effect.annotateLogs({ queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts })

@@ -35,6 +35,9 @@ export interface Spy {
   readonly of: (op: string) => ReadonlyArray<Call>
 }
 
+/** The single write a completion stands for (a `Forget` writes nothing). */
+const opOf: Record<string, string | undefined> = { Ack: "ack", Retry: "retry", DeadLetter: "deadLetter", Release: "release" }
+
 export const makeSpy: Effect.Effect<Spy> = Effect.gen(function*() {
   const inner = yield* MemoryQueueStore.make()
   const calls: Array<Call> = []
@@ -61,7 +64,14 @@ export const makeSpy: Effect.Effect<Spy> = Effect.gen(function*() {
       ack: fenced("ack", inner.ack),
       release: fenced("release", inner.release),
       retry: fenced("retry", inner.retry),
-      deadLetter: fenced("deadLetter", inner.deadLetter)
+      deadLetter: fenced("deadLetter", inner.deadLetter),
+      // A batch of finishing writes is recorded as the single writes it stands for, in order.
+      complete: (completions) =>
+        Effect.tap(inner.complete(completions), () =>
+          Effect.forEach(completions, (c) => {
+            const op = opOf[c.finish._tag]
+            return op === undefined ? Effect.void : record(op, "end", [c.ref.id])
+          }, { discard: true }))
     }
   }
   return spy
