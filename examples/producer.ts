@@ -1,6 +1,12 @@
 /**
  * Sending (see README): type-checked, encoded through the task's schema, and
  * inside your own transaction when you want it to commit with your writes.
+ *
+ * `LEASEHOLD_DATABASE_URL=... node examples/producer.ts`. The `users (name, email)` table
+ * is your application's, not leasehold's: it is found on the connection's search_path
+ * (`public.users` unless your role or database sets another), never in `LEASEHOLD_SCHEMA`,
+ * where leasehold keeps its own tables. Create it first, e.g.
+ * `CREATE TABLE public.users (name text, email text)`.
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect, Layer } from "effect"

@@ -1,5 +1,9 @@
 /**
- * A worker program (see README): `LEASEHOLD_DATABASE_URL=... LEASEHOLD_QUEUES=emails node examples/worker.ts`.
+ * A worker program (see README): `LEASEHOLD_DATABASE_URL=... node examples/worker.ts`.
+ *
+ * Built from a dispatcher, the consumer consumes its tasks' queues (here `emails`) unless
+ * `LEASEHOLD_QUEUES` names others. Run directly with Node (or `exec node` in an npm script):
+ * `npm run`'s `sh -c` would not pass SIGTERM on.
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Layer } from "effect"
@@ -13,4 +17,6 @@ const WorkerLayer = Consumer.layerFromEnv(Task.dispatcher(sendWelcomeEmail)).pip
 )
 
 // SIGTERM/SIGINT: stop claiming, let handlers finish within the grace, release the rest; exit 0.
-Layer.launch(WorkerLayer).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))
+// A claim loop that fails on anything but a dead connection (a missing table, a revoked
+// permission) shuts down the same way, then fails the program: the error at ERROR, exit 1.
+Consumer.launch(WorkerLayer).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))

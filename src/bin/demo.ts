@@ -68,20 +68,21 @@ const program = Effect.gen(function*() {
   // A message written by something that does not follow the schema: dead-lettered, never run.
   yield* store.send(queue, [{ task: "charge-card", payload: { cents: "a lot" } }])
   yield* Effect.logInfo(`sent 4 messages to "${queue}": ${JSON.stringify(yield* store.stats(queue))}`)
-  yield* Effect.scoped(Effect.gen(function*() {
-    yield* Layer.build(Consumer.layer(Task.dispatcher(greet, slowReport, flaky, chargeCard), {
-      queues: [queue],
-      lease,
-      pollInterval: "200 millis",
-      concurrency: 4
-    }))
-    // Wait until nothing is ready, delayed or in flight.
+  // The worker runs (Consumer.launch) until nothing is ready, delayed or in flight; then it is
+  // interrupted, which shuts it down gracefully. A claim loop that fails ends the demo with its error.
+  const worker = Consumer.launch(Consumer.layer(Task.dispatcher(greet, slowReport, flaky, chargeCard), {
+    lease,
+    pollInterval: "200 millis",
+    concurrency: 4
+  }))
+  const allDone = Effect.gen(function*() {
     while (true) {
       yield* Effect.sleep("250 millis")
       const s = yield* store.stats(queue)
-      if (s.ready + s.delayed + s.inFlight === 0) break
+      if (s.ready + s.delayed + s.inFlight === 0) return
     }
-  }))
+  })
+  yield* Effect.raceFirst(worker, allDone)
   const renewals = yield* Metric.value(QueueMetrics.renewals)
   yield* Effect.logInfo(`all done: ${JSON.stringify(yield* store.stats(queue))}; leases renewed: ${JSON.stringify(renewals)}`)
   for (const dead of yield* store.deadLetters({ queue })) {
@@ -102,5 +103,6 @@ const database = Layer.unwrap(Effect.gen(function*() {
 program.pipe(
   Effect.provide(PgQueueStore.layer({ schema: "leasehold_demo" }).pipe(Layer.provideMerge(database))),
   Effect.provideService(References.MinimumLogLevel, "Debug"),
-  NodeRuntime.runMain
+  // Ctrl-C: the consumer drains (handlers finish within the grace, the rest released), exit 0.
+  NodeRuntime.runMain({ teardown: Consumer.teardown })
 )
