@@ -216,11 +216,12 @@ const Ready = Layer.effectDiscard(Effect.gen(function*() {
 }))
 
 const WorkerLayer = Ready.pipe(
-  Layer.provide(Consumer.layerFromEnv(handler).pipe(Layer.provide(ConsumerPresence.layerFromEnv()))),
+  Layer.provideMerge(Consumer.layerFromEnv(handler).pipe(Layer.provide(ConsumerPresence.layerFromEnv()))),
   Layer.provide(Store),
   Layer.provide(Pg),
   Layer.provide(JournalLogger)
 )
 
-// A signal-driven shutdown that drained cleanly is a success: exit 0.
-Layer.launch(WorkerLayer).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))
+// A signal-driven shutdown that drained cleanly is a success: exit 0. A claim loop that failed on
+// something other than a dead connection shuts down the same way, then fails the program: exit 1.
+Consumer.launch(WorkerLayer).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))

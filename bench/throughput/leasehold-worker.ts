@@ -35,4 +35,4 @@ const Ready = Layer.effectDiscard(Effect.gen(function*() {
   announceReady()
 }))
 
-Layer.launch(Ready.pipe(Layer.provide(WorkerLayer))).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))
+Consumer.launch(Ready.pipe(Layer.provideMerge(WorkerLayer))).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))
