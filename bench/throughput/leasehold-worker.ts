@@ -25,7 +25,7 @@ const handler: Consumer.Handler = (message) => Effect.sync(() => record(message.
 
 const WorkerLayer = Consumer.layerFromEnv(handler).pipe(
   Layer.provide(ConsumerPresence.layerFromEnv()),
-  Layer.provide(PgQueueStore.layer({ schema: env.schema })),
+  Layer.provide(PgQueueStore.layer()), // LEASEHOLD_SCHEMA, set by the orchestrator
   Layer.provide(QueueConfig.pgLayerFromEnv({ applicationName: "bench-leasehold" }))
 )
 
@@ -35,4 +35,4 @@ const Ready = Layer.effectDiscard(Effect.gen(function*() {
   announceReady()
 }))
 
-Consumer.launch(Ready.pipe(Layer.provideMerge(WorkerLayer))).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))
+Layer.launch(Ready.pipe(Layer.provide(WorkerLayer))).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))
