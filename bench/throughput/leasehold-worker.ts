@@ -2,7 +2,7 @@
  * The leasehold side of `npm run bench`: one worker process built like the
  * README's worker (`Consumer.layerFromEnv` + `ConsumerPresence.layerFromEnv()`
  * + `PgQueueStore.layer()` + `QueueConfig.pgLayerFromEnv()`, run by
- * `NodeRuntime.runMain`), with a plain no-op handler. Every setting comes from
+ * `Consumer.launch` under `NodeRuntime.runMain`), with a plain no-op handler. Every setting comes from
  * `LEASEHOLD_*` variables set by the orchestrator (bench/throughput/run.ts):
  * the URL, the schema, the queue, the concurrency, and only what a knob asks
  * for besides; everything else is the consumer's default.
@@ -35,4 +35,4 @@ const Ready = Layer.effectDiscard(Effect.gen(function*() {
   announceReady()
 }))
 
-Layer.launch(Ready.pipe(Layer.provide(WorkerLayer))).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))
+Consumer.launch(Ready.pipe(Layer.provideMerge(WorkerLayer))).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))
