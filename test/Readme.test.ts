@@ -1,7 +1,8 @@
 /**
  * The README's claims that code can check: every log line it quotes (after WARN, ERROR, INFO,
- * "DEBUG lines" or "warns") is one the code writes, word for word, and the Node version it
- * states is the one package.json requires.
+ * "DEBUG lines" or "warns") is one the code writes, word for word, its worker snippet is the
+ * example that test/Examples.test.ts runs, and the Node version it states is the one
+ * package.json requires.
  *
  * A quoted line may stand in for variable parts with `<...>` (e.g. `<message>`); the literal
  * parts between them must appear, in order, in one log call of src/.
@@ -55,6 +56,13 @@ describe("README", () => {
       return !pattern.test(source)
     })
     assert.deepStrictEqual(missing, [], "quoted in README.md but written by no log call in src/")
+  })
+
+  it("its worker snippet is examples/worker.ts (which test/Examples.test.ts runs), line for line", () => {
+    const snippet = /A worker \(\[examples\/worker\.ts\]\(examples\/worker\.ts\)\)[^]*?```ts\n([^]*?)```/.exec(readme)?.[1]
+    assert.isDefined(snippet, "the README's worker snippet")
+    const program = readFileSync("examples/worker.ts", "utf8").replace(/^\/\*\*[^]*?\*\/\n/, "")
+    assert.strictEqual(snippet!.trim(), program.trim())
   })
 
   it("states the Node version package.json requires", () => {
