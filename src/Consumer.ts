@@ -16,7 +16,7 @@ import * as LeaseRenewer from "./LeaseRenewer.ts"
 import type { Claim } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import * as Outcome from "./internal/outcome.ts"
-import { type ConfigInvalid, type InvalidInput, MaxRuntimeExceeded, type StoreError } from "./QueueError.ts"
+import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
 import { QueueStore } from "./QueueStore.ts"
 import { seconds } from "./internal/format.ts"
@@ -133,7 +133,15 @@ export const make = <R>(
 
     const handlers = yield* Scope.make()
     const slotFreed = yield* Latch.make(false)
+    /** Messages claimed and not yet completed (their finishing write included): what a shutdown drains. */
     let inFlight = 0
+    /** Handlers running: what `concurrency` bounds. A message whose handler ended frees its slot at once. */
+    let running = 0
+    /**
+     * How many messages the next claim may take: the free handler slots, and never more than
+     * `2 x concurrency` claimed at once (so finishing writes that lag cannot pile up without bound).
+     */
+    const freeSlots = () => Math.min(concurrency - running, 2 * concurrency - inFlight)
     let stopping = false
     /** Waits by design in progress (see `waiting`): the loop is healthy while in one. */
     let waits = 0
@@ -169,10 +177,18 @@ export const make = <R>(
      * renewer, bounded), then the decided outcome is written and reported. Runs uninterruptibly;
      * never fails. A decision that throws (a bug in a retry policy) is completed as a retry now.
      */
-    const finish = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim, exit: Exit.Exit<Outcome.RunResult>, startedAt: number) =>
+    const finish = (
+      renewer: LeaseRenewer.LeaseRenewer,
+      claim: Claim,
+      exit: Exit.Exit<Outcome.RunResult>,
+      startedAt: number,
+      freeSlot: Effect.Effect<void>
+    ) =>
       Effect.gen(function*() {
+        // The handler is done: its slot goes to the next claim while this message is completed.
+        yield* freeSlot
         yield* renewer.finish(claim.id)
-        const result: Outcome.RunResult = Exit.isSuccess(exit) ? exit.value : { _tag: "Interrupted" }
+        const result = runResult(exit, renewer.stopped(claim.id))
         const random = yield* Random.next
         const action = yield* Effect.try({
           try: () => Outcome.decide(claim, result, rulesFor(claim, random)),
@@ -192,46 +208,41 @@ export const make = <R>(
     const runMessage = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim) =>
       Effect.suspend(() => {
         let startedAt = 0
+        let slotHeld = true
+        const freeSlot = Effect.suspend(() => {
+          if (!slotHeld) return Effect.void
+          slotHeld = false
+          running -= 1
+          return slotFreed.open
+        })
         return Effect.gen(function*() {
           startedAt = yield* Clock.currentTimeMillis
           if (claim.leaseExpiries >= settings.quarantineAfter) return { _tag: "Quarantined" } as Outcome.RunResult
           if (claim.attempts > claim.maxAttempts) return { _tag: "Exhausted" } as Outcome.RunResult
-          const maxRuntimeMs = dispatcher.policy(claim)?.maxRuntimeMs ?? settings.maxRuntimeMs
-          const handled = dispatcher.handle(claim, {
-            messageId: claim.id,
-            queue: claim.queue,
-            attempt: claim.attempts,
-            consumerId,
-            leaseDeadline: Effect.sync(() => new Date(renewer.expiresAt(claim.id)))
-          }).pipe(
-            Effect.timeoutOrElse({
-              duration: maxRuntimeMs,
-              orElse: () =>
-                Effect.fail(
-                  new MaxRuntimeExceeded({
-                    messageId: claim.id,
-                    maxRuntimeMs,
-                    message: `handler ran past its max runtime of ${seconds(maxRuntimeMs)} and was interrupted`
-                  })
-                )
-            }),
-            Effect.exit,
-            Effect.map((exit): Outcome.RunResult => ({ _tag: "Handled", exit })),
-            Effect.withSpan("leasehold.handle", {
-              attributes: { queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts }
+          // The handler runs on this fiber; the claim's watchdog interrupts it when its lease is lost
+          // or its max runtime is over (see `finish` for how that is told from a shutdown).
+          const exit = yield* Effect.exit(Effect.withFiber((fiber) => {
+            renewer.watch(claim.id, fiber)
+            return dispatcher.handle(claim, {
+              messageId: claim.id,
+              queue: claim.queue,
+              attempt: claim.attempts,
+              consumerId,
+              leaseDeadline: Effect.sync(() => new Date(renewer.expiresAt(claim.id)))
             })
-          )
-          const result = settings.onLeaseLost === "interrupt"
-            ? yield* Effect.raceFirst(
-              handled,
-              Effect.map(renewer.lost(claim.id), (error): Outcome.RunResult => ({ _tag: "LeaseLost", error }))
-            )
-            : yield* handled
+          }))
           yield* Metric.update(QueueMetrics.handlerDuration, (yield* Clock.currentTimeMillis) - startedAt)
-          return result
+          return { _tag: "Handled", exit } as Outcome.RunResult
         }).pipe(
-          Effect.onExit((exit) => finish(renewer, claim, exit, startedAt)),
+          // No stack trace capture: it is the same frame for every message, and not free.
+          Effect.withSpan(
+            "leasehold.handle",
+            { attributes: { queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts } },
+            { captureStackTrace: false }
+          ),
+          Effect.onExit((exit) => finish(renewer, claim, exit, startedAt, freeSlot)),
           Effect.ensuring(Effect.gen(function*() {
+            yield* freeSlot
             inFlight -= 1
             yield* Metric.update(QueueMetrics.inFlight, inFlight)
             yield* slotFreed.open
@@ -250,11 +261,16 @@ export const make = <R>(
           leaseMs,
           marginMs: settings.leaseMarginMs,
           stopTimeoutMs: settings.renewerStopTimeoutMs,
-          claimedAt
+          claimedAt,
+          interruptOnLost: settings.onLeaseLost === "interrupt",
+          maxRuntimeMs: (claim) => dispatcher.policy(claim)?.maxRuntimeMs ?? settings.maxRuntimeMs
         })
         renewers.add(renewer)
         yield* Effect.addFinalizer(() => Effect.sync(() => renewers.delete(renewer)))
-        yield* Effect.forEach(claims, (claim) => runMessage(renewer, claim), { concurrency: "unbounded", discard: true })
+        // A fiber per message, awaited rather than joined: a handler stopped by the watchdog ends its
+        // own fiber interrupted, which must not interrupt the other messages of the claim.
+        const fibers = yield* Effect.forEach(claims, (claim) => Effect.forkChild(runMessage(renewer, claim)))
+        yield* Fiber.awaitAll(fibers)
       }))
 
     /** Hand claimed messages back at once (fenced, attempt given back): the consumer is stopping. */
@@ -277,7 +293,7 @@ export const make = <R>(
         const claimedAt = yield* Clock.currentTimeMillis
         const claims = yield* store.claim(queue, {
           lease: leaseMs,
-          limit: Math.min(settings.batchSize, concurrency - inFlight),
+          limit: Math.min(settings.batchSize, freeSlots()),
           consumer: consumerId
         })
         if (claims.length === 0) return 0
@@ -287,6 +303,7 @@ export const make = <R>(
           return claims.length
         }
         inFlight += claims.length
+        running += claims.length
         yield* Metric.update(QueueMetrics.inFlight, inFlight)
         yield* Effect.forkIn(processClaim(claims, claimedAt), handlers)
         return claims.length
@@ -319,9 +336,9 @@ export const make = <R>(
       let emptyInARow = 0
       let backoff = settings.pollIntervalMs
       while (true) {
-        if (inFlight >= concurrency) {
+        if (freeSlots() <= 0) {
           yield* slotFreed.close
-          if (inFlight >= concurrency) yield* waiting(Effect.timeoutOption(slotFreed.await, settings.pollIntervalMs))
+          if (freeSlots() <= 0) yield* waiting(Effect.timeoutOption(slotFreed.await, settings.pollIntervalMs))
           continue
         }
         if (yield* atRisk) {
@@ -436,6 +453,26 @@ export const make = <R>(
       }))
     })
   })
+
+/**
+ * How a run ended, from the message fiber's exit and what the watchdog did: an
+ * interruption is a lost lease or an overrun max runtime when the watchdog
+ * stopped the handler, and otherwise came from outside (a shutdown).
+ */
+const runResult = (exit: Exit.Exit<Outcome.RunResult>, stopped: LeaseRenewer.Stopped | undefined): Outcome.RunResult => {
+  if (Exit.isSuccess(exit)) {
+    const result = exit.value
+    // A handler stopped by the watchdog ends in an interruption of its own: say why.
+    if (stopped === undefined || result._tag !== "Handled" || !Exit.isFailure(result.exit) || !Cause.hasInterruptsOnly(result.exit.cause)) {
+      return result
+    }
+  } else if (stopped === undefined || !Cause.hasInterruptsOnly(exit.cause)) {
+    return { _tag: "Interrupted" }
+  }
+  return stopped._tag === "LeaseLost"
+    ? { _tag: "LeaseLost", error: stopped }
+    : { _tag: "Handled", exit: Exit.fail(stopped) }
+}
 
 /** Completion flushes in flight at once: the lease pool's default size (one statement per connection). */
 const COMPLETION_FLUSHERS = 2

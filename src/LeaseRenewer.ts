@@ -1,13 +1,15 @@
 /**
  * The renewer of one claim: a fiber that keeps the leases of every unfinished
- * message of the claim alive, in one fenced statement every lease/3, and tells
- * each handler when its lease is lost.
+ * message of the claim alive, in one fenced statement every lease/3, and a
+ * watchdog that stops each handler when its lease is lost (or about to be:
+ * the local deadline) or when it runs past its max runtime. One of each per
+ * claim, however many messages it holds.
  *
  * @since 0.1.0
  */
 import { Cause, Clock, Deferred, Effect, Exit, Fiber, Metric, Option, type Scope } from "effect"
 import type { Claim, ClaimRef, MessageId } from "./Message.ts"
-import { LeaseLost, QueryFailed } from "./QueueError.ts"
+import { LeaseLost, MaxRuntimeExceeded, QueryFailed } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
 import { QueueStore } from "./QueueStore.ts"
 import { seconds } from "./internal/format.ts"
@@ -22,7 +24,14 @@ export interface RenewerOptions {
   readonly stopTimeoutMs: number
   /** Clock time taken just before the claim statement: the lease is known good from then. */
   readonly claimedAt: number
+  /** Interrupt a watched handler whose lease is lost (`onLeaseLost: interrupt`), or let it run on. */
+  readonly interruptOnLost: boolean
+  /** The max runtime of each message, counted from the start of the renewer (right after the claim). */
+  readonly maxRuntimeMs: (claim: Claim) => number
 }
+
+/** Why the watchdog stopped a handler. */
+export type Stopped = LeaseLost | MaxRuntimeExceeded
 
 /** A running renewer, as the consumer sees it. */
 export interface LeaseRenewer {
@@ -46,6 +55,14 @@ export interface LeaseRenewer {
   readonly finish: (id: MessageId) => Effect.Effect<void>
   /** Declare every unfinished lease of the claim lost (e.g. the consumer is about to be reaped). */
   readonly loseAll: (reason: LeaseLost["reason"], message: string) => Effect.Effect<void>
+  /**
+   * Watch the handler of `id`, running on `fiber`: the watchdog interrupts that
+   * fiber when the lease is lost (if `interruptOnLost`) or the max runtime is
+   * over, and records why in {@link LeaseRenewer.stopped}.
+   */
+  readonly watch: (id: MessageId, fiber: Fiber.Fiber<unknown, unknown>) => void
+  /** Why the watchdog stopped the handler of `id`, if it did. */
+  readonly stopped: (id: MessageId) => Stopped | undefined
 }
 
 interface Entry {
@@ -55,6 +72,11 @@ interface Entry {
   active: boolean
   finished: boolean
   readonly lost: Deferred.Deferred<LeaseLost>
+  /** When the handler's max runtime is over (Clock ms). */
+  readonly maxRuntimeAt: number
+  /** The handler's fiber, once watched. */
+  fiber: Fiber.Fiber<unknown, unknown> | undefined
+  stopped: Stopped | undefined
 }
 
 
@@ -77,14 +99,25 @@ export const start = (
     const store = yield* QueueStore
     const { leaseMs, marginMs, stopTimeoutMs } = options
     const entries = new Map<MessageId, Entry>()
+    const startedAt = yield* Clock.currentTimeMillis
     for (const claim of claims) {
       entries.set(claim.id, {
         ref: { id: claim.id, leaseToken: claim.leaseToken },
         renewedAt: options.claimedAt,
         active: true,
         finished: false,
-        lost: yield* Deferred.make<LeaseLost>()
+        lost: yield* Deferred.make<LeaseLost>(),
+        maxRuntimeAt: startedAt + options.maxRuntimeMs(claim),
+        fiber: undefined,
+        stopped: undefined
       })
+    }
+
+    /** Stop a watched handler (at once if it is already running, else as soon as it is watched). */
+    const stopHandler = (e: Entry, why: Stopped) => {
+      if (e.stopped !== undefined || e.finished) return
+      e.stopped = why
+      e.fiber?.interruptUnsafe()
     }
     const ids = [...entries.keys()]
     let unfinished = entries.size
@@ -99,6 +132,7 @@ export const start = (
         for (const e of lost) {
           const error = new LeaseLost({ ids: [e.ref.id], reason, message })
           if (yield* Deferred.succeed(e.lost, error)) fresh.push(e)
+          if (options.interruptOnLost) stopHandler(e, error)
         }
         if (fresh.length === 0) return
         yield* Metric.update(QueueMetrics.leaseLostBy(reason), fresh.length)
@@ -178,6 +212,50 @@ export const start = (
       }
     }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
 
+    /**
+     * The watchdog of the claim: sleeps until the earliest local deadline (last
+     * successful renewal + lease - margin: the lease is at risk, declare it lost
+     * before anyone can reclaim it) or max runtime of its unfinished messages,
+     * acts on what is due, and sleeps again; ends when nothing is left to watch.
+     */
+    const watchdog = Effect.gen(function*() {
+      while (true) {
+        const now = yield* Clock.currentTimeMillis
+        let next = Number.POSITIVE_INFINITY
+        const atRisk: Array<Entry> = []
+        for (const e of entries.values()) {
+          if (e.finished) continue
+          // The local deadline matters only to a consumer that stops handlers for lost leases.
+          if (options.interruptOnLost && !Deferred.isDoneUnsafe(e.lost)) {
+            const deadline = e.renewedAt + leaseMs - marginMs
+            if (now >= deadline) atRisk.push(e)
+            else next = Math.min(next, deadline)
+          }
+          if (e.stopped === undefined) {
+            if (now >= e.maxRuntimeAt) {
+              const maxRuntimeMs = e.maxRuntimeAt - startedAt
+              stopHandler(e, new MaxRuntimeExceeded({
+                messageId: e.ref.id,
+                maxRuntimeMs,
+                message: `handler ran past its max runtime of ${seconds(maxRuntimeMs)} and was interrupted`
+              }))
+            } else next = Math.min(next, e.maxRuntimeAt)
+          }
+        }
+        if (atRisk.length > 0) {
+          yield* markLost(
+            atRisk,
+            "local-deadline",
+            `lease at risk: no successful renewal for ${seconds(leaseMs - marginMs)}; stopping the handler before the lease can expire`
+          )
+        }
+        if (next === Number.POSITIVE_INFINITY) return
+        yield* Effect.sleep(next - now)
+      }
+    }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
+    // Forked before the renewal loop: a deadline due at a renewal tick is acted on first.
+    yield* Effect.forkScoped(watchdog)
+
     // Forked into the claim's scope: if the claim ends without `stop` (a defect, an interruption),
     // the scope's close interrupts it; once it has exited, its finalizer leaves the scope.
     const fiber = yield* Effect.forkScoped(loop)
@@ -220,27 +298,15 @@ export const start = (
       return e
     }
 
-    /** Sleep until the local deadline, moving it each time a renewal succeeds. */
-    const localDeadline = (e: Entry) =>
-      Effect.gen(function*() {
-        while (true) {
-          const deadline = e.renewedAt + leaseMs - marginMs
-          const now = yield* Clock.currentTimeMillis
-          if (now >= deadline) break
-          yield* Effect.sleep(deadline - now)
-        }
-        yield* markLost(
-          [e],
-          "local-deadline",
-          `lease at risk: no successful renewal for ${seconds(leaseMs - marginMs)}; stopping the handler before the lease can expire`
-        )
-      })
 
     return {
-      lost: (id) => {
+      lost: (id) => Deferred.await(entry(id).lost),
+      watch: (id, fiber) => {
         const e = entry(id)
-        return Effect.raceFirst(Deferred.await(e.lost), Effect.andThen(localDeadline(e), Deferred.await(e.lost)))
+        e.fiber = fiber
+        if (e.stopped !== undefined) fiber.interruptUnsafe()
       },
+      stopped: (id) => entry(id).stopped,
       expiresAt: (id) => entry(id).renewedAt + leaseMs,
       loseAll: (reason, message) => markLost([...entries.values()].filter((e) => !e.finished), reason, message),
       finish: (id) =>
@@ -249,6 +315,7 @@ export const start = (
           if (e.finished) return Effect.void
           e.finished = true
           e.active = false
+          e.fiber = undefined
           return --unfinished === 0 ? stop : Effect.void
         })
     } satisfies LeaseRenewer

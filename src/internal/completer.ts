@@ -173,11 +173,30 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
         }
       })
 
-    const enqueue = (p: Pending) =>
+    let closed = false
+    const enqueue = (p: Pending): Effect.Effect<void> =>
       Effect.suspend(() => {
+        if (closed) return Effect.asVoid(giveUp([p], "the consumer has stopped"))
         queue.push(p)
         return work.open
       })
+
+    /** Answer entries that will not be written (the completer closed): they run again after their leases. */
+    const giveUp = (entries: ReadonlyArray<Pending>, why: string) =>
+      Effect.gen(function*() {
+        if (entries.length === 0) return
+        yield* Metric.update(QueueMetrics.finishFailures, entries.length)
+        yield* Effect.logError(`${entries.length} finishing write(s) not written (${why}); those messages run again after their leases`)
+        for (const p of entries) yield* answer(p, "failed")
+      })
+
+    // Closing (after the consumer's drain): nothing queued is left waiting.
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        closed = true
+        return giveUp(queue.splice(0), "the consumer has stopped")
+      })
+    )
 
     /** A flusher: waits for work, takes up to a batch, writes it; forever. */
     const flusher = Effect.gen(function*() {
@@ -189,7 +208,8 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
         }
         const batch = queue.splice(0, options.maxBatch)
         if (queue.length === 0) yield* work.close
-        yield* flush(batch).pipe(Effect.withSpan("leasehold.complete", { attributes: { count: batch.length } }))
+        // Uninterruptible: every entry taken is answered (the flush is bounded by the attempt timeout).
+        yield* flush(batch).pipe(Effect.withSpan("leasehold.complete", { attributes: { count: batch.length } }), Effect.uninterruptible)
       }
     })
     for (let i = 0; i < options.flushers; i++) yield* Effect.forkScoped(flusher)
@@ -242,19 +262,15 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     })
 
     /**
-     * Queue one completion and wait for its answer: at most until its lease ends
-     * plus one attempt (more only if the flushers are gone, the consumer's scope closed).
+     * Queue one completion and wait for its answer. Every queued entry is
+     * answered: by a flush (bounded per attempt, given up when its lease ends),
+     * or as failed when the completer closes with entries still queued.
      */
     const write = (f: Finished) =>
       Effect.gen(function*() {
         const p: Pending = { finished: f, completion: completionOf(f), answer: yield* Deferred.make<Held, unknown>(), retryMs: FIRST_RETRY_MS }
         yield* enqueue(p)
-        const waitMs = Math.max(0, f.leaseEndsAt - (yield* Clock.currentTimeMillis)) + 2 * attemptTimeoutMs
-        const held = yield* Deferred.await(p.answer).pipe(Effect.timeoutOption(waitMs))
-        if (Option.isSome(held)) return held.value
-        yield* Metric.update(QueueMetrics.finishFailures, 1)
-        yield* Effect.logError(`${nameOf(f.action)} was not written within ${seconds(waitMs)}; the message runs again after its lease`)
-        return "failed" as const
+        return yield* Deferred.await(p.answer)
       })
 
     /**
