@@ -175,7 +175,8 @@ export const make = (
 
     /** Run one operation: time it in a span, classify its failures. */
     const op = <A, E>(name: string, attributes: Record<string, unknown>, effect: Effect.Effect<A, E>) =>
-      effect.pipe(classify(name), Effect.withSpan(`leasehold.${name}`, { attributes }))
+      // No stack trace capture: every statement of a kind has the same one, and it is not free.
+      effect.pipe(classify(name), Effect.withSpan(`leasehold.${name}`, { attributes }, { captureStackTrace: false }))
 
     // Bulk insert of messages without a dedup key: one statement per chunk.
     // jsonb_array_elements WITH ORDINALITY + ORDER BY makes ids follow input order.

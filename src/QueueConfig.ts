@@ -88,7 +88,7 @@ export type DurationLike = number | string
 export const defaults = {
   queues: ["default"],
   concurrency: 10,
-  batchSize: 5,
+  batchSize: 100,
   leaseMs: 30_000,
   maxRuntimeMs: 3_600_000,
   pollIntervalMs: 1_000,

@@ -15,7 +15,7 @@ describe("QueueConfig", () => {
       const s = yield* QueueConfig.fromEnv.pipe(withEnv({}))
       assert.deepStrictEqual(s.queues, ["default"])
       assert.strictEqual(s.concurrency, 10)
-      assert.strictEqual(s.batchSize, 5)
+      assert.strictEqual(s.batchSize, 100)
       assert.strictEqual(s.leaseMs, 30_000)
       assert.strictEqual(s.leaseMarginMs, 5_000)
       assert.strictEqual(s.maxRuntimeMs, 3_600_000)

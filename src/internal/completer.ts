@@ -209,7 +209,10 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
         const batch = queue.splice(0, options.maxBatch)
         if (queue.length === 0) yield* work.close
         // Uninterruptible: every entry taken is answered (the flush is bounded by the attempt timeout).
-        yield* flush(batch).pipe(Effect.withSpan("leasehold.complete", { attributes: { count: batch.length } }), Effect.uninterruptible)
+        yield* flush(batch).pipe(
+          Effect.withSpan("leasehold.complete", { attributes: { count: batch.length } }, { captureStackTrace: false }),
+          Effect.uninterruptible
+        )
       }
     })
     for (let i = 0; i < options.flushers; i++) yield* Effect.forkScoped(flusher)
