@@ -189,6 +189,10 @@ export const make = <R>(
         yield* freeSlot
         yield* renewer.finish(claim.id)
         const result = runResult(exit, renewer.stopped(claim.id))
+        // The common case needs no rules: a handler that succeeded is acked.
+        if (result._tag === "Handled" && Exit.isSuccess(result.exit)) {
+          return yield* completer.complete({ claim, action: ACK, startedAt, leaseEndsAt: renewer.expiresAt(claim.id) })
+        }
         const random = yield* Random.next
         const action = yield* Effect.try({
           try: () => Outcome.decide(claim, result, rulesFor(claim, random)),
@@ -241,12 +245,10 @@ export const make = <R>(
             { captureStackTrace: false }
           ),
           Effect.onExit((exit) => finish(renewer, claim, exit, startedAt, freeSlot)),
-          Effect.ensuring(Effect.gen(function*() {
-            yield* freeSlot
+          Effect.ensuring(Effect.andThen(freeSlot, Effect.suspend(() => {
             inFlight -= 1
-            yield* Metric.update(QueueMetrics.inFlight, inFlight)
-            yield* slotFreed.open
-          })),
+            return slotFreed.open
+          }))),
           Effect.annotateLogs({ queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts })
         )
       })
@@ -359,6 +361,7 @@ export const make = <R>(
         if (claimed === undefined) continue
         backoff = settings.pollIntervalMs
         yield* progress
+        yield* Metric.update(QueueMetrics.inFlight, inFlight)
         if (claimed === 0) {
           if (++emptyInARow >= settings.queues.length) {
             emptyInARow = 0
@@ -473,6 +476,8 @@ const runResult = (exit: Exit.Exit<Outcome.RunResult>, stopped: LeaseRenewer.Sto
     ? { _tag: "LeaseLost", error: stopped }
     : { _tag: "Handled", exit: Exit.fail(stopped) }
 }
+
+const ACK: Outcome.Action = { _tag: "Ack" }
 
 /** Completion flushes in flight at once: the lease pool's default size (one statement per connection). */
 const COMPLETION_FLUSHERS = 2

@@ -140,9 +140,17 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
           Effect.catchCause((cause) => Effect.succeed({ _tag: "Defect" as const, cause }))
         )
         switch (result._tag) {
-          case "Held":
-            for (const p of batch) yield* answer(p, result.held.has(p.completion.ref.id))
+          case "Held": {
+            let acked = 0
+            for (const p of batch) {
+              const held = result.held.has(p.completion.ref.id)
+              if (held && p.completion.finish._tag === "Ack") acked += 1
+              yield* answer(p, held)
+            }
+            // Counted per flush, not per message: the hot path of a busy consumer.
+            if (acked > 0) yield* Metric.update(QueueMetrics.acked, acked)
             return
+          }
           case "Failed":
             yield* Metric.update(QueueMetrics.finishFailures, batch.length)
             yield* Effect.logError(
@@ -222,7 +230,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
       Effect.gen(function*() {
         switch (action._tag) {
           case "Ack":
-            if (held === true) yield* Metric.update(QueueMetrics.acked, 1)
+            // Acks that landed are counted by the flush.
             if (held === false) {
               yield* Metric.update(QueueMetrics.doubleRuns, 1)
               yield* Effect.logWarning("double run: the ack found the lease gone; another consumer has taken this message")
