@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Config, Effect, Layer, Option, type Redacted } from "effect"
+import { Config, Duration, Effect, Layer, Option, type Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import * as os from "node:os"
 import * as Validate from "./internal/validate.ts"
@@ -81,8 +81,11 @@ export interface ConsumerOptions {
   readonly attemptRetention?: DurationLike | undefined
 }
 
-/** A duration: milliseconds as a number, or text such as `30s`, `500ms`, `2m`, `1h`, `30 seconds`. */
-export type DurationLike = number | string
+/**
+ * A duration: milliseconds as a number, any `Duration.Input` of effect (`Duration.seconds(30)`,
+ * `"30 seconds"`, `"500 millis"`), or the short forms `30s`, `500ms`, `2m`, `1h`, `7d`.
+ */
+export type DurationLike = Duration.Input | string
 
 /** The defaults, as documented in the README. */
 export const defaults = {
@@ -130,15 +133,30 @@ export const variables = {
   attemptRetention: "LEASEHOLD_ATTEMPT_RETENTION"
 } as const
 
-const unitMs: Record<string, number> = {
-  ms: 1, millis: 1, millisecond: 1, milliseconds: 1,
-  s: 1000, sec: 1000, secs: 1000, second: 1000, seconds: 1000,
-  m: 60_000, min: 60_000, mins: 60_000, minute: 60_000, minutes: 60_000,
-  h: 3_600_000, hour: 3_600_000, hours: 3_600_000,
-  d: 86_400_000, day: 86_400_000, days: 86_400_000
+/**
+ * The short units people type, as effect's `Duration` spells them. `Duration.fromInput` does the
+ * parsing, but it only reads `<number> <unit>` with a space and a long unit (`30 seconds`,
+ * `500 millis`): `30s`, `500ms`, `2m`, `1h` and `7d` (and `30sec`, `5 mins`, ...) need this
+ * one-line translation. A unit effect knows (`30 seconds`, `2 weeks`) passes through unchanged.
+ */
+const shortUnits: Record<string, string> = {
+  ms: "millis", millisecond: "millis", milliseconds: "millis",
+  s: "seconds", sec: "seconds", secs: "seconds",
+  m: "minutes", min: "minutes", mins: "minutes",
+  h: "hours", hr: "hours", hrs: "hours",
+  d: "days",
+  w: "weeks"
 }
 
 const durationRule = "a duration such as 500ms, 30s, 2m, 1h, 7d or \"30 seconds\""
+
+/** Text to effect's `Duration`: `"30s"` as `"30 seconds"`, then `Duration.fromInput`. Negative or malformed text is none. */
+const durationFromText = (text: string): Option.Option<Duration.Duration> => {
+  const match = /^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$/i.exec(text)
+  if (match === null) return Option.none()
+  const unit = match[2]!.toLowerCase()
+  return Duration.fromInput(`${match[1]!} ${shortUnits[unit] ?? unit}` as Duration.Input)
+}
 
 /**
  * Parse a duration for `variable`; bare numbers are milliseconds only when given from code.
@@ -146,20 +164,16 @@ const durationRule = "a duration such as 500ms, 30s, 2m, 1h, 7d or \"30 seconds\
  * accepts: a retry or unknown-task delay beyond it would make the finishing write fail.
  */
 export const parseDuration = (variable: string, value: DurationLike): Effect.Effect<number, ConfigInvalid> => {
-  let ms: number
-  if (typeof value === "number") {
-    if (!Number.isFinite(value) || value < 0) return Effect.fail(invalid(variable, durationRule, String(value)))
-    ms = value
-  } else {
-    const match = typeof value === "string" ? /^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$/i.exec(value) : null
-    const factor = match === null ? undefined : unitMs[match[2]!.toLowerCase()]
-    if (match === null || factor === undefined) return Effect.fail(invalid(variable, durationRule, String(value)))
-    ms = Number(match[1]) * factor
-  }
+  const decoded = typeof value === "string" ? durationFromText(value) : Duration.fromInput(value)
+  const ms = Option.match(decoded, { onNone: () => NaN, onSome: Duration.toMillis })
+  if (Number.isNaN(ms) || ms < 0 || (typeof value === "number" && !Number.isFinite(value))) return Effect.fail(invalid(variable, durationRule, show(value)))
   return ms <= Validate.MAX_DELAY_MS
     ? Effect.succeed(Math.round(ms))
-    : Effect.fail(invalid(variable, Validate.maxDelayRule, String(value)))
+    : Effect.fail(invalid(variable, Validate.maxDelayRule, show(value)))
 }
+
+const show = (value: DurationLike): string =>
+  typeof value === "string" || typeof value === "number" ? String(value) : Duration.isDuration(value) ? Duration.format(value) : String(value)
 
 const invalid = (variable: string, rule: string, value: string) =>
   new ConfigInvalid({ variable, rule, message: `${variable}: ${JSON.stringify(value)} is invalid; expected ${rule}` })

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Layer, Redacted } from "effect"
+import { ConfigProvider, Duration, Effect, Layer, Redacted } from "effect"
 import * as Consumer from "../src/Consumer.ts"
 import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
 import * as QueueConfig from "../src/QueueConfig.ts"
@@ -98,6 +98,31 @@ describe("QueueConfig", () => {
         assert.match(e.rule, rule)
         assert.include(e.message, variable)
       }
+    }))
+
+  it.effect("durations are effect's Duration: its own forms, the short forms, Duration values from code; the rest refused naming the variable and the rule", () =>
+    Effect.gen(function*() {
+      const accepted: ReadonlyArray<readonly [QueueConfig.DurationLike, number]> = [
+        ["500ms", 500], ["500 millis", 500], ["500 milliseconds", 500], ["30s", 30_000], ["30 seconds", 30_000],
+        ["1 second", 1_000], ["2m", 120_000], ["2 minutes", 120_000], ["5 mins", 300_000], ["1h", 3_600_000],
+        ["1.5h", 5_400_000], ["2 hours", 7_200_000], ["7d", 7 * 86_400_000], ["1 day", 86_400_000], ["2 weeks", 14 * 86_400_000],
+        ["2w", 14 * 86_400_000], [" 45S ", 45_000], ["0s", 0], [250, 250],
+        [Duration.seconds(3), 3_000], [Duration.minutes(1), 60_000]
+      ]
+      for (const [value, ms] of accepted) {
+        assert.strictEqual(yield* QueueConfig.parseDuration("LEASEHOLD_X", value), ms, String(value))
+      }
+      const refused: ReadonlyArray<QueueConfig.DurationLike> = ["30", "-5s", "5 parsecs", "1e3s", "", "s", "30 seconds ago", "Infinity", -1, Number.NaN, Number.POSITIVE_INFINITY]
+      for (const value of refused) {
+        const e = yield* fails(QueueConfig.parseDuration("LEASEHOLD_X", value))
+        assert.strictEqual(e._tag, "ConfigInvalid", String(value))
+        assert.strictEqual(e.variable, "LEASEHOLD_X")
+        assert.strictEqual(e.rule, 'a duration such as 500ms, 30s, 2m, 1h, 7d or "30 seconds"', String(value))
+        assert.match(e.message, /^LEASEHOLD_X: ".*" is invalid; expected a duration such as 500ms/, String(value))
+      }
+      const e = yield* fails(QueueConfig.parseDuration("LEASEHOLD_X", Duration.days(3661)))
+      assert.match(e.rule, /ten years/)
+      assert.strictEqual((yield* QueueConfig.resolve({ lease: Duration.seconds(12) })).leaseMs, 12_000)
     }))
 
   it.effect("options from code are checked by the same rules, naming the option", () =>
