@@ -12,9 +12,10 @@
  *   PostgreSQL, the renewals, the retry, the dead letter, the final stats, exit 0, server gone.
  *
  * The examples import `leasehold`: Node resolves it by the package's self-reference (package.json
- * `name` + `exports` "." -> ./src/index.ts, type-stripped by Node 22 since it is not under
- * node_modules), the same way TypeScript (NodeNext) does for `npm run typecheck`; the first test
- * checks that resolution.
+ * `name` + `exports` "."), under the `leasehold-source` condition to ./src/index.ts (type-stripped by
+ * Node 22 since it is not under node_modules) rather than the build in dist/, the same way TypeScript
+ * (NodeNext, `customConditions`) does for `npm run typecheck`; the first test checks that resolution.
+ * Without the condition, `leasehold` is dist/ (what an installed package gives; test/package/run.ts).
  *
  * SLOW: every test spawns Node processes (about 1-2 s each to start); the demo takes about 12 s.
  */
@@ -38,6 +39,9 @@ const nodeBinary = (() => {
   throw new Error(`Node >= 22 needed to run the examples; this is ${process.version}`)
 })()
 
+/** `leasehold` as the source in src/, not the build in dist/ (package.json `exports`). */
+const sourceCondition = "--conditions=leasehold-source"
+
 /** A program run as a process, its output kept line by line. */
 interface Program {
   readonly name: string
@@ -57,7 +61,7 @@ const cleanEnv = (env: Record<string, string>): NodeJS.ProcessEnv => {
 
 /** Run `file` (relative to the repository) on Node 22 with `env`, from the repository's root. */
 const run = (name: string, file: string, env: Record<string, string>): Program => {
-  const proc = spawn(nodeBinary, [file], { env: cleanEnv(env), stdio: ["ignore", "pipe", "pipe"] })
+  const proc = spawn(nodeBinary, [sourceCondition, file], { env: cleanEnv(env), stdio: ["ignore", "pipe", "pipe"] })
   const program: Program = { name, proc, lines: [], exit: undefined }
   running.push(program)
   for (const stream of [proc.stdout!, proc.stderr!]) {
@@ -148,8 +152,8 @@ const schemasWithTables = async () =>
   )).map((row) => row.schema)
 
 describe("examples/*.ts, run as the README says (slow: real processes)", () => {
-  it("`leasehold` resolves by the package's self-reference to src/index.ts", () => {
-    const resolved = execFileSync(nodeBinary, ["--input-type=module", "-e", "console.log(import.meta.resolve('leasehold'))"], {
+  it("`leasehold` resolves by the package's self-reference to src/index.ts (condition `leasehold-source`)", () => {
+    const resolved = execFileSync(nodeBinary, [sourceCondition, "--input-type=module", "-e", "console.log(import.meta.resolve('leasehold'))"], {
       cwd: resolve("examples"),
       encoding: "utf8"
     }).trim()
