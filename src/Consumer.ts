@@ -174,25 +174,29 @@ export const make = <R>(
 
     /**
      * Complete one message: the renewer lets go of it first (the last message of a claim stops the
-     * renewer, bounded), then the decided outcome is written and reported. Runs uninterruptibly;
+     * renewer, bounded), then the decided outcome goes to the completer, which writes and reports it
+     * and then runs `message.settle` (the message is no longer in flight). Runs uninterruptibly;
      * never fails. A decision that throws (a bug in a retry policy) is completed as a retry now.
      */
     const finish = (
       renewer: LeaseRenewer.LeaseRenewer,
       claim: Claim,
       exit: Exit.Exit<Outcome.RunResult>,
-      startedAt: number,
-      freeSlot: Effect.Effect<void>
+      message: RunningMessage
     ) =>
       Effect.gen(function*() {
         // The handler is done: its slot goes to the next claim while this message is completed.
-        yield* freeSlot
+        yield* message.freeSlot
         yield* renewer.finish(claim.id)
         const result = runResult(exit, renewer.stopped(claim.id))
+        const { startedAt } = message
+        const submit = (action: Outcome.Action) =>
+          Effect.suspend(() => {
+            message.submitted = true
+            return completer.complete({ claim, action, startedAt, leaseEndsAt: renewer.expiresAt(claim.id) }, () => message.settle)
+          })
         // The common case needs no rules: a handler that succeeded is acked.
-        if (result._tag === "Handled" && Exit.isSuccess(result.exit)) {
-          return yield* completer.complete({ claim, action: ACK, startedAt, leaseEndsAt: renewer.expiresAt(claim.id) })
-        }
+        if (result._tag === "Handled" && Exit.isSuccess(result.exit)) return yield* submit(ACK)
         const random = yield* Random.next
         const action = yield* Effect.try({
           try: () => Outcome.decide(claim, result, rulesFor(claim, random)),
@@ -205,22 +209,45 @@ export const make = <R>(
             )
           )
         )
-        yield* completer.complete({ claim, action, startedAt, leaseEndsAt: renewer.expiresAt(claim.id) })
+        yield* submit(action)
       })
 
-    /** Run one message of a claim, then finish it, whatever happened. */
-    const runMessage = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim) =>
-      Effect.suspend(() => {
-        let startedAt = 0
-        let slotHeld = true
-        const freeSlot = Effect.suspend(() => {
+    /** The bookkeeping of one message in flight: its handler slot, and its place in the drain. */
+    interface RunningMessage {
+      startedAt: number
+      /** Handed to the completer: `settle` is the completer's to run. */
+      submitted: boolean
+      readonly freeSlot: Effect.Effect<void>
+      readonly settle: Effect.Effect<void>
+    }
+
+    const runningMessage = (): RunningMessage => {
+      let slotHeld = true
+      let settled = false
+      return {
+        startedAt: 0,
+        submitted: false,
+        freeSlot: Effect.suspend(() => {
           if (!slotHeld) return Effect.void
           slotHeld = false
           running -= 1
           return slotFreed.open
+        }),
+        settle: Effect.suspend(() => {
+          if (settled) return Effect.void
+          settled = true
+          inFlight -= 1
+          return slotFreed.open
         })
+      }
+    }
+
+    /** Run one message of a claim, then finish it, whatever happened. */
+    const runMessage = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim) =>
+      Effect.suspend(() => {
+        const message = runningMessage()
         return Effect.gen(function*() {
-          startedAt = yield* Clock.currentTimeMillis
+          const startedAt = message.startedAt = yield* Clock.currentTimeMillis
           if (claim.leaseExpiries >= settings.quarantineAfter) return { _tag: "Quarantined" } as Outcome.RunResult
           if (claim.attempts > claim.maxAttempts) return { _tag: "Exhausted" } as Outcome.RunResult
           // The handler runs on this fiber; the claim's watchdog interrupts it when its lease is lost
@@ -244,11 +271,9 @@ export const make = <R>(
             { attributes: { queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts } },
             { captureStackTrace: false }
           ),
-          Effect.onExit((exit) => finish(renewer, claim, exit, startedAt, freeSlot)),
-          Effect.ensuring(Effect.andThen(freeSlot, Effect.suspend(() => {
-            inFlight -= 1
-            return slotFreed.open
-          }))),
+          Effect.onExit((exit) => finish(renewer, claim, exit, message)),
+          // Should `finish` have failed to hand the message over, it leaves the slot and the drain here.
+          Effect.ensuring(Effect.andThen(message.freeSlot, Effect.suspend(() => message.submitted ? Effect.void : message.settle))),
           Effect.annotateLogs({ queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts })
         )
       })
@@ -279,8 +304,13 @@ export const make = <R>(
     const releaseUnrun = (claims: ReadonlyArray<Claim>, claimedAt: number) =>
       Effect.gen(function*() {
         yield* Effect.logInfo(`stopping: releasing ${claims.length} message(s) claimed as the shutdown began`)
+        // In flight until released, so the shutdown waits for these writes too.
+        inFlight += claims.length
         yield* Effect.forEach(claims, (claim) =>
-          completer.complete({ claim, action: { _tag: "Release" }, startedAt: claimedAt, leaseEndsAt: claimedAt + leaseMs }).pipe(
+          completer.complete(
+            { claim, action: { _tag: "Release" }, startedAt: claimedAt, leaseEndsAt: claimedAt + leaseMs },
+            () => runningMessage().settle
+          ).pipe(
             Effect.annotateLogs({ queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts })
           ), { concurrency: "unbounded", discard: true })
       })
@@ -415,6 +445,14 @@ export const make = <R>(
       ).pipe(Effect.annotateLogs(annotations))
     )
 
+    /** Wait until no message is in flight: every handler ended and every completion written. */
+    const drainCompletions = Effect.gen(function*() {
+      while (inFlight > 0) {
+        yield* slotFreed.close
+        if (inFlight > 0) yield* slotFreed.await
+      }
+    })
+
     /** Stop claiming, let handlers finish within the grace, then interrupt and release the rest. */
     const shutdown = Effect.gen(function*() {
       stopping = true
@@ -424,19 +462,17 @@ export const make = <R>(
       if (loopStopped._tag === "None") {
         yield* Effect.logWarning(`claim loop did not stop within ${seconds(settings.renewerStopTimeoutMs)}: a claim is stuck; going on`)
       }
-      const drained = yield* Effect.timeoutOption(
-        Effect.gen(function*() {
-          while (inFlight > 0) {
-            yield* slotFreed.close
-            if (inFlight > 0) yield* slotFreed.await
-          }
-        }),
-        settings.shutdownGraceMs
-      )
+      const drained = yield* Effect.timeoutOption(drainCompletions, settings.shutdownGraceMs)
       if (drained._tag === "None") {
         yield* Effect.logWarning(`grace elapsed: interrupting ${inFlight} handlers and releasing their messages`)
       }
       yield* Scope.close(handlers, Exit.void)
+      // The interrupted handlers' releases (and any completion still queued) are written before the
+      // completer stops: each is bounded by its lease plus one attempt.
+      const completed = yield* Effect.timeoutOption(drainCompletions, leaseMs + settings.renewerStopTimeoutMs)
+      if (completed._tag === "None") {
+        yield* Effect.logWarning(`${inFlight} finishing write(s) still pending at shutdown; those messages run again after their leases`)
+      }
       yield* Effect.logInfo("consumer stopped")
     }).pipe(Effect.annotateLogs(annotations))
     yield* Effect.addFinalizer(() => shutdown)

@@ -8,7 +8,7 @@
  * log line. Connection-dead failures are retried, per message, only while
  * that message's lease still covers it; every attempt is bounded.
  */
-import { Cause, Clock, Deferred, Effect, Latch, Metric, Option, type Scope } from "effect"
+import { Cause, Clock, Effect, Latch, Metric, Option, type Scope } from "effect"
 import type { Claim } from "../Message.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
 import type { Completion, Finish, QueueStoreShape } from "../QueueStore.ts"
@@ -45,12 +45,14 @@ export type Held = boolean | "failed"
 /** The completer of one consumer. */
 export interface Completer {
   /**
-   * Write and report the outcome of one finished run. Never fails and never
-   * dies; returns within the lease plus one attempt (a failing write is given
+   * Queue the outcome of one finished run and return at once; the message is
+   * written by the next flush and reported (metrics, a log line), then `done`
+   * runs with whether its lease was held. Never fails and never dies; `done`
+   * always runs, within the lease plus one attempt (a failing write is given
    * up when the lease runs out: the message then runs again elsewhere, as
-   * after a crash).
+   * after a crash), or when the consumer stops.
    */
-  readonly complete: (finished: Finished) => Effect.Effect<Held>
+  readonly complete: (finished: Finished, done: (held: Held) => Effect.Effect<void>) => Effect.Effect<void>
 }
 
 /**
@@ -100,11 +102,11 @@ const nameOf = (action: Outcome.Action): string => action._tag === "DeadLetter" 
 const FIRST_RETRY_MS = 100
 const MAX_RETRY_MS = 2_000
 
-/** A queued completion and the handler waiting for it. */
+/** A queued completion and what to do once it is written. */
 interface Pending {
   readonly finished: Finished
   readonly completion: Completion
-  readonly answer: Deferred.Deferred<Held, unknown>
+  readonly done: (held: Held) => Effect.Effect<void>
   /** Backoff before this entry's next attempt, after a connection-dead failure. */
   retryMs: number
 }
@@ -119,8 +121,11 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     const queue: Array<Pending> = []
     const work = yield* Latch.make(false)
 
-    /** Give an entry its answer. A defect is handed to the waiting handler, which completes it alone. */
-    const answer = (p: Pending, held: Held) => Deferred.succeed(p.answer, held)
+    /** Report an entry's outcome (a line only for what is not a landed ack) and hand it back. */
+    const answer = (p: Pending, held: Held): Effect.Effect<void> =>
+      held === true && p.finished.action._tag === "Ack"
+        ? p.done(held)
+        : announce(p.finished.action, held).pipe(annotate(p.finished.claim), Effect.andThen(p.done(held)))
 
     /**
      * One flush: one statement for the whole batch, bounded. On a dead connection
@@ -159,7 +164,12 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
             for (const p of batch) yield* answer(p, "failed")
             return
           case "Defect":
-            for (const p of batch) yield* Deferred.failCause(p.answer, result.cause)
+            // Each entry alone, with the plain fenced retry, so one bad entry cannot fail a batch again.
+            for (const p of batch) {
+              yield* Effect.forkDetach(
+                onDefect(p.finished, result.cause).pipe(annotate(p.finished.claim), Effect.andThen(p.done("failed")))
+              )
+            }
             return
         }
         const why = result._tag === "Timeout" ? `no answer within ${seconds(attemptTimeoutMs)}` : result.error.message
@@ -273,18 +283,6 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     })
 
     /**
-     * Queue one completion and wait for its answer. Every queued entry is
-     * answered: by a flush (bounded per attempt, given up when its lease ends),
-     * or as failed when the completer closes with entries still queued.
-     */
-    const write = (f: Finished) =>
-      Effect.gen(function*() {
-        const p: Pending = { finished: f, completion: completionOf(f), answer: yield* Deferred.make<Held, unknown>(), retryMs: FIRST_RETRY_MS }
-        yield* enqueue(p)
-        return yield* Deferred.await(p.answer)
-      })
-
-    /**
      * A defect while completing (a bug, a retry delay the store refuses) must not
      * leave the message leased silently: report it at ERROR and hand the message
      * back for a retry now, the attempt counted (so a defect that repeats ends in
@@ -315,15 +313,17 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
       })
 
     return {
-      complete: (finished) =>
+      complete: (finished, done) =>
         Effect.gen(function*() {
           const { action, problem } = sanitize(finished.action)
           if (problem !== undefined) yield* Effect.logError(`bad retry policy: ${problem}`)
           const f = { ...finished, action }
-          const held = yield* write(f)
-          yield* announce(f.action, held)
-          return held
-        }).pipe(Effect.catchCause((cause) => onDefect(finished, cause)))
+          yield* enqueue({ finished: f, completion: completionOf(f), done, retryMs: FIRST_RETRY_MS })
+        }).pipe(
+          Effect.catchCause((cause) =>
+            onDefect(finished, cause).pipe(annotate(finished.claim), Effect.andThen(done("failed")))
+          )
+        )
     }
   })
 
