@@ -8,8 +8,8 @@
  *    checkout's versions; `npm install` there; `npm ls effect` finds a single copy of effect.
  * 3. The app's worker and producer (test/package/app/) type-check against the published types with
  *    the checkout's tsc (a payload of the wrong type is refused).
- * 4. Against a PostgreSQL of its own (or LEASEHOLD_DATABASE_URL when set; a fresh schema either
- *    way), on the checkout's Node 22: the producer sends typed tasks, the worker (`Consumer.launch` +
+ * 4. Against a PostgreSQL of its own (or LEASEHOLD_TEST_DATABASE_URL, else LEASEHOLD_DATABASE_URL,
+ *    when set; a fresh schema either way, dropped after), on the checkout's Node 22: the producer sends typed tasks, the worker (`Consumer.launch` +
  *    `NodeRuntime.runMain`) runs them and dead-letters the unrecoverable one; `leasehold stats` and
  *    `leasehold dead-letters list` from the app's node_modules/.bin exit 0 and name the queue /
  *    the dead message; a SIGTERM while a 1.5 s task runs lets it finish, and the worker exits 0.
@@ -18,7 +18,7 @@
  * folder is then kept and named). Run by .ci/run after vitest, counted as one test.
  */
 import { type ChildProcess, execFile, spawn } from "node:child_process"
-import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join, resolve } from "node:path"
 import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
@@ -110,6 +110,7 @@ const main = async () => {
   work = mkdtempSync(join(tmpdir(), "leasehold-package-"))
   const packDir = join(work, "pack")
   const app = join(work, "app")
+  mkdirSync(packDir)
 
   // -- 1. pack -------------------------------------------------------------------------------
   step("npm pack (prepack builds dist/)")
@@ -179,14 +180,13 @@ const main = async () => {
 
   // -- 3. type-check against the published types -----------------------------------------------
   step("tsc --noEmit in the app (published .d.ts)")
-  await exec(tsc, ["--noEmit", "-p", "tsconfig.json"], { cwd: app })
   const resolvedTypes = await exec(tsc, ["--noEmit", "-p", "tsconfig.json", "--traceResolution"], { cwd: app })
   check(/Module name 'leasehold' was successfully resolved to '[^']*node_modules\/leasehold\/dist\/index\.d\.ts'/.test(resolvedTypes),
     "tsc did not resolve `leasehold` to node_modules/leasehold/dist/index.d.ts")
 
   // -- 4. run it ---------------------------------------------------------------------------------
-  let url = process.env["LEASEHOLD_DATABASE_URL"]
-  if (url === undefined || url === "") {
+  let url = [process.env["LEASEHOLD_TEST_DATABASE_URL"], process.env["LEASEHOLD_DATABASE_URL"]].find((u) => u !== undefined && u !== "")
+  if (url === undefined) {
     step("starting PostgreSQL")
     server = await startPostgres({ forTests: true })
     url = server.url
@@ -234,6 +234,7 @@ const main = async () => {
   await waitFor("the slow task to start", () => worker.output.includes("slow started") ? true : undefined, 30_000, worker)
   worker.proc.kill("SIGTERM")
   const exit = await waitExit(worker, 45_000)
+  step(`worker exited ${JSON.stringify(exit)}`)
   check(exit.code === 0, `the worker exited ${JSON.stringify(exit)} after SIGTERM:\n${worker.output}`)
   check(worker.output.includes("slow done"), `the running task did not finish before the worker exited:\n${worker.output}`)
   const drained = await stats()
