@@ -1,10 +1,12 @@
 /**
- * The `leasehold` command (src/bin/leasehold.ts) as a real process against the
- * shared test server: migrate, send, stats, and the dead-letter commands; and
- * how it refuses: a dead-letter command with no filter (exit 2, usage), a
- * hostile queue or schema name (exit 1, InvalidInput), no database URL (exit 1,
- * naming the variable), an unreachable server (exit 1, the password nowhere
- * in the output).
+ * The `leasehold` command (src/bin/leasehold.ts, on effect/cli) as a real process
+ * against the shared test server: migrate, send, stats (--json, every queue,
+ * --watch until SIGINT), attempts and the dead-letter commands, --help; the
+ * read-only commands under a role that may only read; and how it refuses: a
+ * dead-letter command with no filter, a bad or unknown flag (exit 2, the error
+ * and the command's help on stderr, before connecting), a hostile queue or
+ * schema name (exit 1, InvalidInput), no database URL (exit 1, naming the
+ * variable), an unreachable server (exit 1, the password nowhere in the output).
  */
 import { spawn } from "node:child_process"
 import { existsSync } from "node:fs"
@@ -64,6 +66,29 @@ const run = (args: ReadonlyArray<string>, env: NodeJS.ProcessEnv, timeoutMs = 20
       done({ code, signal, stdout, stderr, ms: Date.now() - startedAt })
     })
   })
+
+/** A CLI process left running: its output so far, a wait for a condition on it, and its end. */
+const start = (args: ReadonlyArray<string>, env: NodeJS.ProcessEnv) => {
+  const startedAt = Date.now()
+  const proc = spawn(nodeBinary, [CLI, ...args], { env, stdio: ["ignore", "pipe", "pipe"] })
+  const out = { stdout: "", stderr: "" }
+  proc.stdout.on("data", (chunk: Buffer) => (out.stdout += chunk.toString("utf8")))
+  proc.stderr.on("data", (chunk: Buffer) => (out.stderr += chunk.toString("utf8")))
+  const ended = new Promise<Result>((done) =>
+    proc.on("close", (code, signal) => done({ code, signal, ...out, ms: Date.now() - startedAt }))
+  )
+  /** Resolves once `f(stdout)` holds; rejects (with the output) after `timeoutMs`. */
+  const until = async (what: string, f: (stdout: string) => boolean, timeoutMs = 15_000) => {
+    const deadline = Date.now() + timeoutMs
+    while (!f(out.stdout)) {
+      if (Date.now() > deadline || proc.exitCode !== null) {
+        throw new Error(`waiting for ${what}: exit ${proc.exitCode}\n--- stdout ---\n${out.stdout}\n--- stderr ---\n${out.stderr}`)
+      }
+      await new Promise((r) => setTimeout(r, 50))
+    }
+  }
+  return { proc, out, ended, until }
+}
 
 const zip = <A, B>(as: ReadonlyArray<A>, bs: ReadonlyArray<B>): Array<[A, B]> => as.map((a, i) => [a, bs[i]!])
 
@@ -176,7 +201,7 @@ describe("leasehold CLI (a real process)", () => {
 
     // A known clock for the age: the oldest ready message became visible 90 s ago by the server's clock.
     await query(`UPDATE ${schema}.messages SET visible_at = now() - interval '90 seconds' WHERE id = $1::bigint`, [a.id])
-    const stats = await ok(["stats", "cli-q", "cli-empty"], env)
+    const stats = await ok(["stats", "cli-q", "cli-empty", "--json"], env)
     assert.lengthOf(stats, 2)
     assert.deepInclude(stats[0], { queue: "cli-q", ready: 2, delayed: 1, inFlight: 0, dead: 0 })
     assert.isAtLeast(stats[0].oldestReadyAgeMs, 90_000)
@@ -187,7 +212,8 @@ describe("leasehold CLI (a real process)", () => {
     const bad = await run(["send", "cli-q", "greet", "{not json"], env)
     assert.strictEqual(bad.code, 2, show(bad))
     assert.include(bad.stderr, "payload is not valid JSON")
-    assert.include(bad.stderr, "usage:")
+    assert.include(bad.stderr, "USAGE")
+    assert.strictEqual(bad.stdout, "")
     const [n] = await query<{ n: number }>(`SELECT count(*)::int AS n FROM ${schema}.messages`)
     assert.strictEqual(n!.n, 3)
   })
@@ -198,7 +224,7 @@ describe("leasehold CLI (a real process)", () => {
     const ids = await makeDeadLetters(schema, "dlq", 3)
     const [elsewhere] = await makeDeadLetters(schema, "dlq-other", 1)
 
-    const listed = await ok(["dead-letters", "list", "--queue", "dlq"], env)
+    const listed = await ok(["dead-letters", "list", "--queue", "dlq", "--json"], env)
     assert.deepStrictEqual(listed.map((d: { id: string }) => d.id), ids, "the queue's dead letters, oldest death first")
     for (const [i, d] of (listed as Array<any>).entries()) {
       assert.strictEqual(d.queue, "dlq")
@@ -209,15 +235,15 @@ describe("leasehold CLI (a real process)", () => {
       assert.strictEqual(d.attempts, 1)
       assert.isString(d.deadAt)
     }
-    const all = await ok(["dead-letters", "list"], env)
+    const all = await ok(["dead-letters", "list", "--json"], env)
     assert.sameMembers(all.map((d: { id: string }) => d.id), [...ids, elsewhere])
-    const limited = await ok(["dead-letters", "list", "--queue", "dlq", "--limit", "2"], env)
+    const limited = await ok(["dead-letters", "list", "--queue", "dlq", "--limit", "2", "--json"], env)
     assert.lengthOf(limited, 2)
 
     // Redrive two by id: back to ready, with a fresh attempt budget.
     const redriven = await ok(["dead-letters", "redrive", "--ids", `${ids[0]},${ids[1]}`], env)
     assert.sameMembers(redriven.redriven, [ids[0], ids[1]])
-    const [stats] = await ok(["stats", "dlq"], env)
+    const [stats] = await ok(["stats", "dlq", "--json"], env)
     assert.deepInclude(stats, { queue: "dlq", ready: 2, delayed: 0, inFlight: 0, dead: 1 })
     const rows = await query<{ id: string; state: string; attempts: number; dead_reason: string | null }>(
       `SELECT id::text AS id, state, attempts, dead_reason FROM ${schema}.messages WHERE queue = 'dlq' ORDER BY id`
@@ -234,7 +260,7 @@ describe("leasehold CLI (a real process)", () => {
     // Purge the queue's remaining dead letter; the other queue's stays.
     const purged = await ok(["dead-letters", "purge", "--queue", "dlq"], env)
     assert.deepStrictEqual(purged, { purged: [ids[2]] })
-    assert.deepStrictEqual(await ok(["dead-letters", "list", "--queue", "dlq"], env), [])
+    assert.deepStrictEqual(await ok(["dead-letters", "list", "--queue", "dlq", "--json"], env), [])
     const left = await query<{ id: string; state: string }>(`SELECT id::text AS id, state FROM ${schema}.messages ORDER BY id`)
     assert.deepStrictEqual(left, [
       { id: ids[0]!, state: "ready" },
@@ -253,7 +279,7 @@ describe("leasehold CLI (a real process)", () => {
         store.recordAttempt({ ...base, attempt: 1, outcome: "retried", error: "Error: boom" }),
         store.recordAttempt({ ...base, attempt: 2, outcome: "dead-lettered", error: "Error: boom again" })
       ))
-    const history = await ok(["attempts", id!], env)
+    const history = await ok(["attempts", id!, "--json"], env)
     assert.deepStrictEqual(
       history.map((a: { attempt: number; outcome: string; consumer: string; error: string }) => [a.attempt, a.outcome, a.consumer, a.error]),
       [[1, "retried", "w1", "Error: boom"], [2, "dead-lettered", "w1", "Error: boom again"]]
@@ -261,6 +287,8 @@ describe("leasehold CLI (a real process)", () => {
     const bad = await run(["attempts", "1; drop table x"], env)
     assert.strictEqual(bad.code, 2, show(bad))
     assert.include(bad.stderr, "attempts needs a message id")
+    assert.include(bad.stderr, "USAGE")
+    assert.strictEqual(bad.stdout, "")
   })
 
   it("dead-letters purge or redrive with no filter refuses: exit 2 and the usage, before connecting; nothing touched", async () => {
@@ -271,7 +299,7 @@ describe("leasehold CLI (a real process)", () => {
     for (const [verb, r] of zip(verbs, await Promise.all(verbs.map((verb) => run(["dead-letters", verb], env))))) {
       assert.strictEqual(r.code, 2, `${verb}: ${show(r)}`)
       assert.include(r.stderr, "say which dead letters: --queue Q, --ids 1,2 or --all")
-      assert.include(r.stderr, "usage:")
+      assert.include(r.stderr, "USAGE")
       assert.strictEqual(r.stdout, "")
     }
     const rows = await query<{ id: string; state: string }>(`SELECT id::text AS id, state FROM ${schema}.messages ORDER BY id`)
@@ -279,21 +307,32 @@ describe("leasehold CLI (a real process)", () => {
 
     const unknown = await run(["frobnicate"], env)
     assert.strictEqual(unknown.code, 2, show(unknown))
-    assert.include(unknown.stderr, 'unknown command "frobnicate"')
+    assert.include(unknown.stderr, 'Unknown subcommand "frobnicate"')
+    assert.strictEqual(unknown.stdout, "")
 
     // Arguments are checked before connecting: a usage error needs no database (and migrates nothing).
     const unmigrated = await freshSchema(false)
     const noServer = envWith({ LEASEHOLD_DATABASE_URL: `postgres://u:p@127.0.0.1:${await closedPort()}/db`, LEASEHOLD_SCHEMA: unmigrated })
     const offline: ReadonlyArray<[NodeJS.ProcessEnv, ReadonlyArray<string>, string]> = [
       [noServer, ["dead-letters", "purge"], "say which dead letters"],
-      [noServer, ["send", "q", "t"], "send needs <queue> <task> <json>"],
+      [noServer, ["send", "q", "t"], "Missing required argument: json"],
+      [noServer, ["send", "q", "t", "{}", "--delay", "soon"], `--delay: "soon" is invalid; expected a duration such as 500ms, 30s, 2m, 1h, 7d or "30 seconds"`],
+      [noServer, ["send", "q", "t", "{}", "--delay=-5s"], `--delay: "-5s" is invalid; expected a duration`],
+      [noServer, ["stats", "q", "--bogus"], "Unrecognized flag: --bogus"],
+      [noServer, ["dead-letters", "list", "--frob", "1"], "Unrecognized flag: --frob"],
+      [noServer, ["dead-letters", "redrive", "--all", "--json"], "Unrecognized flag: --json"],
       [envWith({}), ["dead-letters", "redrive"], "say which dead letters"],
-      [envWith({}), ["frobnicate"], 'unknown command "frobnicate"']
+      [envWith({}), ["frobnicate"], 'Unknown subcommand "frobnicate"']
     ]
-    for (const [[, args, message], r] of zip(offline, await Promise.all(offline.map(([env, args]) => run(args, env))))) {
-      assert.strictEqual(r.code, 2, `${args.join(" ")}: ${show(r)}`)
-      assert.include(r.stderr, message)
-      assert.include(r.stderr, "usage:")
+    for (let i = 0; i < offline.length; i += 4) {
+      const batch = offline.slice(i, i + 4)
+      for (const [[, args, message], r] of zip(batch, await Promise.all(batch.map(([env, args]) => run(args, env))))) {
+        assert.strictEqual(r.code, 2, `${args.join(" ")}: ${show(r)}`)
+        assert.include(r.stderr, message)
+        assert.include(r.stderr, "USAGE")
+        assert.strictEqual(r.stdout, "", args.join(" "))
+        assert.notInclude(r.stderr, "ConnectionDead", "refused before connecting")
+      }
     }
     const [created] = await query<{ n: number }>(`SELECT count(*)::int AS n FROM information_schema.schemata WHERE schema_name = $1`, [unmigrated])
     assert.strictEqual(created!.n, 0, "nothing was migrated")
@@ -348,7 +387,8 @@ describe("leasehold CLI (a real process)", () => {
       for (const [[, args, message], r] of zip(batch, await Promise.all(batch.map(([e, args]) => run(args, e))))) {
         assert.strictEqual(r.code, 2, `${args.join(" ")}: ${show(r)}`)
         assert.include(r.stderr, message, args.join(" "))
-        assert.include(r.stderr, "usage:")
+        assert.include(r.stderr, "USAGE")
+        assert.notInclude(r.stderr, "ConnectionDead", "refused before connecting")
         assert.strictEqual(r.stdout, "")
       }
     }
@@ -382,5 +422,141 @@ describe("leasehold CLI (a real process)", () => {
         assert.notInclude(text, encodeURIComponent(password))
       }
     }
+  })
+})
+
+describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-only", () => {
+  it("--help lists the commands and a command's flags, exit 0, without a database", async () => {
+    const env = envWith({}) // no LEASEHOLD_DATABASE_URL: help needs none
+    const [top, redrive, stats] = await Promise.all([
+      run(["--help"], env),
+      run(["dead-letters", "redrive", "--help"], env),
+      run(["stats", "--help"], env)
+    ])
+    assert.strictEqual(top.code, 0, show(top))
+    assert.strictEqual(top.stderr, "")
+    assert.include(top.stdout, "USAGE")
+    assert.include(top.stdout, "leasehold <subcommand>")
+    for (const command of ["migrate", "send", "stats", "attempts", "dead-letters"]) {
+      assert.match(top.stdout, new RegExp(`^  ${command}\\s`, "m"), `${command} listed`)
+    }
+    assert.include(top.stdout, "LEASEHOLD_DATABASE_URL")
+
+    assert.strictEqual(redrive.code, 0, show(redrive))
+    assert.strictEqual(redrive.stderr, "")
+    assert.include(redrive.stdout, "leasehold dead-letters redrive [flags]")
+    assert.include(redrive.stdout, "fresh attempt budget")
+    for (const flag of ["--queue QUEUE", "--ids ID,ID", "--all"]) assert.include(redrive.stdout, flag)
+    assert.include(redrive.stdout, "leasehold dead-letters redrive --ids 17,18", "an example")
+
+    assert.strictEqual(stats.code, 0, show(stats))
+    for (const flag of ["--json", "--watch"]) assert.include(stats.stdout, flag)
+  })
+
+  it("stats --json counts every queue that has messages when none is named; a table without --json; --delay takes effect's durations", async () => {
+    const schema = await freshSchema(true)
+    const env = envFor(schema)
+    assert.deepStrictEqual(await ok(["stats", "--json"], env), [], "no messages, no queues")
+    const empty = await run(["stats"], env)
+    assert.strictEqual(empty.code, 0, show(empty))
+    assert.strictEqual(empty.stdout.trim(), "no queue has messages")
+
+    await ok(["send", "beta", "t", "{}"], env)
+    await ok(["send", "beta", "t", "{}", "--delay", "30 seconds"], env)
+    await ok(["send", "beta", "t", "{}", "--delay", "2m"], env)
+    for (let i = 0; i < 3; i++) await ok(["send", "alpha", "t", `{"n":${i}}`, "--delay", "500ms"], env)
+    await makeDeadLetters(schema, "gamma", 2)
+    const delays = await query<{ queue: string; s: number }>(
+      `SELECT queue, round(extract(epoch FROM visible_at - enqueued_at))::int AS s FROM ${schema}.messages WHERE queue = 'beta' ORDER BY id`
+    )
+    assert.deepStrictEqual(delays.map((d) => d.s), [0, 30, 120], "--delay 30 seconds and 2m")
+    await new Promise((r) => setTimeout(r, 600)) // alpha's 500 ms delays are over
+
+    const stats = await ok(["stats", "--json"], env)
+    assert.deepStrictEqual(stats.map((s: { queue: string }) => s.queue), ["alpha", "beta", "gamma"])
+    assert.deepInclude(stats[0], { queue: "alpha", ready: 3, delayed: 0, inFlight: 0, dead: 0 })
+    assert.deepInclude(stats[1], { queue: "beta", ready: 1, delayed: 2, inFlight: 0, dead: 0 })
+    assert.deepInclude(stats[2], { queue: "gamma", ready: 0, delayed: 0, inFlight: 0, dead: 2 })
+
+    const table = await run(["stats"], env)
+    assert.strictEqual(table.code, 0, show(table))
+    const lines = table.stdout.trim().split("\n")
+    assert.match(lines[0]!, /^QUEUE\s+READY\s+DELAYED\s+IN FLIGHT\s+DEAD\s+OLDEST READY$/)
+    assert.match(lines[1]!, /^alpha\s+3\s+0\s+0\s+0\s+\S+$/)
+    assert.match(lines[2]!, /^beta\s+1\s+2\s+0\s+0\s+\S+$/)
+    assert.match(lines[3]!, /^gamma\s+0\s+0\s+0\s+2\s+-$/)
+    assert.lengthOf(lines, 4)
+  })
+
+  it("stats --watch refreshes every second (seeing new messages) until SIGINT, then exits 0", async () => {
+    const schema = await freshSchema(true)
+    const env = envFor(schema)
+    await ok(["send", "watched", "t", "{}"], env)
+    const watch = start(["stats", "watched", "--watch"], env)
+    const header = /^leasehold stats at \S+ \(every second; Ctrl-C to stop\)$/gm
+    const refreshes = (stdout: string) => stdout.match(header)?.length ?? 0
+    try {
+      await watch.until("a first table", (o) => /^watched\s+1\s+0\s+0\s+0\s/m.test(o))
+      await withStore(schema, (store) => store.send("watched", [{ task: "t", payload: {} }]))
+      await watch.until("a refresh showing the new message", (o) => /^watched\s+2\s+0\s+0\s+0\s/m.test(o))
+      await watch.until("two refreshes", (o) => refreshes(o) >= 2)
+    } finally {
+      watch.proc.kill("SIGINT")
+    }
+    const r = await watch.ended
+    assert.strictEqual(r.code, 0, `SIGINT ends the watch with exit 0: ${show(r)}`)
+    assert.isAtLeast(refreshes(r.stdout), 2)
+    assert.strictEqual(r.stderr, "")
+
+    // --json --watch: one JSON document per line and refresh.
+    const json = start(["stats", "watched", "--watch", "--json"], env)
+    try {
+      await json.until("two JSON lines", (o) => o.split("\n").filter((l) => l.startsWith("[")).length >= 2)
+    } finally {
+      json.proc.kill("SIGINT")
+    }
+    const j = await json.ended
+    assert.strictEqual(j.code, 0, show(j))
+    const docs = j.stdout.split("\n").filter((l) => l !== "").map((l) => JSON.parse(l))
+    for (const doc of docs) assert.deepInclude(doc[0], { queue: "watched", ready: 2 })
+  }, 60_000)
+
+  it("read-only commands work under a role that may only read; they create nothing in an unmigrated schema", async () => {
+    const schema = await freshSchema(true)
+    const [dead] = await makeDeadLetters(schema, "ro", 1)
+    const role = `leasehold_ro_${Math.random().toString(36).slice(2, 8)}`
+    await query(`CREATE ROLE ${role} LOGIN`)
+    try {
+      await query(`GRANT USAGE ON SCHEMA ${schema} TO ${role}`)
+      await query(`GRANT SELECT ON ALL TABLES IN SCHEMA ${schema} TO ${role}`)
+      const url = new URL(PgTest.databaseUrl())
+      url.username = role
+      url.password = ""
+      const env = envWith({ LEASEHOLD_DATABASE_URL: url.toString(), LEASEHOLD_SCHEMA: schema })
+      const [stats, listed, history] = await Promise.all([
+        ok(["stats", "--json"], env),
+        ok(["dead-letters", "list", "--json"], env),
+        ok(["attempts", dead!, "--json"], env)
+      ])
+      assert.deepStrictEqual(stats.map((s: { queue: string; dead: number }) => [s.queue, s.dead]), [["ro", 1]])
+      assert.deepStrictEqual(listed.map((d: { id: string }) => d.id), [dead])
+      assert.isArray(history)
+      // A writing command may migrate, and this role may not write: refused by the server, exit 1.
+      const write = await run(["dead-letters", "purge", "--all"], env)
+      assert.strictEqual(write.code, 1, show(write))
+    } finally {
+      await query(`REVOKE ALL ON ALL TABLES IN SCHEMA ${schema} FROM ${role}`).catch(() => undefined)
+      await query(`REVOKE ALL ON SCHEMA ${schema} FROM ${role}`).catch(() => undefined)
+      await query(`DROP ROLE IF EXISTS ${role}`).catch(() => undefined)
+    }
+    const [left] = await query<{ n: number }>(`SELECT count(*)::int AS n FROM ${schema}.messages WHERE id = $1::bigint`, [dead])
+    assert.strictEqual(left!.n, 1, "nothing purged")
+
+    const unmigrated = await freshSchema(false)
+    const r = await run(["stats", "--json"], envFor(unmigrated))
+    assert.strictEqual(r.code, 1, show(r))
+    assert.match(r.stderr, /^leasehold: /)
+    const [created] = await query<{ n: number }>(`SELECT count(*)::int AS n FROM information_schema.schemata WHERE schema_name = $1`, [unmigrated])
+    assert.strictEqual(created!.n, 0, "stats migrated nothing")
   })
 })

@@ -1,0 +1,331 @@
+/**
+ * The `leasehold` command on `effect/cli`: commands, typed flags, `--help` on
+ * each, `--json` for scripts. Every argument is parsed and checked by the
+ * command's flags before its handler runs, so a bad one is refused (exit 2,
+ * naming the flag and the rule) before anything connects. Only `migrate`,
+ * `send`, `dead-letters redrive` and `dead-letters purge` may migrate the
+ * schema; the read-only commands work with a read-only role.
+ */
+import { Cause, Console, Context, Effect, Exit, Layer, Option, Runtime } from "effect"
+import { Argument, CliConfig, CliError, CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
+import { SqlClient } from "effect/sql"
+import type { MessageId, QueueStats } from "../Message.ts"
+import * as PgQueueStore from "../PgQueueStore.ts"
+import * as QueueConfig from "../QueueConfig.ts"
+import { classify } from "../QueueError.ts"
+import type { DeadLetterFilter } from "../QueueStore.ts"
+import { QueueStore } from "../QueueStore.ts"
+import * as Out from "./cliOutput.ts"
+
+/** The version `leasehold --version` prints. */
+export const version = "0.1.0"
+
+/** Exit code of an invocation refused before running: a bad flag, argument or command. */
+export const usageExitCode = 2
+
+// ---------------------------------------------------------------------------
+// Checked flags and arguments: each failure names the flag and the rule.
+
+const refuse = (message: string) => Effect.fail(new CliError.ValidationError({ message }))
+
+const wholeNumber = (flag: string) => (text: string) =>
+  /^\s*-?\d{1,9}\s*$/.test(text) ? Effect.succeed(Number(text)) : refuse(`--${flag}: ${JSON.stringify(text)} is not a whole number`)
+
+const messageIdPattern = /^\d{1,19}$/
+
+/** `--ids 1,2,3`: every one a message id (a decimal number). */
+const parseIds = (text: string) => {
+  const ids = text.split(",").map((s) => s.trim())
+  const bad = ids.find((id) => !messageIdPattern.test(id))
+  return bad === undefined
+    ? Effect.succeed(ids as ReadonlyArray<string> as ReadonlyArray<MessageId>)
+    : refuse(`--ids: ${bad === "" ? "an empty id" : JSON.stringify(bad)} is not a message id (ids are numbers, comma-separated: --ids 17,18)`)
+}
+
+const intFlag = (name: string, description: string) =>
+  Flag.String(name).pipe(Flag.withMetavar("N"), Flag.withDescription(description), Flag.mapEffect(wholeNumber(name)), Flag.optional)
+
+const jsonFlag = Flag.Boolean("json").pipe(Flag.withDescription("Print JSON (for scripts) instead of a table"), Flag.withDefault(false))
+
+const queueFilter = Flag.String("queue").pipe(
+  Flag.withMetavar("QUEUE"),
+  Flag.withDescription("Only the dead letters of this queue"),
+  Flag.optional
+)
+
+const idsFilter = Flag.String("ids").pipe(
+  Flag.withMetavar("ID,ID"),
+  Flag.withDescription("Only these message ids, comma-separated: --ids 17,18"),
+  Flag.mapEffect(parseIds),
+  Flag.optional
+)
+
+// ---------------------------------------------------------------------------
+// Connecting: after the arguments were checked.
+
+/**
+ * The store (and its SQL client and validated schema) from LEASEHOLD_DATABASE_URL and
+ * LEASEHOLD_SCHEMA, for the current scope. `migrate` only for the commands that write.
+ */
+const connect = (options: { readonly migrate: boolean }) =>
+  Effect.gen(function*() {
+    const schema = yield* QueueConfig.schemaFromEnv
+    const layer = PgQueueStore.layer({ schema, leasePool: false, migrate: options.migrate }).pipe(
+      Layer.provideMerge(QueueConfig.pgLayerFromEnv({ maxConnections: 2, applicationName: "leasehold-cli" }))
+    )
+    const context = yield* Layer.build(layer)
+    return {
+      store: Context.get(context, QueueStore),
+      sql: Context.get(context, SqlClient.SqlClient),
+      schema: Context.get(context, PgQueueStore.PgQueueStoreSettings).schema
+    }
+  })
+
+const print = (text: string) => Console.log(text)
+
+// ---------------------------------------------------------------------------
+// Commands
+
+const migrate = Command.make("migrate", {}, () =>
+  Effect.scoped(Effect.gen(function*() {
+    const { schema } = yield* connect({ migrate: true })
+    yield* print(`schema ${schema} is up to date`)
+  }))).pipe(
+    Command.withDescription("Create or upgrade leasehold's tables in LEASEHOLD_SCHEMA (default leasehold); a no-op when up to date")
+  )
+
+const send = Command.make("send", {
+  queue: Argument.String("queue").pipe(Argument.withDescription("The queue to send to")),
+  task: Argument.String("task").pipe(Argument.withDescription("The task name its worker knows")),
+  payload: Argument.String("json").pipe(
+    Argument.withDescription("The payload, as JSON: '{\"to\":\"ada@example.com\"}'"),
+    Argument.mapEffect((text) =>
+      Effect.try({ try: () => JSON.parse(text) as unknown, catch: (e) => (e as Error).message }).pipe(
+        Effect.catch((reason) => refuse(`payload is not valid JSON: ${reason}`))
+      )
+    )
+  ),
+  delay: Flag.String("delay").pipe(
+    Flag.withMetavar("DURATION"),
+    Flag.withDescription("Hide it until then: 500ms, 30s, 2m, 1h, 7d or \"30 seconds\""),
+    Flag.mapEffect((text) => Effect.mapError(QueueConfig.parseDuration("--delay", text), (e) => new CliError.ValidationError({ message: e.message }))),
+    Flag.optional
+  ),
+  priority: intFlag("priority", "Lower runs first (default 0)"),
+  dedup: Flag.String("dedup").pipe(
+    Flag.withMetavar("KEY"),
+    Flag.withDescription("Send nothing if a live message of the queue has this key; print its id instead"),
+    Flag.optional
+  ),
+  maxAttempts: intFlag("max-attempts", "Attempts before it is dead-lettered (default 25)")
+}, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: true })
+    const [result] = yield* store.send(input.queue, [{
+      task: input.task,
+      payload: input.payload,
+      delay: Option.getOrUndefined(input.delay),
+      priority: Option.getOrUndefined(input.priority),
+      dedupKey: Option.getOrUndefined(input.dedup),
+      maxAttempts: Option.getOrUndefined(input.maxAttempts)
+    }])
+    yield* print(Out.json(result))
+  }))).pipe(
+    Command.withDescription("Send one message; prints its id as JSON ({\"id\", \"deduplicated\"})"),
+    Command.withExamples([
+      { command: "leasehold send default send-email '{\"to\":\"ada@example.com\"}' --delay 10s", description: "Send in ten seconds" }
+    ])
+  )
+
+/** Set while `stats --watch` refreshes: Ctrl-C then ends the command normally (exit 0). */
+let watching = false
+
+const stats = Command.make("stats", {
+  queues: Argument.String("queue").pipe(
+    Argument.withDescription("Queues to show (default: every queue that has messages)"),
+    Argument.variadic()
+  ),
+  json: jsonFlag,
+  watch: Flag.Boolean("watch").pipe(Flag.withDescription("Refresh every second until Ctrl-C"), Flag.withDefault(false))
+}, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { schema, sql, store } = yield* connect({ migrate: false })
+    const collect = Effect.gen(function*() {
+      const queues = input.queues.length > 0
+        ? input.queues
+        : yield* queuesWithMessages(sql, schema)
+      return yield* Effect.forEach(queues, (q) => store.stats(q))
+    })
+    const show = (rows: ReadonlyArray<QueueStats>) =>
+      input.json
+        ? print(Out.json(rows, !input.watch))
+        : print(input.watch ? `${clearScreen()}${watchHeader()}\n${Out.statsTable(rows)}\n` : Out.statsTable(rows))
+    // The first read must work (a bad queue name or a missing table fails the command);
+    // while watching, a failed refresh is reported and the next one tried.
+    yield* Effect.flatMap(collect, show)
+    if (!input.watch) return
+    watching = true
+    yield* Effect.forever(
+      Effect.sleep("1 second").pipe(
+        Effect.andThen(collect),
+        Effect.flatMap(show),
+        Effect.catch((e) => Console.error(`leasehold: ${describe(e)} (retrying every second)`))
+      )
+    )
+  }))).pipe(
+    Command.withDescription("Ready, delayed, in-flight and dead counts and the oldest ready age of queues"),
+    Command.withExamples([
+      { command: "leasehold stats", description: "Every queue that has messages" },
+      { command: "leasehold stats emails reports --watch", description: "Two queues, refreshed every second" },
+      { command: "leasehold stats default --json", description: "For scripts" }
+    ])
+  )
+
+const queuesWithMessages = (sql: SqlClient.SqlClient, schema: string) =>
+  Out.queuesWithMessages(sql, schema).pipe(classify("list queues"))
+
+const clearScreen = () => (process.stdout.isTTY ? "\x1b[2J\x1b[H" : "")
+const watchHeader = () => `leasehold stats at ${new Date().toISOString()} (every second; Ctrl-C to stop)`
+
+const attempts = Command.make("attempts", {
+  id: Argument.String("message-id").pipe(
+    Argument.withDescription("The id of the message"),
+    Argument.mapEffect((text) =>
+      messageIdPattern.test(text)
+        ? Effect.succeed(text as MessageId)
+        : refuse(`attempts needs a message id (a number): ${JSON.stringify(text)} is not one`)
+    )
+  ),
+  json: jsonFlag
+}, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: false })
+    const history = yield* store.attempts(input.id)
+    yield* print(input.json ? Out.json(history) : Out.attemptsTable(history))
+  }))).pipe(Command.withDescription("The attempt history of a message, oldest first"))
+
+const filterOf = (input: { readonly queue: Option.Option<string>; readonly ids: Option.Option<ReadonlyArray<MessageId>> }): DeadLetterFilter => ({
+  queue: Option.getOrUndefined(input.queue),
+  ids: Option.getOrUndefined(input.ids)
+})
+
+const list = Command.make("list", {
+  queue: queueFilter,
+  ids: idsFilter,
+  limit: Flag.String("limit").pipe(
+    Flag.withMetavar("N"),
+    Flag.withDescription("At most this many (default 100)"),
+    Flag.mapEffect(wholeNumber("limit")),
+    Flag.withDefault(100)
+  ),
+  json: jsonFlag
+}, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: false })
+    const dead = yield* store.deadLetters({ ...filterOf(input), limit: input.limit })
+    yield* print(input.json ? Out.json(dead) : Out.deadLettersTable(dead))
+  }))).pipe(Command.withDescription("Dead letters, oldest death first, with their reason and last error"))
+
+/** redrive and purge act on the dead letters named by --queue, --ids or --all; one of them is required. */
+const writingFilter = {
+  queue: queueFilter,
+  ids: idsFilter,
+  all: Flag.Boolean("all").pipe(Flag.withDescription("Every dead letter of every queue"), Flag.withDefault(false))
+}
+
+const sayWhich = (input: { readonly queue: Option.Option<string>; readonly ids: Option.Option<ReadonlyArray<MessageId>>; readonly all: boolean }) =>
+  Option.isNone(input.queue) && Option.isNone(input.ids) && !input.all
+    ? refuse("say which dead letters: --queue Q, --ids 1,2 or --all")
+    : Effect.void
+
+const redrive = Command.make("redrive", writingFilter, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: true })
+    yield* print(Out.json({ redriven: yield* store.redrive(filterOf(input)) }))
+  }))).pipe(
+    Command.validate(sayWhich),
+    Command.withDescription("Return dead letters to ready with a fresh attempt budget; prints the ids as JSON"),
+    Command.withExamples([
+      { command: "leasehold dead-letters redrive --ids 17,18", description: "Two messages" },
+      { command: "leasehold dead-letters redrive --queue default", description: "Every dead letter of a queue" }
+    ])
+  )
+
+const purge = Command.make("purge", writingFilter, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: true })
+    yield* print(Out.json({ purged: yield* store.purge(filterOf(input)) }))
+  }))).pipe(
+    Command.validate(sayWhich),
+    Command.withDescription("Delete dead letters for good; prints the ids as JSON")
+  )
+
+const deadLetters = Command.make("dead-letters").pipe(
+  Command.withDescription("List, redrive or purge dead letters"),
+  Command.withSubcommands([list, redrive, purge])
+)
+
+/** The whole command tree. */
+export const leasehold = Command.make("leasehold").pipe(
+  Command.withDescription(
+    "Operate leasehold queues. Connects with LEASEHOLD_DATABASE_URL (required); tables in LEASEHOLD_SCHEMA (default leasehold)"
+  ),
+  Command.withSubcommands([migrate, send, stats, attempts, deadLetters])
+)
+
+// ---------------------------------------------------------------------------
+// Output of refusals and failures, exit codes
+
+/** `Tag: message` of a failure, as the command prints it. */
+const describe = (error: unknown): string =>
+  typeof error === "object" && error !== null && "message" in error
+    ? `${(error as { _tag?: string })._tag ?? "Error"}: ${(error as { message: string }).message}`
+    : String(error)
+
+/**
+ * Refusals go to stderr, the error first, then the command's help; stdout stays empty, so a script
+ * reading it sees nothing but results. Asked-for help goes to stdout.
+ */
+const presenter: CliOutput.Presenter = {
+  present: (event) =>
+    Effect.gen(function*() {
+      const formatter = CliOutput.defaultFormatter({ colors: event._tag === "InvalidInvocation" ? false : undefined })
+      switch (event._tag) {
+        case "InvalidInvocation": {
+          const messages = event.errors.map((e) => formatter.formatCliError(e))
+          yield* Console.error(`leasehold: ${messages.join("\nleasehold: ")}\n\n${formatter.formatHelpDoc(event.helpDoc)}`)
+          return
+        }
+        case "Help":
+          return yield* Console.log(formatter.formatHelpDoc(event.helpDoc))
+        case "Version":
+          return yield* Console.log(formatter.formatVersion(event.name, event.version))
+      }
+    })
+}
+
+const isShowHelp = (u: unknown): u is CliError.ShowHelp => CliError.isCliError(u) && u._tag === "ShowHelp"
+
+/** Run `leasehold` on `args`: refusals exit 2 (already printed with the help), failures print `leasehold: Tag: message` and exit 1. */
+export const run = (args: ReadonlyArray<string>) =>
+  Command.runWith(leasehold, { version })(args).pipe(
+    Effect.tapCause((cause) => {
+      if (Cause.hasInterruptsOnly(cause)) return Effect.void
+      const error = Cause.squash(cause)
+      return isShowHelp(error) ? Effect.void : Console.error(`leasehold: ${describe(error)}`)
+    }),
+    Effect.provide(Layer.mergeAll(
+      CliOutput.layerPresenter(presenter),
+      // --help, --version and --completions; not the interactive wizard, nor --log-level (the command logs nothing).
+      CliConfig.layer({ builtIns: [GlobalFlag.Help, GlobalFlag.Version, GlobalFlag.Completions] })
+    ))
+  )
+
+/** The process exit code of a run: 0, 2 for a refused invocation, 1 for a failure, 0 for Ctrl-C while watching (else 130). */
+export const teardown: Runtime.Teardown = (exit, onExit) => {
+  if (Exit.isSuccess(exit)) return onExit(0)
+  if (Cause.hasInterruptsOnly(exit.cause)) return onExit(watching ? 0 : 130)
+  const error = Cause.squash(exit.cause)
+  if (isShowHelp(error)) return onExit(error.errors.length > 0 ? usageExitCode : 0)
+  return onExit(1)
+}

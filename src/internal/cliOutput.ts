@@ -1,0 +1,93 @@
+/**
+ * What the `leasehold` command prints: plain tables for people, JSON for
+ * scripts (`--json`), and the query that finds every queue holding messages.
+ */
+import { Duration, Effect } from "effect"
+import type { SqlClient } from "effect/sql"
+import type { Attempt, DeadLetter, QueueStats } from "../Message.ts"
+
+/** JSON of command output: bigint ids as text (they are message ids), dates as ISO text. */
+export const json = (value: unknown, pretty = true): string =>
+  JSON.stringify(value, (_key, v: unknown) => (typeof v === "bigint" ? v.toString() : v), pretty ? 2 : undefined)
+
+/** A left-aligned text table; columns listed in `right` are right-aligned (numbers). */
+export const table = (
+  headers: ReadonlyArray<string>,
+  rows: ReadonlyArray<ReadonlyArray<string>>,
+  right: ReadonlySet<number> = new Set()
+): string => {
+  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)))
+  const line = (cells: ReadonlyArray<string>) =>
+    cells.map((c, i) => (right.has(i) ? c.padStart(widths[i]!) : i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join("  ")
+  return [line(headers), ...rows.map(line)].join("\n")
+}
+
+/** Milliseconds as people read an age: `-` for none, else whole seconds (`1m 30s`), or ms below one second. */
+export const age = (ms: number): string =>
+  ms <= 0 ? "-" : ms < 1_000 ? `${Math.round(ms)}ms` : Duration.format(Duration.seconds(Math.floor(ms / 1_000)))
+
+/** One line of free text, cut to `max` characters. */
+const oneLine = (text: string | null | undefined, max = 60): string => {
+  if (text === null || text === undefined) return ""
+  const flat = text.replace(/\s+/g, " ").trim()
+  return flat.length > max ? `${flat.slice(0, max - 3)}...` : flat
+}
+
+const iso = (d: Date) => d.toISOString()
+
+export const statsTable = (stats: ReadonlyArray<QueueStats>): string =>
+  stats.length === 0
+    ? "no queue has messages"
+    : table(
+      ["QUEUE", "READY", "DELAYED", "IN FLIGHT", "DEAD", "OLDEST READY"],
+      stats.map((s) => [s.queue, String(s.ready), String(s.delayed), String(s.inFlight), String(s.dead), age(s.oldestReadyAgeMs)]),
+      new Set([1, 2, 3, 4, 5])
+    )
+
+export const attemptsTable = (attempts: ReadonlyArray<Attempt>): string =>
+  attempts.length === 0
+    ? "no attempts recorded"
+    : table(
+      ["ATTEMPT", "OUTCOME", "CONSUMER", "STARTED", "TOOK", "ERROR"],
+      attempts.map((a) => [
+        String(a.attempt),
+        a.outcome,
+        a.consumer,
+        iso(a.startedAt),
+        `${Math.max(0, a.endedAt.getTime() - a.startedAt.getTime())}ms`,
+        oneLine(a.error)
+      ]),
+      new Set([0, 4])
+    )
+
+export const deadLettersTable = (dead: ReadonlyArray<DeadLetter>): string =>
+  dead.length === 0
+    ? "no dead letters"
+    : table(
+      ["ID", "QUEUE", "TASK", "ATTEMPTS", "DEAD AT", "REASON"],
+      dead.map((d) => [String(d.id), d.queue, d.task, String(d.attempts), iso(d.deadAt), oneLine(d.reason)]),
+      new Set([0, 3])
+    )
+
+/**
+ * Every queue that has messages (ready, in flight, delayed or dead), in name order. A skip scan
+ * over the two partial indexes that lead with `queue` (ready and dead rows: every row is one or
+ * the other), so it reads one index entry per queue, not every message. `schema` is the store's
+ * validated schema name.
+ */
+export const queuesWithMessages = (sql: SqlClient.SqlClient, schema: string) => {
+  const table = `${schema}.messages`
+  const scan = (state: "ready" | "dead") =>
+    `SELECT queue FROM (
+       WITH RECURSIVE q AS (
+         (SELECT queue FROM ${table} WHERE state = '${state}' ORDER BY queue LIMIT 1)
+         UNION ALL
+         SELECT (SELECT m.queue FROM ${table} m WHERE m.state = '${state}' AND m.queue > q.queue ORDER BY m.queue LIMIT 1)
+         FROM q WHERE q.queue IS NOT NULL
+       ) SELECT queue FROM q WHERE queue IS NOT NULL
+     ) AS ${state}_queues`
+  return Effect.map(
+    sql.unsafe<{ queue: string }>(`${scan("ready")} UNION ${scan("dead")} ORDER BY queue`),
+    (rows) => rows.map((r) => r.queue)
+  )
+}
