@@ -249,7 +249,9 @@ describe("worker process lifecycle", () => {
         } ms after SIGTERM) started it ${bStartAfterRelease} ms after the release, ${bStartAfterExit} ms after A's exit, ` +
         `${bStartBeforeLeaseEnd} ms before A's lease would have expired`
     )
-    assert.isAtMost(bStartAfterExit, 1_000, "B must get the released message within ~1 s of A's exit")
+    // Generous: on a loaded machine B's next poll can come late; what proves the release is the
+    // check below (B ran it before A's lease would have ended) and the attempt given back.
+    assert.isAtMost(bStartAfterExit, 3_000, "B must get the released message within a few seconds of A's exit")
     assert.isAtLeast(bStartBeforeLeaseEnd, 500, "B must get it well before A's lease would have expired")
 
     // B's claim: a fresh lease, and the attempt count shows A's attempt was given back.
