@@ -451,6 +451,10 @@ describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-
 
     assert.strictEqual(stats.code, 0, show(stats))
     for (const flag of ["--json", "--watch"]) assert.include(stats.stdout, flag)
+
+    const word = await run(["help", "stats"], env)
+    assert.strictEqual(word.code, 0, show(word))
+    assert.strictEqual(word.stdout, stats.stdout, "leasehold help stats is leasehold stats --help")
   })
 
   it("stats --json counts every queue that has messages when none is named; a table without --json; --delay takes effect's durations", async () => {
@@ -555,7 +559,7 @@ describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-
     const unmigrated = await freshSchema(false)
     const r = await run(["stats", "--json"], envFor(unmigrated))
     assert.strictEqual(r.code, 1, show(r))
-    assert.match(r.stderr, /^leasehold: /)
+    assert.match(r.stderr, /^leasehold: QueryFailed: .*run `leasehold migrate` first/)
     const [created] = await query<{ n: number }>(`SELECT count(*)::int AS n FROM information_schema.schemata WHERE schema_name = $1`, [unmigrated])
     assert.strictEqual(created!.n, 0, "stats migrated nothing")
   })

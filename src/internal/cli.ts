@@ -276,11 +276,14 @@ export const leasehold = Command.make("leasehold").pipe(
 // ---------------------------------------------------------------------------
 // Output of refusals and failures, exit codes
 
-/** `Tag: message` of a failure, as the command prints it. */
-const describe = (error: unknown): string =>
-  typeof error === "object" && error !== null && "message" in error
-    ? `${(error as { _tag?: string })._tag ?? "Error"}: ${(error as { message: string }).message}`
-    : String(error)
+/** `Tag: message` of a failure, as the command prints it (with a hint when the tables are missing). */
+const describe = (error: unknown): string => {
+  if (typeof error !== "object" || error === null || !("message" in error)) return String(error)
+  const { _tag, code, message } = error as { _tag?: string; code?: string; message: string }
+  // 42P01 undefined_table, 3F000 invalid_schema_name: the read-only commands do not migrate.
+  const hint = code === "42P01" || code === "3F000" ? " (no leasehold tables in LEASEHOLD_SCHEMA: run `leasehold migrate` first)" : ""
+  return `${_tag ?? "Error"}: ${message}${hint}`
+}
 
 /**
  * Refusals go to stderr, the error first, then the command's help; stdout stays empty, so a script
@@ -308,7 +311,7 @@ const isShowHelp = (u: unknown): u is CliError.ShowHelp => CliError.isCliError(u
 
 /** Run `leasehold` on `args`: refusals exit 2 (already printed with the help), failures print `leasehold: Tag: message` and exit 1. */
 export const run = (args: ReadonlyArray<string>) =>
-  Command.runWith(leasehold, { version })(args).pipe(
+  Command.runWith(leasehold, { version })(args[0] === "help" ? [...args.slice(1), "--help"] : args).pipe(
     Effect.tapCause((cause) => {
       if (Cause.hasInterruptsOnly(cause)) return Effect.void
       const error = Cause.squash(cause)
