@@ -377,6 +377,9 @@ describe("leasehold CLI (a real process)", () => {
       [env, ["dead-letters", "list", "--ids", "1 OR 1=1"], `--ids: "1 OR 1=1" is not a message id`],
       [env, ["dead-letters", "list", "--limit", "ten"], `--limit: "ten" is not a whole number`],
       [env, ["send", "q", "t", "{}", "--priority", "high"], `--priority: "high" is not a whole number`],
+      [env, ["dead-letters", "list", "--limit", "0"], "--limit: 0 is out of range (a whole number from 1 to 10000)"],
+      [env, ["send", "q", "t", "{}", "--max-attempts", "20000"], "--max-attempts: 20000 is out of range (a whole number from 1 to 10000)"],
+      [noServer, ["send", "q", "t", "{}", "--priority", "3000000000"], "--priority: 3000000000 is out of range"],
       // Before connecting: no server is needed to refuse them.
       [noServer, ["dead-letters", "redrive", "--ids", "17,x"], `--ids: "x" is not a message id`],
       [noServer, ["dead-letters", "purge", "--ids", "x"], `--ids: "x" is not a message id`]

@@ -16,6 +16,7 @@ import { classify } from "../QueueError.ts"
 import type { DeadLetterFilter } from "../QueueStore.ts"
 import { QueueStore } from "../QueueStore.ts"
 import * as Out from "./cliOutput.ts"
+import * as Validate from "./validate.ts"
 
 /** The version `leasehold --version` prints. */
 export const version = "0.1.0"
@@ -28,8 +29,12 @@ export const usageExitCode = 2
 
 const refuse = (message: string) => Effect.fail(new CliError.ValidationError({ message }))
 
-const wholeNumber = (flag: string) => (text: string) =>
-  /^\s*-?\d{1,9}\s*$/.test(text) ? Effect.succeed(Number(text)) : refuse(`--${flag}: ${JSON.stringify(text)} is not a whole number`)
+/** A whole number from `min` to `max` (the bounds the store enforces, checked here before connecting). */
+const wholeNumber = (flag: string, min: number, max: number) => (text: string) => {
+  if (!/^\s*-?\d{1,10}\s*$/.test(text)) return refuse(`--${flag}: ${JSON.stringify(text)} is not a whole number`)
+  const n = Number(text)
+  return n >= min && n <= max ? Effect.succeed(n) : refuse(`--${flag}: ${n} is out of range (a whole number from ${min} to ${max})`)
+}
 
 const messageIdPattern = /^\d{1,19}$/
 
@@ -42,8 +47,8 @@ const parseIds = (text: string) => {
     : refuse(`--ids: ${bad === "" ? "an empty id" : JSON.stringify(bad)} is not a message id (ids are numbers, comma-separated: --ids 17,18)`)
 }
 
-const intFlag = (name: string, description: string) =>
-  Flag.String(name).pipe(Flag.withMetavar("N"), Flag.withDescription(description), Flag.mapEffect(wholeNumber(name)), Flag.optional)
+const intFlag = (name: string, description: string, min: number, max: number) =>
+  Flag.String(name).pipe(Flag.withMetavar("N"), Flag.withDescription(description), Flag.mapEffect(wholeNumber(name, min, max)), Flag.optional)
 
 const jsonFlag = Flag.Boolean("json").pipe(Flag.withDescription("Print JSON (for scripts) instead of a table"), Flag.withDefault(false))
 
@@ -111,13 +116,13 @@ const send = Command.make("send", {
     Flag.mapEffect((text) => Effect.mapError(QueueConfig.parseDuration("--delay", text), (e) => new CliError.ValidationError({ message: e.message }))),
     Flag.optional
   ),
-  priority: intFlag("priority", "Lower runs first (default 0)"),
+  priority: intFlag("priority", "Lower runs first (default 0)", -2_147_483_647, 2_147_483_647),
   dedup: Flag.String("dedup").pipe(
     Flag.withMetavar("KEY"),
     Flag.withDescription("Send nothing if a live message of the queue has this key; print its id instead"),
     Flag.optional
   ),
-  maxAttempts: intFlag("max-attempts", "Attempts before it is dead-lettered (default 25)")
+  maxAttempts: intFlag("max-attempts", `Attempts before it is dead-lettered (default 25, at most ${Validate.MAX_ATTEMPTS})`, 1, Validate.MAX_ATTEMPTS)
 }, (input) =>
   Effect.scoped(Effect.gen(function*() {
     const { store } = yield* connect({ migrate: true })
@@ -214,8 +219,8 @@ const list = Command.make("list", {
   ids: idsFilter,
   limit: Flag.String("limit").pipe(
     Flag.withMetavar("N"),
-    Flag.withDescription("At most this many (default 100)"),
-    Flag.mapEffect(wholeNumber("limit")),
+    Flag.withDescription("At most this many (default 100, at most 10000)"),
+    Flag.mapEffect(wholeNumber("limit", 1, 10_000)),
     Flag.withDefault(100)
   ),
   json: jsonFlag
