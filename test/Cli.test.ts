@@ -9,7 +9,7 @@
  * variable), an unreachable server (exit 1, the password nowhere in the output).
  */
 import { spawn } from "node:child_process"
-import { existsSync } from "node:fs"
+import { existsSync, readFileSync } from "node:fs"
 import { createServer } from "node:net"
 import { resolve } from "node:path"
 import { Effect, ManagedRuntime } from "effect"
@@ -454,6 +454,10 @@ describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-
 
     assert.strictEqual(stats.code, 0, show(stats))
     for (const flag of ["--json", "--watch"]) assert.include(stats.stdout, flag)
+
+    const versioned = await run(["--version"], env)
+    assert.strictEqual(versioned.code, 0, show(versioned))
+    assert.strictEqual(versioned.stdout.trim(), `leasehold v${JSON.parse(readFileSync(resolve("package.json"), "utf8")).version}`)
 
     const word = await run(["help", "stats"], env)
     assert.strictEqual(word.code, 0, show(word))

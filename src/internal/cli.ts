@@ -6,6 +6,7 @@
  * `send`, `dead-letters redrive` and `dead-letters purge` may migrate the
  * schema; the read-only commands work with a read-only role.
  */
+import { createRequire } from "node:module"
 import { Cause, Console, Context, Effect, Exit, Layer, Option, Runtime } from "effect"
 import { Argument, CliConfig, CliError, CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
 import { SqlClient } from "effect/sql"
@@ -18,8 +19,17 @@ import { QueueStore } from "../QueueStore.ts"
 import * as Out from "./cliOutput.ts"
 import * as Validate from "./validate.ts"
 
-/** The version `leasehold --version` prints. */
-export const version = "0.1.0"
+/**
+ * The version `leasehold --version` prints: the package's. `../../package.json` is the package root
+ * from src/internal/ (running the TypeScript) and from dist/internal/ (the built package) alike.
+ */
+export const version: string = (() => {
+  try {
+    return String((createRequire(import.meta.url)("../../package.json") as { version?: unknown }).version ?? "unknown")
+  } catch {
+    return "unknown"
+  }
+})()
 
 /** Exit code of an invocation refused before running: a bad flag, argument or command. */
 export const usageExitCode = 2
