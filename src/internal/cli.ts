@@ -176,13 +176,13 @@ const stats = Command.make("stats", {
         ? print(Out.json(rows, !input.watch))
         : print(input.watch ? `${clearScreen()}${watchHeader()}\n${Out.statsTable(rows)}\n` : Out.statsTable(rows))
     // The first read must work (a bad queue name or a missing table fails the command);
-    // while watching, a failed refresh is reported and the next one tried.
+    // while watching, a failed (or stuck: 10 s) refresh is reported and the next one tried.
     yield* Effect.flatMap(collect, show)
     if (!input.watch) return
     watching = true
     yield* Effect.forever(
       Effect.sleep("1 second").pipe(
-        Effect.andThen(collect),
+        Effect.andThen(Effect.timeout(collect, "10 seconds")),
         Effect.flatMap(show),
         Effect.catch((e) => Console.error(`leasehold: ${describe(e)} (retrying every second)`))
       )
