@@ -10,9 +10,9 @@
  *    the checkout's tsc (a payload of the wrong type is refused).
  * 4. Against a PostgreSQL of its own (or LEASEHOLD_TEST_DATABASE_URL, else LEASEHOLD_DATABASE_URL,
  *    when set; a fresh schema either way, dropped after), on the checkout's Node 22: the producer sends typed tasks, the worker (`Consumer.launch` +
- *    `NodeRuntime.runMain`) runs them and dead-letters the unrecoverable one; `leasehold stats` and
- *    `leasehold dead-letters list` from the app's node_modules/.bin exit 0 and name the queue /
- *    the dead message; a SIGTERM while a 1.5 s task runs lets it finish, and the worker exits 0.
+ *    `NodeRuntime.runMain`) runs them and dead-letters the unrecoverable one; from the app's
+ *    node_modules/.bin, `leasehold stats` and `dead-letters list` exit 0 and name the queue / the
+ *    dead message, `stats --json` parses, `--help` and `dead-letters redrive --help` exit 0; a SIGTERM while a 1.5 s task runs lets it finish, and the worker exits 0.
  *
  * Prints `test:package PASS` or `test:package FAIL: <why>` last; exits 1 on failure (the scratch
  * folder is then kept and named). Run by .ci/run after vitest, counted as one test.
@@ -223,11 +223,22 @@ const main = async () => {
   }, 30_000, worker)
   step(`queue settled: ${JSON.stringify(settled)}`)
 
-  step("node_modules/.bin/leasehold stats / dead-letters list")
+  step("node_modules/.bin/leasehold: stats, dead-letters list, stats --json, --help, dead-letters redrive --help")
   const statsOut = await exec(cli, ["stats", QUEUE], { cwd: app, env, timeoutMs: 30_000 })
   check(statsOut.includes(QUEUE), `leasehold stats ${QUEUE} does not mention the queue:\n${statsOut}`)
   const deadOut = await exec(cli, ["dead-letters", "list"], { cwd: app, env, timeoutMs: 30_000 })
   check(deadOut.includes(deadId) || deadOut.includes("package.reject"), `leasehold dead-letters list does not show message ${deadId}:\n${deadOut}`)
+  const statsJson = await exec(cli, ["stats", QUEUE, "--json"], { cwd: app, env, timeoutMs: 30_000 })
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(statsJson)
+  } catch {
+    throw new Failure(`leasehold stats ${QUEUE} --json is not JSON:\n${statsJson}`)
+  }
+  check(JSON.stringify(parsed).includes(`"${QUEUE}"`), `leasehold stats ${QUEUE} --json does not name the queue:\n${statsJson}`)
+  const help = await exec(cli, ["--help"], { cwd: app, env, timeoutMs: 30_000 })
+  check(help.includes("dead-letters"), `leasehold --help does not list dead-letters:\n${help}`)
+  await exec(cli, ["dead-letters", "redrive", "--help"], { cwd: app, env, timeoutMs: 30_000 })
 
   step("SIGTERM while a 1.5 s task runs: it finishes, the worker exits 0")
   await exec(node, ["producer.ts"], { cwd: app, env: { ...env, PACKAGE_TEST_SEND: "slow" }, timeoutMs: 60_000 })
