@@ -2,7 +2,7 @@
  * Sending (see README): type-checked, encoded through the task's schema, and
  * inside your own transaction when you want it to commit with your writes.
  *
- * `LEASEHOLD_DATABASE_URL=... node examples/producer.ts`. The `users (name, email)` table
+ * `LEASEHOLD_DATABASE_URL=... node --conditions=leasehold-source examples/producer.ts` (in this checkout: `leasehold` resolves to src/ under that condition, to the built dist/ otherwise). The `users (name, email)` table
  * is your application's, not leasehold's: it is found on the connection's search_path
  * (`public.users` unless your role or database sets another), never in `LEASEHOLD_SCHEMA`,
  * where leasehold keeps its own tables. Create it first, e.g.

@@ -1,5 +1,5 @@
 /**
- * A worker program (see README): `LEASEHOLD_DATABASE_URL=... node examples/worker.ts`.
+ * A worker program (see README): `LEASEHOLD_DATABASE_URL=... node --conditions=leasehold-source examples/worker.ts`.
  *
  * Built from a dispatcher, the consumer consumes its tasks' queues (here `emails`) unless
  * `LEASEHOLD_QUEUES` names others. Run directly with Node (or `exec node` in an npm script):
