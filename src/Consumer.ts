@@ -253,7 +253,7 @@ export const make = <R>(
           // The handler runs on this fiber; the claim's watchdog interrupts it when its lease is lost
           // or its max runtime is over (see `finish` for how that is told from a shutdown).
           const exit = yield* Effect.exit(Effect.withFiber((fiber) => {
-            renewer.watch(claim.id, fiber)
+            renewer.watch(claim.id, fiber, startedAt)
             return dispatcher.handle(claim, {
               messageId: claim.id,
               queue: claim.queue,
@@ -370,7 +370,8 @@ export const make = <R>(
       while (true) {
         if (freeSlots() <= 0) {
           yield* slotFreed.close
-          if (freeSlots() <= 0) yield* waiting(Effect.timeoutOption(slotFreed.await, settings.pollIntervalMs))
+          // Nothing to do until a handler ends (a presence at risk stops handlers, which frees slots).
+          if (freeSlots() <= 0) yield* waiting(slotFreed.await)
           continue
         }
         if (yield* atRisk) {

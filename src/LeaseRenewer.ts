@@ -26,7 +26,7 @@ export interface RenewerOptions {
   readonly claimedAt: number
   /** Interrupt a watched handler whose lease is lost (`onLeaseLost: interrupt`), or let it run on. */
   readonly interruptOnLost: boolean
-  /** The max runtime of each message, counted from the start of the renewer (right after the claim). */
+  /** The max runtime of each message, counted from its handler's start (see {@link LeaseRenewer.watch}). */
   readonly maxRuntimeMs: (claim: Claim) => number
 }
 
@@ -56,11 +56,12 @@ export interface LeaseRenewer {
   /** Declare every unfinished lease of the claim lost (e.g. the consumer is about to be reaped). */
   readonly loseAll: (reason: LeaseLost["reason"], message: string) => Effect.Effect<void>
   /**
-   * Watch the handler of `id`, running on `fiber`: the watchdog interrupts that
-   * fiber when the lease is lost (if `interruptOnLost`) or the max runtime is
-   * over, and records why in {@link LeaseRenewer.stopped}.
+   * Watch the handler of `id`, running on `fiber` since `startedAt` (Clock ms):
+   * the watchdog interrupts that fiber when the lease is lost (if
+   * `interruptOnLost`) or its max runtime, counted from `startedAt`, is over,
+   * and records why in {@link LeaseRenewer.stopped}.
    */
-  readonly watch: (id: MessageId, fiber: Fiber.Fiber<unknown, unknown>) => void
+  readonly watch: (id: MessageId, fiber: Fiber.Fiber<unknown, unknown>, startedAt: number) => void
   /** Why the watchdog stopped the handler of `id`, if it did. */
   readonly stopped: (id: MessageId) => Stopped | undefined
 }
@@ -72,8 +73,9 @@ interface Entry {
   active: boolean
   finished: boolean
   readonly lost: Deferred.Deferred<LeaseLost>
-  /** When the handler's max runtime is over (Clock ms). */
-  readonly maxRuntimeAt: number
+  readonly maxRuntimeMs: number
+  /** When the handler's max runtime is over (Clock ms): from the claim, then from the handler's start. */
+  maxRuntimeAt: number
   /** The handler's fiber, once watched. */
   fiber: Fiber.Fiber<unknown, unknown> | undefined
   stopped: Stopped | undefined
@@ -107,6 +109,7 @@ export const start = (
         active: true,
         finished: false,
         lost: yield* Deferred.make<LeaseLost>(),
+        maxRuntimeMs: options.maxRuntimeMs(claim),
         maxRuntimeAt: startedAt + options.maxRuntimeMs(claim),
         fiber: undefined,
         stopped: undefined
@@ -233,7 +236,7 @@ export const start = (
           }
           if (e.stopped === undefined) {
             if (now >= e.maxRuntimeAt) {
-              const maxRuntimeMs = e.maxRuntimeAt - startedAt
+              const maxRuntimeMs = e.maxRuntimeMs
               stopHandler(e, new MaxRuntimeExceeded({
                 messageId: e.ref.id,
                 maxRuntimeMs,
@@ -278,11 +281,13 @@ export const start = (
     const stop = Effect.gen(function*() {
       if (stopped) return
       stopped = true
-      const exit = yield* Fiber.interrupt(fiber).pipe(
-        Effect.andThen(Fiber.await(fiber)),
-        Effect.interruptible,
-        Effect.timeoutOption(stopTimeoutMs)
-      )
+      // The loop is normally asleep: the interruption ends it at once, and its exit is read without a
+      // race. Otherwise it is awaited under the bound.
+      fiber.interruptUnsafe()
+      const ended = fiber.pollUnsafe()
+      const exit = ended !== undefined
+        ? Option.some(ended)
+        : yield* Fiber.await(fiber).pipe(Effect.interruptible, Effect.timeoutOption(stopTimeoutMs))
       if (Option.isNone(exit)) return yield* reportWedged("did not stop")
       if (Exit.isFailure(exit.value) && !Cause.hasInterruptsOnly(exit.value.cause)) {
         yield* Effect.logError(`renewer had failed before the claim finished:\n${Cause.pretty(exit.value.cause)}`).pipe(
@@ -301,9 +306,11 @@ export const start = (
 
     return {
       lost: (id) => Deferred.await(entry(id).lost),
-      watch: (id, fiber) => {
+      watch: (id, fiber, handlerStartedAt) => {
         const e = entry(id)
         e.fiber = fiber
+        // Only ever later than the deadline the watchdog already sleeps on: it wakes, finds the new one, sleeps again.
+        e.maxRuntimeAt = Math.max(e.maxRuntimeAt, handlerStartedAt + e.maxRuntimeMs)
         if (e.stopped !== undefined) fiber.interruptUnsafe()
       },
       stopped: (id) => entry(id).stopped,
