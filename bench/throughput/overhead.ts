@@ -1,0 +1,153 @@
+/**
+ * `npm run bench:overhead`: what the consumer itself costs, without a database.
+ *
+ * Both sides run N no-op messages over the same in-process store that answers
+ * at once (claims come from an array, every completion and renewal is held):
+ *   - consumer: `Consumer.layer` with concurrency C, defaults otherwise;
+ *   - baseline: the smallest Effect loop doing the same work: claim up to C,
+ *     run the handlers concurrently, complete them in one call, repeat.
+ * Printed: messages/s and CPU microseconds per message of each, and their
+ * ratio, for C = 1 and 50 (`BENCH_CONCURRENCY`), N = `BENCH_MESSAGES`
+ * (default 50,000). Alternating, `BENCH_REPS` times (default 3), medians.
+ * Use it to see whether a change to the per-message or per-claim path helps,
+ * free of the database's noise; `npm run bench` says what it is worth end to end.
+ */
+import { Context, Effect, Layer, Logger, Option } from "effect"
+import * as Consumer from "../../src/Consumer.ts"
+import type { Claim, MessageId } from "../../src/Message.ts"
+import * as MemoryQueueStore from "../../src/MemoryQueueStore.ts"
+import { QueueStore, type QueueStoreShape } from "../../src/QueueStore.ts"
+
+const envInt = (name: string, fallback: number) => {
+  const raw = process.env[name]
+  if (raw === undefined || raw === "") return fallback
+  if (!/^\d+$/.test(raw) || Number(raw) < 1) throw new Error(`${name}: expected a positive whole number, got ${JSON.stringify(raw)}`)
+  return Number(raw)
+}
+const messages = envInt("BENCH_MESSAGES", 50_000)
+const reps = envInt("BENCH_REPS", 3)
+const concurrencies = (process.env["BENCH_CONCURRENCY"] ?? "1,50").split(",").map((c) => {
+  if (!/^\d+$/.test(c.trim()) || Number(c) < 1) throw new Error(`BENCH_CONCURRENCY: expected whole numbers, got ${JSON.stringify(c)}`)
+  return Number(c)
+})
+
+/** A store whose claims come from a counter and whose writes all land at once. */
+const instantStore = (base: QueueStoreShape, total: number): QueueStoreShape => {
+  let next = 0
+  const claimOf = (i: number): Claim => ({
+    id: String(i) as MessageId,
+    queue: "q",
+    task: "t",
+    payload: { i },
+    headers: {},
+    priority: 0,
+    attempts: 1,
+    maxAttempts: 25,
+    enqueuedAt: new Date(0),
+    dedupKey: null,
+    lastError: null,
+    leaseExpiries: 0,
+    leaseToken: "00000000-0000-4000-8000-000000000000" as Claim["leaseToken"],
+    leaseExpiresAt: new Date(0),
+    consumer: "c"
+  })
+  return {
+    ...base,
+    claim: (_queue, options) =>
+      Effect.sync(() => {
+        const out: Array<Claim> = []
+        while (out.length < options.limit && next < total) out.push(claimOf(next++))
+        return out
+      }),
+    complete: (completions) => Effect.succeed(completions.map((c) => c.ref.id)),
+    renew: (refs) => Effect.succeed(refs.map((r) => r.id)),
+    nextVisibleAt: () => Effect.succeed(Option.none())
+  }
+}
+
+interface Measure {
+  readonly perSecond: number
+  readonly cpuUsPerMessage: number
+}
+
+const measure = (run: Effect.Effect<void>): Effect.Effect<Measure> =>
+  Effect.gen(function*() {
+    const t0 = performance.now()
+    const c0 = process.cpuUsage()
+    yield* run
+    const ms = performance.now() - t0
+    const cpu = process.cpuUsage(c0)
+    return { perSecond: messages / ms * 1000, cpuUsPerMessage: (cpu.user + cpu.system) / messages }
+  })
+
+const consumerRun = (concurrency: number) =>
+  Effect.scoped(Effect.gen(function*() {
+    const base = Context.get(yield* Layer.build(MemoryQueueStore.layer()), QueueStore)
+    const store = instantStore(base, messages)
+    let done = 0
+    const finished = Promise.withResolvers<void>()
+    yield* Layer.build(
+      Consumer.layer(() => Effect.sync(() => { if (++done === messages) finished.resolve() }), { queues: ["q"], concurrency }).pipe(
+        Layer.provide(Layer.succeed(QueueStore, store)),
+        // Its start and stop lines only: not part of what is measured.
+        Layer.provide(Logger.layer([]))
+      )
+    ).pipe(Effect.orDie)
+    yield* Effect.promise(() => finished.promise)
+  }))
+
+const baselineRun = (concurrency: number) =>
+  Effect.scoped(Effect.gen(function*() {
+    const base = Context.get(yield* Layer.build(MemoryQueueStore.layer()), QueueStore)
+    const store = instantStore(base, messages)
+    let done = 0
+    while (true) {
+      const claims = yield* store.claim("q", { lease: 30_000, limit: concurrency, consumer: "c" }).pipe(Effect.orDie)
+      if (claims.length === 0) break
+      yield* Effect.forEach(claims, () => Effect.sync(() => { done++ }), { concurrency: "unbounded", discard: true })
+      yield* store.complete(claims.map((c) => ({
+        ref: c,
+        finish: { _tag: "Ack" as const },
+        queue: c.queue,
+        task: c.task,
+        attempt: c.attempts,
+        consumer: "c",
+        startedAt: new Date(0),
+        outcome: "acked" as const,
+        error: null
+      }))).pipe(Effect.orDie)
+    }
+    if (done !== messages) throw new Error(`baseline ran ${done} of ${messages}`)
+  }))
+
+const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
+
+const main = Effect.gen(function*() {
+  console.log(`consumer overhead: ${messages.toLocaleString("en-US")} no-op messages, a store that answers at once, median of ${reps}`)
+  console.log("C   consumer msg/s  consumer us/msg  baseline msg/s  baseline us/msg  CPU ratio")
+  for (const c of concurrencies) {
+    const ours: Array<Measure> = []
+    const theirs: Array<Measure> = []
+    for (let r = 0; r < reps; r++) {
+      theirs.push(yield* measure(baselineRun(c)))
+      ours.push(yield* measure(consumerRun(c)))
+    }
+    const ourCpu = median(ours.map((m) => m.cpuUsPerMessage))
+    const theirCpu = median(theirs.map((m) => m.cpuUsPerMessage))
+    console.log(
+      [
+        String(c).padEnd(3),
+        Math.round(median(ours.map((m) => m.perSecond))).toLocaleString("en-US").padStart(14),
+        ourCpu.toFixed(1).padStart(15),
+        Math.round(median(theirs.map((m) => m.perSecond))).toLocaleString("en-US").padStart(14),
+        theirCpu.toFixed(1).padStart(15),
+        `${(ourCpu / theirCpu).toFixed(1)}x`.padStart(10)
+      ].join("  ")
+    )
+  }
+})
+
+Effect.runPromise(main).then(() => process.exit(0), (error) => {
+  console.error(error)
+  process.exit(1)
+})
