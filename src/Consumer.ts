@@ -236,11 +236,16 @@ export const make = <R>(
         settle: Effect.suspend(() => {
           if (settled) return Effect.void
           settled = true
-          inFlight -= 1
-          return slotFreed.open
+          return leaveFlight
         })
       }
     }
+
+    /** One message is no longer in flight (its finishing write was answered or given up). */
+    const leaveFlight = Effect.suspend(() => {
+      inFlight -= 1
+      return slotFreed.open
+    })
 
     /** Run one message of a claim, then finish it, whatever happened. */
     const runMessage = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim) =>
@@ -309,7 +314,7 @@ export const make = <R>(
         yield* Effect.forEach(claims, (claim) =>
           completer.complete(
             { claim, action: { _tag: "Release" }, startedAt: claimedAt, leaseEndsAt: claimedAt + leaseMs },
-            () => runningMessage().settle
+            () => leaveFlight
           ).pipe(
             Effect.annotateLogs({ queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts })
           ), { concurrency: "unbounded", discard: true })
@@ -336,7 +341,6 @@ export const make = <R>(
         }
         inFlight += claims.length
         running += claims.length
-        yield* Metric.update(QueueMetrics.inFlight, inFlight)
         yield* Effect.forkIn(processClaim(claims, claimedAt), handlers)
         return claims.length
       }))

@@ -35,6 +35,7 @@ import { Cause, Clock, Config, Context, Deferred, type Duration, Effect, Exit, L
 import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql"
 import * as os from "node:os"
+import { hash31 } from "./internal/hash.ts"
 import * as Validate from "./internal/validate.ts"
 import * as Migrations from "./Migrations.ts"
 import { PgQueueStoreSettings } from "./PgQueueStore.ts"
@@ -177,14 +178,7 @@ const POOLED_BACKEND_AGE_MS = 10_000
  * installations in different schemas of one database never see each other's
  * locks. Positive, so it reads the same in `pg_locks.classid` (an oid).
  */
-export const classKey = (schema: string): number => {
-  let h = 0x811c9dc5
-  for (const ch of `leasehold.presence.${schema}`) {
-    h ^= ch.codePointAt(0)!
-    h = Math.imul(h, 0x01000193)
-  }
-  return (h >>> 0) & 0x7fffffff
-}
+export const classKey = (schema: string): number => hash31(`leasehold.presence.${schema}`)
 
 /**
  * Run a background loop for good: a defect (a bug) is logged at ERROR and the

@@ -7,11 +7,12 @@
  *
  * @since 0.1.0
  */
-import { Cause, Clock, Deferred, Effect, Exit, Fiber, Metric, Option, type Scope } from "effect"
+import { Cause, Clock, Effect, Exit, Fiber, Metric, Option, type Scope } from "effect"
 import type { Claim, ClaimRef, MessageId } from "./Message.ts"
 import { LeaseLost, MaxRuntimeExceeded, QueryFailed } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
 import { QueueStore } from "./QueueStore.ts"
+import * as Abandon from "./internal/abandon.ts"
 import { seconds } from "./internal/format.ts"
 
 /** Timing of a renewer, in milliseconds of Effect's `Clock`. */
@@ -35,13 +36,6 @@ export type Stopped = LeaseLost | MaxRuntimeExceeded
 
 /** A running renewer, as the consumer sees it. */
 export interface LeaseRenewer {
-  /**
-   * Completes when the lease of `id` is lost: the renewal answer left it out,
-   * renewals failed for a whole lease, or its local deadline passed without a
-   * successful renewal. Never completes while the lease is held. Race the
-   * handler against it.
-   */
-  readonly lost: (id: MessageId) => Effect.Effect<LeaseLost>
   /** When the lease of `id` ends as far as this consumer knows (last successful renewal + lease). */
   readonly expiresAt: (id: MessageId) => number
   /**
@@ -72,7 +66,8 @@ interface Entry {
   /** Still renewed: not finished, not reported reclaimed. */
   active: boolean
   finished: boolean
-  readonly lost: Deferred.Deferred<LeaseLost>
+  /** Set once the lease is known lost (reported once). */
+  lost: LeaseLost | undefined
   readonly maxRuntimeMs: number
   /** When the handler's max runtime is over (Clock ms): from the claim, then from the handler's start. */
   maxRuntimeAt: number
@@ -108,7 +103,7 @@ export const start = (
         renewedAt: options.claimedAt,
         active: true,
         finished: false,
-        lost: yield* Deferred.make<LeaseLost>(),
+        lost: undefined,
         maxRuntimeMs: options.maxRuntimeMs(claim),
         maxRuntimeAt: startedAt + options.maxRuntimeMs(claim),
         fiber: undefined,
@@ -127,14 +122,17 @@ export const start = (
     let wedgedReported = false
     let stopped = false
 
-    // Uninterruptible: completing the Deferred wakes the handler's race, which
-    // interrupts the racer that called this; the metric and log must still land.
+    // Uninterruptible: stopping a handler may interrupt the fiber that called this (the presence
+    // watch's caller, say); the metric and log must still land.
     const markLost = (lost: ReadonlyArray<Entry>, reason: LeaseLost["reason"], message: string) =>
       Effect.uninterruptible(Effect.gen(function*() {
         const fresh: Array<Entry> = []
         for (const e of lost) {
           const error = new LeaseLost({ ids: [e.ref.id], reason, message })
-          if (yield* Deferred.succeed(e.lost, error)) fresh.push(e)
+          if (e.lost === undefined) {
+            e.lost = error
+            fresh.push(e)
+          }
           if (options.interruptOnLost) stopHandler(e, error)
         }
         if (fresh.length === 0) return
@@ -145,16 +143,11 @@ export const start = (
     /** The renew statement on a fiber of its own, joined interruptibly; interrupted in the background if abandoned. */
     const renewStatement = (refs: ReadonlyArray<ClaimRef>) =>
       Effect.gen(function*() {
-        const statement = yield* Effect.forkDetach(
-          store.renew(refs, leaseMs).pipe(
-            // A defect in the store is a bug like any other: report it as a failed query, at once.
-            Effect.catchDefect((defect) => Effect.fail(new QueryFailed({ operation: "renew", message: `renew: ${String(defect)}` }))),
-            Effect.result
-          )
-        )
-        return yield* Fiber.join(statement).pipe(
-          Effect.onInterrupt(() => Effect.forkDetach(Fiber.interrupt(statement)))
-        )
+        return yield* Abandon.detached(store.renew(refs, leaseMs).pipe(
+          // A defect in the store is a bug like any other: report it as a failed query, at once.
+          Effect.catchDefect((defect) => Effect.fail(new QueryFailed({ operation: "renew", message: `renew: ${String(defect)}` }))),
+          Effect.result
+        ))
       })
 
     const renewOnce = (lastSuccess: { at: number; escalated: boolean }) =>
@@ -229,7 +222,7 @@ export const start = (
         for (const e of entries.values()) {
           if (e.finished) continue
           // The local deadline matters only to a consumer that stops handlers for lost leases.
-          if (options.interruptOnLost && !Deferred.isDoneUnsafe(e.lost)) {
+          if (options.interruptOnLost && e.lost === undefined) {
             const deadline = e.renewedAt + leaseMs - marginMs
             if (now >= deadline) atRisk.push(e)
             else next = Math.min(next, deadline)
@@ -305,7 +298,6 @@ export const start = (
 
 
     return {
-      lost: (id) => Deferred.await(entry(id).lost),
       watch: (id, fiber, handlerStartedAt) => {
         const e = entry(id)
         e.fiber = fiber

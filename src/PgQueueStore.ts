@@ -15,6 +15,7 @@ import * as QueueConfig from "./QueueConfig.ts"
 import { classify, type ConfigInvalid, type InvalidInput, type StoreError } from "./QueueError.ts"
 import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Abandon from "./internal/abandon.ts"
+import { hash31 } from "./internal/hash.ts"
 import * as Validate from "./internal/validate.ts"
 import type { PreparedMessage } from "./internal/validate.ts"
 
@@ -112,16 +113,6 @@ const ids = (rows: ReadonlyArray<{ readonly id: bigint | string }>): ReadonlyArr
 
 /** Attempt records deleted per statement by the retention pruning. */
 const PRUNE_BATCH = 5_000
-
-/** FNV-1a of `text`, as a positive 31-bit integer: a stable advisory-lock key or name suffix. */
-const hash31 = (text: string): number => {
-  let h = 0x811c9dc5
-  for (const ch of text) {
-    h ^= ch.codePointAt(0)!
-    h = Math.imul(h, 0x01000193)
-  }
-  return (h >>> 0) & 0x7fffffff
-}
 
 /**
  * The advisory lock (single-key form, apart from the two-key presence locks) a

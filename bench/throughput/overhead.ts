@@ -9,6 +9,9 @@
  * Printed: messages/s and CPU microseconds per message of each, and their
  * ratio, for C = 1 and 50 (`BENCH_CONCURRENCY`), N = `BENCH_MESSAGES`
  * (default 50,000). Alternating, `BENCH_REPS` times (default 3), medians.
+ * After each consumer run it also prints the heap left after a forced GC (run
+ * with `--expose-gc`, as the npm script does): flat across runs of 50,000
+ * messages each means the consumer keeps nothing per message.
  * Use it to see whether a change to the per-message or per-claim path helps,
  * free of the database's noise; `npm run bench` says what it is worth end to end.
  */
@@ -70,6 +73,15 @@ interface Measure {
   readonly cpuUsPerMessage: number
 }
 
+/** Heap in use after a forced GC, in MB (`undefined` without `--expose-gc`). */
+const heapAfterGc = (): number | undefined => {
+  const gc = (globalThis as { gc?: () => void }).gc
+  if (gc === undefined) return undefined
+  gc()
+  gc()
+  return process.memoryUsage().heapUsed / 1e6
+}
+
 const measure = (run: Effect.Effect<void>): Effect.Effect<Measure> =>
   Effect.gen(function*() {
     const t0 = performance.now()
@@ -125,12 +137,15 @@ const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math
 const main = Effect.gen(function*() {
   console.log(`consumer overhead: ${messages.toLocaleString("en-US")} no-op messages, a store that answers at once, median of ${reps}`)
   console.log("C   consumer msg/s  consumer us/msg  baseline msg/s  baseline us/msg  CPU ratio")
+  const heaps: Array<string> = []
   for (const c of concurrencies) {
     const ours: Array<Measure> = []
     const theirs: Array<Measure> = []
     for (let r = 0; r < reps; r++) {
       theirs.push(yield* measure(baselineRun(c)))
       ours.push(yield* measure(consumerRun(c)))
+      const heap = heapAfterGc()
+      if (heap !== undefined) heaps.push(`${heap.toFixed(1)}`)
     }
     const ourCpu = median(ours.map((m) => m.cpuUsPerMessage))
     const theirCpu = median(theirs.map((m) => m.cpuUsPerMessage))
@@ -145,6 +160,7 @@ const main = Effect.gen(function*() {
       ].join("  ")
     )
   }
+  console.log(heaps.length === 0 ? "heap after GC: run with --expose-gc to see it" : `heap after GC after each consumer run (MB): ${heaps.join(", ")}`)
 })
 
 Effect.runPromise(main).then(() => process.exit(0), (error) => {

@@ -63,7 +63,8 @@ export const sanitize = (action: Outcome.Action): { readonly action: Outcome.Act
   if (action._tag !== "Retry") return { action }
   const delayMs = action.delayMs
   if (Number.isFinite(delayMs) && delayMs >= 0 && delayMs <= MAX_DELAY_MS) return { action }
-  const clamped = Number.isNaN(delayMs) || delayMs < 0 ? 0 : MAX_DELAY_MS
+  // NaN means "no sensible delay": retry now (bounding it to the maximum would park the message for years).
+  const clamped = Outcome.boundedDelayMs(Number.isNaN(delayMs) ? 0 : delayMs, MAX_DELAY_MS)
   return {
     action: { ...action, delayMs: clamped },
     problem: `retry delay ${delayMs} ms is not a duration from 0 to ${MAX_DELAY_MS} ms; retrying in ${clamped} ms instead`
