@@ -8,6 +8,7 @@ import { TestClock } from "effect/testing"
 import * as Consumer from "../src/Consumer.ts"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
 import type { MessageId } from "../src/Message.ts"
+import type { ConsumerOptions } from "../src/QueueConfig.ts"
 import { ConnectionDead, QueryFailed } from "../src/QueueError.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { QueueStore } from "../src/QueueStore.ts"
@@ -622,30 +623,27 @@ describe("Consumer: which queues (memory store, TestClock)", () => {
     queues: ["emails"]
   })
 
-  it.effect("a consumer built from a dispatcher consumes its tasks' queues unless told otherwise", () =>
-    Effect.gen(function*() {
-      const spy = yield* makeSpy
-      const runs: Array<string> = []
-      yield* spy.store.send("emails", [{ task: "t", payload: 1 }])
-      yield* spy.store.send("default", [{ task: "t", payload: 2 }])
-      const service = yield* startConsumer(spy, emailsDispatcher(runs), {})
-      yield* settle
-      yield* TestClock.adjust("1 second")
-      assert.deepStrictEqual(service.settings.queues, ["emails"])
-      assert.deepStrictEqual(runs, ["emails:1"])
-    }))
-
-  it.effect("named queues win over the dispatcher's", () =>
+  /** One message on `emails` and one on `other`; which queues the consumer took, and what it ran. */
+  const consumedWith = (options: ConsumerOptions) =>
     Effect.gen(function*() {
       const spy = yield* makeSpy
       const runs: Array<string> = []
       yield* spy.store.send("emails", [{ task: "t", payload: 1 }])
       yield* spy.store.send("other", [{ task: "t", payload: 2 }])
-      const service = yield* startConsumer(spy, emailsDispatcher(runs), { queues: ["other"] })
+      const service = yield* startConsumer(spy, emailsDispatcher(runs), options)
       yield* settle
       yield* TestClock.adjust("1 second")
-      assert.deepStrictEqual(service.settings.queues, ["other"])
-      assert.deepStrictEqual(runs, ["other:2"])
+      return { queues: service.settings.queues, runs }
+    })
+
+  it.effect("a consumer built from a dispatcher consumes its tasks' queues unless told otherwise", () =>
+    Effect.gen(function*() {
+      assert.deepStrictEqual(yield* consumedWith({}), { queues: ["emails"], runs: ["emails:1"] })
+    }))
+
+  it.effect("named queues win over the dispatcher's", () =>
+    Effect.gen(function*() {
+      assert.deepStrictEqual(yield* consumedWith({ queues: ["other"] }), { queues: ["other"], runs: ["other:2"] })
     }))
 
   it.effect("from the environment: without LEASEHOLD_QUEUES the dispatcher's queues, with it the variable's", () =>
