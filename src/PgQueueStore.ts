@@ -95,12 +95,22 @@ const toMessage = (row: MessageRow) => ({
   leaseExpiries: row.lease_expiries
 })
 
-const toClaim = (row: MessageRow): Claim => ({
-  ...toMessage(row),
-  leaseToken: row.lease_token as Claim["leaseToken"],
-  leaseExpiresAt: row.visible_at,
-  consumer: row.leased_by ?? ""
-})
+/** What claim returns per row: the columns of a claim, nothing else. */
+interface ClaimRow {
+  readonly id: bigint | string
+  readonly task: string
+  readonly payload: unknown
+  readonly headers: Record<string, string> | null
+  readonly priority: number
+  readonly attempts: number
+  readonly max_attempts: number
+  readonly enqueued_at: Date
+  readonly visible_at: Date
+  readonly lease_token: Claim["leaseToken"]
+  readonly dedup_key: string | null
+  readonly last_error: string | null
+  readonly lease_expiries: number
+}
 
 const toDeadLetter = (row: MessageRow): DeadLetter => ({
   ...toMessage(row),
@@ -298,22 +308,23 @@ export const make = (
         // claimed alone, never batched with others; otherwise only non-suspects
         // are taken. The expired attempt is recorded in the history in the same
         // statement. The final SELECT restores claim order, which RETURNING does not keep.
-        const rows = yield* sql<MessageRow & { was_visible_at: Date }>`
+        // `head` is the first picked row: a top-1 pick, cheaper than numbering them all.
+        // Only what a claim carries comes back (queue and consumer are the caller's own).
+        const rows = yield* sql<ClaimRow>`
           WITH picked AS (
-            SELECT id, priority, visible_at, lease_expiries, lease_token IS NOT NULL AS expired,
+            SELECT id, priority, visible_at, lease_token IS NOT NULL AS expired,
+                   lease_token IS NOT NULL OR lease_expiries > 0 AS suspect,
                    leased_by AS prev_consumer, leased_at AS prev_leased_at
             FROM ${table}
             WHERE queue = ${queue} AND state = 'ready' AND visible_at <= coalesce(${now}::timestamptz, now())
             ORDER BY priority, visible_at, id
             LIMIT ${limit}
             FOR UPDATE SKIP LOCKED
-          ), ranked AS (
-            SELECT picked.*, row_number() OVER (ORDER BY priority, visible_at, id) AS rn FROM picked
+          ), head AS (
+            SELECT id, suspect FROM picked ORDER BY priority, visible_at, id LIMIT 1
           ), chosen AS (
-            SELECT * FROM ranked
-            WHERE CASE WHEN (SELECT lease_expiries > 0 OR expired FROM ranked WHERE rn = 1)
-                       THEN rn = 1
-                       ELSE lease_expiries = 0 AND NOT expired END
+            SELECT picked.* FROM picked, head
+            WHERE CASE WHEN head.suspect THEN picked.id = head.id ELSE NOT picked.suspect END
           ), claimed AS (
             UPDATE ${table} AS m SET
               visible_at     = coalesce(${now}::timestamptz, now()) + ${leaseMs}::bigint * interval '1 millisecond',
@@ -323,16 +334,36 @@ export const make = (
               leased_by      = ${options.consumer},
               leased_at      = coalesce(${now}::timestamptz, now())
             FROM chosen WHERE m.id = chosen.id
-            RETURNING m.*, chosen.visible_at AS was_visible_at, chosen.expired,
-                      chosen.prev_consumer, chosen.prev_leased_at
+            RETURNING m.id, m.queue, m.task, m.payload, m.headers, m.priority, m.attempts, m.max_attempts,
+                      m.enqueued_at, m.visible_at, m.lease_token, m.dedup_key, m.last_error, m.lease_expiries,
+                      chosen.visible_at AS was_visible_at, chosen.expired, chosen.prev_consumer, chosen.prev_leased_at
           ), expired_attempts AS (
             INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
             SELECT id, queue, task, attempts - 1, coalesce(prev_consumer, ''), coalesce(prev_leased_at, was_visible_at),
                    was_visible_at, 'lease-expired', 'lease expired: the holder stopped renewing (died, hung or lost its connection)'
             FROM claimed WHERE expired
           )
-          SELECT * FROM claimed ORDER BY priority, was_visible_at, id`
-        return rows.map(toClaim)
+          SELECT id, task, payload, headers, priority, attempts, max_attempts, enqueued_at, visible_at,
+                 lease_token, dedup_key, last_error, lease_expiries
+          FROM claimed ORDER BY priority, was_visible_at, id`
+        const consumer = options.consumer
+        return rows.map((row): Claim => ({
+          id: String(row.id) as MessageId,
+          queue,
+          task: row.task,
+          payload: row.payload,
+          headers: row.headers ?? {},
+          priority: row.priority,
+          attempts: row.attempts,
+          maxAttempts: row.max_attempts,
+          enqueuedAt: row.enqueued_at,
+          dedupKey: row.dedup_key,
+          lastError: row.last_error,
+          leaseExpiries: row.lease_expiries,
+          leaseToken: row.lease_token,
+          leaseExpiresAt: row.visible_at,
+          consumer
+        }))
       }).pipe((e) => op("claim", { queue, limit: options.limit }, e))
 
     const renew: QueueStoreShape["renew"] = (claims, lease) =>
