@@ -7,8 +7,10 @@
  * the URL, the schema, the queue, the concurrency, and only what a knob asks
  * for besides; everything else is the consumer's default.
  *
- * Run by the orchestrator with Node 22 directly (never through npm: its
- * `sh -c` does not pass SIGTERM on). Stdout protocol: see protocol.ts.
+ * Run by the orchestrator as compiled JavaScript (tsc -p bench/throughput/tsconfig.json,
+ * so the src/ it imports is leasehold's own build, like an application's dist/),
+ * with Node directly (never through npm: its `sh -c` does not pass SIGTERM on).
+ * Stdout protocol: see protocol.ts.
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect, Layer } from "effect"

@@ -10,7 +10,7 @@
  *
  * Environment: BENCH_DATABASE_URL, BENCH_SCHEMA, BENCH_SENDS, BENCH_INTERVAL_MS,
  * BENCH_WARM (sends first, marked `warm`, left out of the figures).
- * Prints `SENT <count>` when done.
+ * Prints `SENT <count>` when done. Run as compiled JavaScript, like the workers (see run.ts).
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Redacted } from "effect"

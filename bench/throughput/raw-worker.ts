@@ -7,6 +7,7 @@
  * statement. When the queue is empty it sleeps until a NOTIFY on the queue's
  * channel (sent by bench/throughput/producer.ts) or 1 s. No renewals, no
  * fencing, no retries, no history: what leasehold is measured against.
+ * Run, like the leasehold worker, as compiled JavaScript (see run.ts).
  * Stdout protocol: see protocol.ts.
  */
 import { NodeRuntime } from "@effect/platform-node"

@@ -14,6 +14,13 @@
  *     worker, concurrency C, every other setting the consumer's default;
  *   - raw: bench/throughput/raw-worker.ts, a loop claiming up to C rows
  *     FOR UPDATE SKIP LOCKED, running them, deleting them in one statement.
+ * Workers and producer run as compiled JavaScript, as an application runs
+ * leasehold's dist/: at start the orchestrator compiles them and the src/
+ * modules they import with the project's tsc (bench/throughput/tsconfig.json)
+ * into <log dir>/build (.tmp/bench-build/ when BENCH_LOG_DIR is outside the
+ * repository) and starts `node --no-experimental-strip-types <file>.js`: no
+ * type stripping, whose loader alone adds ~35 MB to a process's RSS. The
+ * orchestrator itself still runs as .ts.
  * With BENCH_REPS > 1 they alternate (raw, leasehold, raw, leasehold, ...)
  * and the table shows medians. Peak RSS is the worker's VmHWM
  * (/proc/<pid>/status) read just before it is stopped; "CPU" is the worker's
@@ -43,6 +50,7 @@
  *   BENCH_LATENCY_INTERVAL     time between sends (default 20ms)
  *   BENCH_FAST_PG=1            the embedded server without durability (fsync, synchronous_commit, full_page_writes off)
  *   BENCH_CPU_PROF=1           run the leasehold worker at the largest C with `node --cpu-prof`; print its hottest frames
+ *                              (frames of the compiled .js in the build folder; its .js.map files lead back to the .ts)
  *   BENCH_RUN_BUDGET           time budget of one throughput run (default 30s; 0: none): a worker that has not
  *                              emptied the queue by then is measured on what it acked so far (marked in the table)
  *   BENCH_TIMEOUT              longest wait for a worker's first handler run (default 10m)
@@ -50,9 +58,9 @@
  *   BENCH_LOG_DIR              where worker output (and profiles) go (default .tmp/bench/<time>)
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
-import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, statSync, type WriteStream } from "node:fs"
+import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync, type WriteStream } from "node:fs"
 import { availableParallelism, cpus, loadavg, totalmem } from "node:os"
-import { join } from "node:path"
+import { isAbsolute, join, relative } from "node:path"
 import { PgClient } from "@effect/sql-pg"
 import { Effect, ManagedRuntime, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
@@ -151,11 +159,58 @@ const baseEnv = (): Record<string, string> => {
   return env
 }
 
+// ---------------------------------------------------------------------------------------------
+// Compiled workers
+// ---------------------------------------------------------------------------------------------
+
+/**
+ * The worker processes run compiled JavaScript, as an application that depends
+ * on leasehold runs its dist/: once at start, `tsc -p bench/throughput/tsconfig.json`
+ * (the project's TypeScript) compiles the workers, the producer and the part of
+ * src/ they import, fresh from the working tree, into `buildDir`
+ * (`<build>/src/*.js`, `<build>/bench/throughput/*.js`, with source maps).
+ * Node then runs the .js files with type stripping off (`--no-experimental-strip-types`):
+ * nothing .ts is loaded in a worker, and Node's TypeScript loader (amaro, ~35 MB
+ * of RSS) never is. The build must sit inside the repository (node_modules is
+ * found from there): under the log directory when that is, else .tmp/bench-build/.
+ */
+const buildDir = (() => {
+  const rel = relative(repoRoot, config.logDir)
+  const inRepo = rel !== "" && !rel.startsWith("..") && !isAbsolute(rel)
+  return inRepo ? join(config.logDir, "build") : join(repoRoot, ".tmp", "bench-build", runId)
+})()
+const benchTsconfig = join(repoRoot, "bench", "throughput", "tsconfig.json")
+const tscBin = join(repoRoot, "node_modules", ".bin", "tsc")
+/** Node flags of every worker and producer process. */
+const workerNodeArgs = ["--no-experimental-strip-types"] as const
+
+/** The compiled entry point of bench/throughput/<script>.ts. */
+const compiledScript = (script: string) => join(buildDir, "bench", "throughput", `${script}.js`)
+
+/** Compiles the workers into `buildDir`; the time it took, in ms. */
+const compileWorkers = (): number => {
+  const started = Date.now()
+  rmSync(buildDir, { recursive: true, force: true })
+  mkdirSync(buildDir, { recursive: true })
+  try {
+    execFileSync(nodeBinary, [tscBin, "-p", benchTsconfig, "--outDir", buildDir], { cwd: repoRoot, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] })
+  } catch (error) {
+    const e = error as { stdout?: string; stderr?: string; message?: string }
+    throw new Error(`tsc -p ${relative(repoRoot, benchTsconfig)} failed:\n${e.stdout ?? ""}${e.stderr ?? ""}${e.message ?? ""}`)
+  }
+  // ES modules whatever the folders above say.
+  writeFileSync(join(buildDir, "package.json"), `${JSON.stringify({ type: "module", private: true })}\n`)
+  for (const script of ["leasehold-worker", "raw-worker", "producer"]) {
+    if (!existsSync(compiledScript(script))) throw new Error(`tsc did not emit ${compiledScript(script)}`)
+  }
+  return Date.now() - started
+}
+
 const startProc = (name: string, script: string, env: Record<string, string>, nodeArgs: ReadonlyArray<string> = []): Proc => {
   mkdirSync(config.logDir, { recursive: true })
   const out = createWriteStream(join(config.logDir, `${name}.log`))
   logStreams.push(out)
-  const child = spawn(nodeBinary, [...nodeArgs, join(repoRoot, "bench", "throughput", script)], {
+  const child = spawn(nodeBinary, [...workerNodeArgs, ...nodeArgs, compiledScript(script)], {
     cwd: repoRoot,
     env: { ...baseEnv(), ...env },
     stdio: ["ignore", "pipe", "pipe"]
@@ -374,7 +429,7 @@ interface ThroughputResult {
   readonly profiled: boolean
 }
 
-const workerScript = (kind: Kind) => (kind === "raw" ? "raw-worker.ts" : "leasehold-worker.ts")
+const workerScript = (kind: Kind) => (kind === "raw" ? "raw-worker" : "leasehold-worker")
 
 const workerEnvFor = (kind: Kind, url: string, schema: string, c: number, mode: "throughput" | "latency", expect: number) => {
   const common = { BENCH_SCHEMA: schema, BENCH_MODE: mode, BENCH_EXPECT: String(expect), BENCH_CONCURRENCY: String(c) }
@@ -467,7 +522,7 @@ const latencyRun = async (admin: Admin, url: string, kind: Kind): Promise<Latenc
   try {
     await w.waitLine("READY", 60_000)
     await sleep(1_500) // let it go idle
-    const producer = startProc(`${kind}-producer`, "producer.ts", {
+    const producer = startProc(`${kind}-producer`, "producer", {
       BENCH_KIND: kind,
       BENCH_DATABASE_URL: url,
       BENCH_SCHEMA: schema,
@@ -544,6 +599,7 @@ const main = async (): Promise<number> => {
   process.once("SIGINT", onSignal)
   process.once("SIGTERM", onSignal)
   try {
+    const buildMs = compileWorkers()
     if (externalUrl !== undefined && externalUrl !== "") {
       log(`using LEASEHOLD_DATABASE_URL (${redactUrl(externalUrl)}); a schema per run, dropped after it`)
     } else {
@@ -576,6 +632,9 @@ const main = async (): Promise<number> => {
           ? "every other setting the consumer's default"
           : `also ${Object.entries(leaseholdExtraEnv).map(([k, v]) => `${k}=${v}`).join(" ")}, the rest the consumer's default`),
       `raw worker: claim up to C rows FOR UPDATE SKIP LOCKED, run them, DELETE ... WHERE id = ANY(...)`,
+      `workers${config.latency ? " and producer" : ""}: compiled JavaScript, as an application runs leasehold: src/ and bench/throughput/ built fresh by ` +
+        `tsc -p bench/throughput/tsconfig.json at start (${(buildMs / 1000).toFixed(1)} s) into ${relative(repoRoot, buildDir)}, ` +
+        `run by node ${workerNodeArgs.join(" ")} (nothing .ts loaded)`,
       config.latency
         ? `pickup latency: idle worker (concurrency ${config.latencyConcurrency}), producer in another process, ${config.latencySends} single sends ` +
           `${config.latencyIntervalMs} ms apart (after ${config.latencyWarm} warm-up sends)`
