@@ -5,8 +5,8 @@
  *
  * @since 0.1.0
  */
-import { PgClient } from "@effect/sql-pg"
-import { Clock, Context, Deferred, Duration, Effect, Fiber, Latch, Layer, Option, Queue, type Scope } from "effect"
+import { PgClient, PgTypes } from "@effect/sql-pg"
+import { Clock, Context, Deferred, Duration, Effect, Fiber, Latch, Layer, Option, Queue, Result, type Scope } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql"
 import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
@@ -117,6 +117,14 @@ const toDeadLetter = (row: MessageRow): DeadLetter => ({
   reason: row.dead_reason ?? "",
   deadAt: row.dead_at ?? row.visible_at
 })
+
+/**
+ * An array parameter of one element type, named rather than inferred: inference fails on
+ * arrays of nulls, and a fixed type keeps one prepared statement per SQL text.
+ */
+const array = (values: ReadonlyArray<unknown>, elementOid: number): PgTypes.Parameter =>
+  Result.getOrThrow(PgTypes.array(values, elementOid))
+const textArray = (values: ReadonlyArray<string | null>) => array(values, PgTypes.OID.text)
 
 const ids = (rows: ReadonlyArray<{ readonly id: bigint | string }>): ReadonlyArray<MessageId> =>
   rows.map((row) => String(row.id) as MessageId)
@@ -449,29 +457,41 @@ export const make = (
       Effect.gen(function*() {
         if (completions.length === 0) return []
         const now = yield* currentTime
-        const doc = JSON.stringify(completions.map((c) => {
+        // One array per column (unnest builds the rows): binary parameters, no JSON to write or parse.
+        const n = completions.length
+        const id = new Array<string>(n), token = new Array<string>(n), kind = new Array<string>(n)
+        const delayMs = new Array<number>(n), lastError = new Array<string | null>(n), reason = new Array<string | null>(n)
+        const queue = new Array<string>(n), task = new Array<string>(n), attempt = new Array<number>(n)
+        const consumer = new Array<string>(n), startedAt = new Array<Date>(n), outcome = new Array<string>(n)
+        const error = new Array<string | null>(n)
+        for (let k = 0; k < n; k++) {
+          const c = completions[k]!
           const f = c.finish
-          return {
-            id: c.ref.id,
-            token: c.ref.leaseToken,
-            kind: f._tag,
-            delay_ms: f._tag === "Retry" ? Math.round(f.delayMs) : 0,
-            last_error: f._tag === "Retry" ? Validate.boundedText(f.error) : f._tag === "DeadLetter" && f.error !== undefined ? Validate.boundedText(f.error) : null,
-            reason: f._tag === "DeadLetter" ? Validate.boundedText(f.reason) : null,
-            queue: c.queue,
-            task: c.task,
-            attempt: c.attempt,
-            consumer: c.consumer,
-            started_at: c.startedAt.toISOString(),
-            outcome: c.outcome,
-            error: c.error === null ? null : Validate.boundedText(c.error)
-          }
-        }))
+          id[k] = c.ref.id
+          token[k] = c.ref.leaseToken
+          kind[k] = f._tag
+          delayMs[k] = f._tag === "Retry" ? Math.round(f.delayMs) : 0
+          lastError[k] = f._tag === "Retry"
+            ? Validate.boundedText(f.error)
+            : f._tag === "DeadLetter" && f.error !== undefined ? Validate.boundedText(f.error) : null
+          reason[k] = f._tag === "DeadLetter" ? Validate.boundedText(f.reason) : null
+          queue[k] = c.queue
+          task[k] = c.task
+          attempt[k] = c.attempt
+          consumer[k] = c.consumer
+          startedAt[k] = c.startedAt
+          outcome[k] = c.outcome
+          error[k] = c.error === null ? null : Validate.boundedText(c.error)
+        }
         const rows = yield* leaseSql<{ id: bigint }>`
           WITH items AS (
-            SELECT * FROM jsonb_to_recordset(${doc}::jsonb) AS i(
-              id bigint, token uuid, kind text, delay_ms bigint, last_error text, reason text,
-              queue text, task text, attempt int, consumer text, started_at timestamptz, outcome text, error text)
+            SELECT * FROM unnest(
+              ${textArray(id)}::bigint[], ${array(token, PgTypes.OID.uuid)}, ${textArray(kind)},
+              ${array(delayMs, PgTypes.OID.float8)}::bigint[], ${textArray(lastError)}, ${textArray(reason)},
+              ${textArray(queue)}, ${textArray(task)}, ${array(attempt, PgTypes.OID.int4)},
+              ${textArray(consumer)}, ${array(startedAt, PgTypes.OID.timestamptz)}, ${textArray(outcome)},
+              ${textArray(error)}
+            ) AS i(id, token, kind, delay_ms, last_error, reason, queue, task, attempt, consumer, started_at, outcome, error)
           ), acked AS (
             DELETE FROM ${table} AS m USING items AS i
             WHERE i.kind = 'Ack' AND m.id = i.id AND m.lease_token = i.token
