@@ -55,6 +55,7 @@
  *                              emptied the queue by then is measured on what it acked so far (marked in the table)
  *   BENCH_TIMEOUT              longest wait for a worker's first handler run (default 10m)
  *   BENCH_STRICT=1             exit 1 when a target of issue 9 is missed (by default only a failed measurement does)
+ *   BENCH_NODE_ARGS            extra node flags for the workers and the producer, e.g. "--max-semi-space-size=1"
  *   BENCH_LOG_DIR              where worker output (and profiles) go (default .tmp/bench/<time>)
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
@@ -99,6 +100,7 @@ const config = {
   timeoutMs: envMs("BENCH_TIMEOUT", 600_000),
   runBudgetMs: envMs("BENCH_RUN_BUDGET", 30_000),
   strict: process.env["BENCH_STRICT"] === "1",
+  nodeArgs: (process.env["BENCH_NODE_ARGS"] ?? "").split(/\s+/).filter((a) => a !== ""),
   logDir: process.env["BENCH_LOG_DIR"] ?? join(repoRoot, ".tmp", "bench", new Date().toISOString().replace(/[:.]/g, "-"))
 }
 
@@ -181,8 +183,8 @@ const buildDir = (() => {
 })()
 const benchTsconfig = join(repoRoot, "bench", "throughput", "tsconfig.json")
 const tscBin = join(repoRoot, "node_modules", ".bin", "tsc")
-/** Node flags of every worker and producer process. */
-const workerNodeArgs = ["--no-experimental-strip-types"] as const
+/** Node flags of every worker and producer process: type stripping off, then BENCH_NODE_ARGS. */
+const workerNodeArgs: ReadonlyArray<string> = ["--no-experimental-strip-types", ...config.nodeArgs]
 
 /** The compiled entry point of bench/throughput/<script>.ts. */
 const compiledScript = (script: string) => join(buildDir, "bench", "throughput", `${script}.js`)
