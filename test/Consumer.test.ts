@@ -3,7 +3,7 @@
  * every timing claim of the lease protocol, checked to the tick.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Clock, ConfigProvider, Context, Deferred, Effect, Exit, Fiber, Layer, Metric, Option, Ref, Scope } from "effect"
+import { Clock, ConfigProvider, Context, Deferred, Effect, Exit, Fiber, Layer, Metric, Option, Ref, References, Scope, type Tracer } from "effect"
 import { TestClock } from "effect/testing"
 import * as Consumer from "../src/Consumer.ts"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
@@ -362,6 +362,33 @@ describe("Consumer (memory store, TestClock)", () => {
       assert.isTrue((yield* service.health).healthy)
       yield* TestClock.adjust("61 seconds")
       assert.isFalse((yield* service.health).healthy)
+    }))
+})
+
+describe("Consumer: what a handler sees (memory store, TestClock)", () => {
+  it.effect("a handler runs inside its message's leasehold.handle span, and its log lines carry the message's annotations", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const seen: Array<{ span: Tracer.AnySpan | undefined; annotations: Record<string, unknown> }> = []
+      const handler: Consumer.Handler = () =>
+        Effect.gen(function*() {
+          const span = yield* Effect.option(Effect.currentSpan)
+          seen.push({ span: Option.getOrUndefined(span), annotations: yield* References.CurrentLogAnnotations })
+        })
+      const [sent] = yield* spy.store.send("emails", [{ task: "email.welcome", payload: 1 }])
+      yield* startConsumer(spy, handler, { queues: ["emails"] })
+      yield* settle
+      assert.strictEqual(seen.length, 1)
+      const [{ span, annotations }] = seen as [typeof seen[number]]
+      assert.strictEqual(span?._tag, "Span")
+      if (span?._tag !== "Span") return
+      assert.strictEqual(span.name, "leasehold.handle")
+      const attributes = Object.fromEntries(span.attributes)
+      assert.deepStrictEqual(attributes, { queue: "emails", task: "email.welcome", messageId: sent!.id, attempt: 1 })
+      assert.deepInclude(annotations, { queue: "emails", task: "email.welcome", messageId: sent!.id, attempt: 1, consumer: "test-consumer" })
+      // The span ended with the run; the message was acked.
+      assert.strictEqual(span.status._tag, "Ended")
+      assert.strictEqual(spy.of("ack").length, 1)
     }))
 })
 

@@ -150,8 +150,11 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
             let acked = 0
             for (const p of batch) {
               const held = result.held.has(p.completion.ref.id)
-              if (held && p.completion.finish._tag === "Ack") acked += 1
-              yield* answer(p, held)
+              if (held && p.completion.finish._tag === "Ack") {
+                // The common case: nothing to report.
+                acked += 1
+                yield* p.done(true)
+              } else yield* answer(p, held)
             }
             // Counted per flush, not per message: the hot path of a busy consumer.
             if (acked > 0) yield* Metric.update(QueueMetrics.acked, acked)
@@ -314,12 +317,13 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
       })
 
     return {
+      // The hot path of a busy consumer: no generator.
       complete: (finished, done) =>
-        Effect.gen(function*() {
+        Effect.suspend(() => {
           const { action, problem } = sanitize(finished.action)
-          if (problem !== undefined) yield* Effect.logError(`bad retry policy: ${problem}`)
-          const f = { ...finished, action }
-          yield* enqueue({ finished: f, completion: completionOf(f), done, retryMs: FIRST_RETRY_MS })
+          const f = problem === undefined ? finished : { ...finished, action }
+          const queued = enqueue({ finished: f, completion: completionOf(f), done, retryMs: FIRST_RETRY_MS })
+          return problem === undefined ? queued : Effect.andThen(Effect.logError(`bad retry policy: ${problem}`), queued)
         }).pipe(
           Effect.catchCause((cause) =>
             onDefect(finished, cause).pipe(annotate(finished.claim), Effect.andThen(done("failed")))
