@@ -15,6 +15,7 @@ import type { Completion, Finish, QueueStoreShape } from "../QueueStore.ts"
 import * as Abandon from "./abandon.ts"
 import { seconds } from "./format.ts"
 import * as Outcome from "./outcome.ts"
+import * as Span from "./span.ts"
 import { MAX_DELAY_MS } from "./validate.ts"
 
 /** What the completer needs to know about the consumer it works for. */
@@ -232,7 +233,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
         if (queue.length === 0) yield* work.close
         // Uninterruptible: every entry taken is answered (the flush is bounded by the attempt timeout).
         yield* flush(batch).pipe(
-          Effect.withSpan("leasehold.complete", { attributes: { count: batch.length } }, { captureStackTrace: false }),
+          Span.within("leasehold.complete", { count: batch.length }),
           Effect.uninterruptible
         )
       }
