@@ -447,7 +447,7 @@ export const make = (
 
     /**
      * Many finishing writes and their history records in one statement, one commit.
-     * The completions travel as one jsonb document. Acks are a fenced DELETE; the
+     * The completions travel as one array per column. Acks are a fenced DELETE; the
      * rest one fenced UPDATE whose columns follow the kind (as `retry`, `release`
      * and `deadLetter` write them one by one); both RETURN the ids that still
      * matched their token, and the history INSERT reads those to tell each
