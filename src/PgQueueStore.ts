@@ -16,6 +16,7 @@ import { classify, type ConfigInvalid, type InvalidInput, type StoreError } from
 import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Abandon from "./internal/abandon.ts"
 import { hash31 } from "./internal/hash.ts"
+import * as Span from "./internal/span.ts"
 import * as Validate from "./internal/validate.ts"
 import type { PreparedMessage } from "./internal/validate.ts"
 
@@ -184,8 +185,8 @@ export const make = (
 
     /** Run one operation: time it in a span, classify its failures. */
     const op = <A, E>(name: string, attributes: Record<string, unknown>, effect: Effect.Effect<A, E>) =>
-      // No stack trace capture: every statement of a kind has the same one, and it is not free.
-      effect.pipe(classify(name), Effect.withSpan(`leasehold.${name}`, { attributes }, { captureStackTrace: false }))
+      // A lean span (no stack frame): every statement of a kind has the same one, and it is not free.
+      effect.pipe(classify(name), Span.within(`leasehold.${name}`, attributes))
 
     // Bulk insert of messages without a dedup key: one statement per chunk.
     // jsonb_array_elements WITH ORDINALITY + ORDER BY makes ids follow input order.
