@@ -139,9 +139,12 @@ export const make = <R>(
     let running = 0
     /**
      * How many messages the next claim may take: the free handler slots, and never more than
-     * `2 x concurrency` claimed at once (so finishing writes that lag cannot pile up without bound).
+     * `concurrency` + one full completion batch claimed at once. Finishing writes that lag cannot
+     * pile up without bound, yet while a slow one is in flight the next completions gather into a
+     * bigger batch instead of holding up the claims (a bound of `2 x concurrency` made every
+     * claim wait for the previous batch's write at small concurrency).
      */
-    const freeSlots = () => Math.min(concurrency - running, 2 * concurrency - inFlight)
+    const freeSlots = () => Math.min(concurrency - running, concurrency + COMPLETION_BATCH - inFlight)
     let stopping = false
     /** Waits by design in progress (see `waiting`): the loop is healthy while in one. */
     let waits = 0

@@ -392,6 +392,35 @@ describe("Consumer: what a handler sees (memory store, TestClock)", () => {
     }))
 })
 
+describe("Consumer: claims while finishing writes lag (memory store, TestClock)", () => {
+  it.effect("with every finishing write stalled, a consumer claims up to concurrency + one completion batch, then waits; all land once writes resume", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const writes = yield* Deferred.make<void>()
+      const store = { ...spy.store, complete: (completions: Parameters<typeof spy.store.complete>[0]) =>
+        Effect.andThen(Deferred.await(writes), spy.store.complete(completions)) }
+      yield* spy.store.send(queue, Array.from({ length: 700 }, (_, i) => ({ task: "t", payload: i })))
+      let runs = 0
+      yield* startConsumer({ ...spy, store }, () => Effect.sync(() => { runs += 1 }), { lease, concurrency: 4, batchSize: 100 })
+      const claimedSoFar = () => spy.of("claim").reduce((n, c) => n + c.ids.length, 0)
+      // Until claiming stops (4 per claim: the free slots), bounded.
+      for (let i = 0, last = -1; i < 1_000 && claimedSoFar() !== last; i++) {
+        last = claimedSoFar()
+        yield* settle
+      }
+      // 4 handler slots + 500 completions in flight: 504 claimed and run, none acked, no claim beyond.
+      assert.strictEqual(claimedSoFar(), 504)
+      assert.strictEqual(runs, 504)
+      assert.strictEqual(spy.of("ack").length, 0)
+      yield* TestClock.adjust("1 second")
+      assert.strictEqual(claimedSoFar(), 504)
+      yield* Deferred.succeed(writes, undefined)
+      for (let i = 0; i < 1_000 && spy.of("ack").length < 700; i++) yield* settle
+      assert.strictEqual(spy.of("ack").length, 700)
+      assert.strictEqual(runs, 700)
+    }))
+})
+
 describe("Consumer (real time)", () => {
   it.live("warns when a handler blocks the event loop for half a renewal interval", () =>
     Effect.gen(function*() {
