@@ -6,8 +6,9 @@
  *
  * @since 0.1.0
  */
-import { Cause, Clock, Config, Context, Deferred, Effect, Exit, Fiber, Latch, Layer, Metric, Option, Random, References, Runtime, Scope, Tracer } from "effect"
+import { Cause, Clock, Config, Context, Deferred, Effect, Exit, Fiber, Latch, Layer, Metric, Option, Runtime, Scope } from "effect"
 import * as Completer from "./internal/completer.ts"
+import * as Handle from "./internal/handle.ts"
 import * as EventLoopLag from "./internal/eventLoopLag.ts"
 import * as IdleWake from "./internal/idleWake.ts"
 import * as PresenceWatch from "./internal/presenceWatch.ts"
@@ -15,7 +16,6 @@ import { ConsumerPresence } from "./ConsumerPresence.ts"
 import * as LeaseRenewer from "./LeaseRenewer.ts"
 import type { Claim } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
-import * as Outcome from "./internal/outcome.ts"
 import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
 import { QueueStore } from "./QueueStore.ts"
@@ -153,19 +153,6 @@ export const make = <R>(
       lastProgress = now
     })
 
-    /** The rules for one message: the consumer's, with the task's retry policy where it has one. */
-    const rulesFor = (claim: Claim, random: number): Outcome.Rules => {
-      const policy = dispatcher.policy(claim)
-      return {
-        quarantineAfter: settings.quarantineAfter,
-        unknownTaskAttempts: settings.unknownTaskAttempts,
-        unknownTaskDelayMs: settings.unknownTaskDelayMs,
-        retryDelayMs: (attempt) =>
-          policy?.retryDelayMs?.(attempt, random) ??
-            Outcome.backoffMs({ baseMs: settings.retryBaseMs, maxMs: settings.retryMaxMs, factor: 2, jitter: true }, attempt, random)
-      }
-    }
-
     // Before the shutdown finalizer: its flushers outlive the drain.
     const completer = yield* Completer.make({
       store,
@@ -175,75 +162,20 @@ export const make = <R>(
       maxBatch: COMPLETION_BATCH
     })
 
+    /** The handle step: run a message, decide its outcome, hand it to the completer. */
+    const handle = Handle.make({ dispatcher, settings, completer })
+
     /**
-     * Complete one message: the renewer lets go of it first (the last message of a claim stops the
-     * renewer, bounded), then the decided outcome goes to the completer, which writes and reports it
-     * and then settles the message (no longer in flight). Never fails. A decision that throws (a
-     * bug in a retry policy) is completed as a retry now. The hot path of a busy consumer: plain
-     * combinators, no generator.
+     * A message's place in the consumer: its handler slot (freed when its handler ends) and its
+     * place in the drain (left once its finishing write was answered or given up).
      */
-    const finish = (
-      renewer: LeaseRenewer.LeaseRenewer,
-      claim: Claim,
-      exit: Exit.Exit<Outcome.RunResult>,
-      message: RunningMessage
-    ): Effect.Effect<void> => {
-      // The handler is done: its slot goes to the next claim while this message is completed.
-      return Effect.andThen(
-        Effect.andThen(message.freeSlot, renewer.finish(claim.id)),
-        Effect.suspend(() => {
-          const result = runResult(exit, renewer.stopped(claim.id))
-          // The common case needs no rules: a handler that succeeded is acked.
-          if (result._tag === "Handled" && Exit.isSuccess(result.exit)) return submit(renewer, claim, message, ACK)
-          return Effect.flatMap(decide(claim, result), (action) => submit(renewer, claim, message, action))
-        })
-      )
-    }
-
-    /** Hand a decided outcome to the completer: from here `settle` is the completer's to run. */
-    const submit = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim, message: RunningMessage, action: Outcome.Action) => {
-      message.submitted = true
-      return completer.complete(
-        { claim, action, startedAt: message.startedAt, leaseEndsAt: renewer.expiresAt(claim.id) },
-        message.settle
-      )
-    }
-
-    /** What to do with a message whose run did not succeed; a rule that throws (a bug) retries it now. */
-    const decide = (claim: Claim, result: Outcome.RunResult): Effect.Effect<Outcome.Action> =>
-      Effect.flatMap(Random.next, (random) =>
-        Effect.try({
-          try: () => Outcome.decide(claim, result, rulesFor(claim, random)),
-          catch: (error) => error
-        }).pipe(
-          Effect.catch((error) =>
-            Effect.as(
-              Effect.logError(`deciding the outcome failed (a bug): ${String(error)}; retrying the message now`),
-              { _tag: "Retry", delayMs: 0, error: `deciding the outcome failed: ${String(error)}` } as Outcome.Action
-            )
-          )
-        ))
-
-    /** The bookkeeping of one message in flight: its handler slot, and its place in the drain. */
-    interface RunningMessage {
-      startedAt: number
-      /** Handed to the completer: `settle` is the completer's to run. */
-      submitted: boolean
-      /** Give the handler slot back (once). */
-      readonly freeSlot: Effect.Effect<void>
-      /** Leave the drain (once): the message is no longer in flight. */
-      readonly settle: (held?: unknown) => Effect.Effect<void>
-    }
-
-    const runningMessage = (): RunningMessage => {
+    const slotOf = (): Handle.Slot => {
       let slotHeld = true
       let settled = false
       return {
-        startedAt: 0,
-        submitted: false,
         // Opening the latch wakes the claim loop through the scheduler, after the fibers already
         // due: the handlers of a claim that end together free their slots for one claim, not one each.
-        freeSlot: Effect.suspend(() => {
+        free: Effect.suspend(() => {
           if (!slotHeld) return Effect.void
           slotHeld = false
           running -= 1
@@ -263,55 +195,6 @@ export const make = <R>(
       return slotFreed.open
     }
 
-    /**
-     * Run one message of a claim, then finish it, whatever happened. Its span
-     * (`leasehold.handle`) and log annotations (queue, task, message id,
-     * attempt) go into the fiber's context in one update: the span parents what
-     * the handler does, and every line logged for the message carries the annotations.
-     */
-    const runMessage = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim): Effect.Effect<unknown, never, R> =>
-      Effect.suspend(() => {
-        const message = runningMessage()
-        const annotations = { queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts }
-        const handled = Effect.flatMap(Clock.currentTimeMillis, (startedAt): Effect.Effect<Outcome.RunResult, never, R> => {
-          message.startedAt = startedAt
-          if (claim.leaseExpiries >= settings.quarantineAfter) return Effect.succeed(QUARANTINED)
-          if (claim.attempts > claim.maxAttempts) return Effect.succeed(EXHAUSTED)
-          // The handler runs on this fiber; the claim's watchdog interrupts it when its lease is lost
-          // or its max runtime is over (see `finish` for how that is told from a shutdown).
-          return Effect.exit(Effect.withFiber((fiber) => {
-            renewer.watch(claim.id, fiber, startedAt)
-            return dispatcher.handle(claim, {
-              messageId: claim.id,
-              queue: claim.queue,
-              attempt: claim.attempts,
-              consumerId,
-              leaseDeadline: Effect.sync(() => new Date(renewer.expiresAt(claim.id)))
-            })
-          })).pipe(
-            Effect.flatMap((exit) =>
-              Clock.currentTimeMillis.pipe(
-                Effect.flatMap((now) => Metric.update(QueueMetrics.handlerDuration, now - startedAt)),
-                Effect.as<Outcome.RunResult>({ _tag: "Handled", exit })
-              )
-            )
-          )
-        })
-        const run = handled.pipe(
-          Effect.onExit((exit) => finish(renewer, claim, exit, message)),
-          // Should `finish` have failed to hand the message over, it leaves the slot and the drain here.
-          Effect.ensuring(Effect.andThen(message.freeSlot, Effect.suspend(() => message.submitted ? Effect.void : message.settle())))
-        )
-        // No stack trace capture (the same frame for every message, and not free); `useSpan` and one
-        // context update cost a third of `withSpan` plus `annotateLogs`, per message.
-        return Effect.useSpan("leasehold.handle", { attributes: annotations }, (span) =>
-          Effect.updateContext(run, (context: Context.Context<R>) =>
-            Context.add(Context.add(context, Tracer.ParentSpan, span), References.CurrentLogAnnotations, {
-              ...Context.get(context, References.CurrentLogAnnotations),
-              ...annotations
-            })))
-      })
-
     /** The renewers of the claims in progress, so a presence watchdog can stop them all. */
     const renewers = new Set<LeaseRenewer.LeaseRenewer>()
 
@@ -330,7 +213,7 @@ export const make = <R>(
         yield* Effect.addFinalizer(() => Effect.sync(() => renewers.delete(renewer)))
         // A fiber per message, awaited rather than joined: a handler stopped by the watchdog ends its
         // own fiber interrupted, which must not interrupt the other messages of the claim.
-        const fibers = yield* Effect.forEach(claims, (claim) => Effect.forkChild(runMessage(renewer, claim)))
+        const fibers = yield* Effect.forEach(claims, (claim) => Effect.forkChild(handle.run(renewer, claim, slotOf())))
         yield* Fiber.awaitAll(fibers)
       }))
 
@@ -526,30 +409,6 @@ export const make = <R>(
       }))
     })
   })
-
-/**
- * How a run ended, from the message fiber's exit and what the watchdog did: an
- * interruption is a lost lease or an overrun max runtime when the watchdog
- * stopped the handler, and otherwise came from outside (a shutdown).
- */
-const runResult = (exit: Exit.Exit<Outcome.RunResult>, stopped: LeaseRenewer.Stopped | undefined): Outcome.RunResult => {
-  if (Exit.isSuccess(exit)) {
-    const result = exit.value
-    // A handler stopped by the watchdog ends in an interruption of its own: say why.
-    if (stopped === undefined || result._tag !== "Handled" || !Exit.isFailure(result.exit) || !Cause.hasInterruptsOnly(result.exit.cause)) {
-      return result
-    }
-  } else if (stopped === undefined || !Cause.hasInterruptsOnly(exit.cause)) {
-    return { _tag: "Interrupted" }
-  }
-  return stopped._tag === "LeaseLost"
-    ? { _tag: "LeaseLost", error: stopped }
-    : { _tag: "Handled", exit: Exit.fail(stopped) }
-}
-
-const ACK: Outcome.Action = { _tag: "Ack" }
-const QUARANTINED: Outcome.RunResult = { _tag: "Quarantined" }
-const EXHAUSTED: Outcome.RunResult = { _tag: "Exhausted" }
 
 /** Completion flushes in flight at once: the lease pool's default size (one statement per connection). */
 const COMPLETION_FLUSHERS = 2
