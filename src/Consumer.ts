@@ -410,8 +410,12 @@ export const make = <R>(
     })
   })
 
-/** Completion flushes in flight at once: the lease pool's default size (one statement per connection). */
-const COMPLETION_FLUSHERS = 2
+/**
+ * Completion flushes in flight at once. One: while it is in flight the next completions gather
+ * into a bigger batch (fewer statements; measured 0-10 % faster at C=50 than two), and the lease
+ * pool's other connection stays free for renewals, which never wait behind a flush.
+ */
+const COMPLETION_FLUSHERS = 1
 /** Completions written by one statement, at most. */
 const COMPLETION_BATCH = 500
 
