@@ -145,6 +145,12 @@ export interface ConsumerPresenceShape {
    * the claims of every dead consumer and forget it. For tests and operators.
    */
   readonly sweep: (self: string) => Effect.Effect<ReadonlyArray<Reaped>, StoreError>
+  /**
+   * The registration of `consumerId` while it lasts (none before `register`
+   * returned and after its scope closed). Read by `Http`'s `/readyz`. Optional
+   * so that a stand-in built for a test need not provide it.
+   */
+  readonly registration?: ((consumerId: string) => Effect.Effect<Option.Option<Registration>>) | undefined
 }
 
 /**
@@ -261,7 +267,12 @@ export const make = (
       return yield* new InvalidInput({ field: "forgetAfter", rule: "at least staleAfter", message: `forgetAfter ${forgetMs} ms is under staleAfter ${staleMs} ms` })
     }
     if (mode === "off") {
-      return ConsumerPresence.of({ mode, register: (id) => Effect.succeed(offRegistration(id)), sweep: () => Effect.succeed([]) })
+      return ConsumerPresence.of({
+        mode,
+        register: (id) => Effect.succeed(offRegistration(id)),
+        sweep: () => Effect.succeed([]),
+        registration: (id) => Effect.succeed(Option.some(offRegistration(id)))
+      })
     }
 
     const main = yield* PgClient.PgClient
@@ -446,6 +457,9 @@ export const make = (
         if (released > 0) yield* Metric.update(QueueMetrics.reaped, released)
         return released
       })
+
+    /** The registrations in force, by consumer id (what `registration` reads). */
+    const registered = new Map<string, Registration>()
 
     const register = (consumerId: string): Effect.Effect<Registration, never, Scope.Scope> =>
       Effect.gen(function*() {
@@ -709,9 +723,19 @@ export const make = (
               : Option.some(Math.max(state.heartbeatOkAt, state.serverDownSeenAt) + staleMs)
           )
         } satisfies Registration
-      })
+      }).pipe(Effect.tap((registration) =>
+        Effect.andThen(
+          Effect.sync(() => registered.set(consumerId, registration)),
+          Effect.addFinalizer(() => Effect.sync(() => registered.delete(consumerId)))
+        )
+      ))
 
-    return ConsumerPresence.of({ mode, register, sweep: (self) => sweep(self) })
+    return ConsumerPresence.of({
+      mode,
+      register,
+      sweep: (self) => sweep(self),
+      registration: (consumerId) => Effect.sync(() => Option.fromUndefinedOr(registered.get(consumerId)))
+    })
   })
 
 /** Session liveness over the `PgClient` in context (see {@link make}). */

@@ -65,3 +65,25 @@ export const layer = (options: { readonly schema?: string | undefined } = {}): L
   InvalidInput | StoreError,
   SqlClient.SqlClient
 > => Layer.effectDiscard(run(options))
+
+/**
+ * The known migrations that `schema` has not run (read-only: nothing is
+ * created or locked). Empty when the schema is up to date; every migration
+ * when leasehold's tables are not there at all. For readiness checks
+ * (`Http`'s `/readyz`) and operators.
+ */
+export const pending = (options: { readonly schema?: string | undefined } = {}): Effect.Effect<
+  ReadonlyArray<readonly [id: number, name: string]>,
+  InvalidInput | StoreError,
+  SqlClient.SqlClient
+> =>
+  Effect.gen(function*() {
+    const schema = yield* Validate.schemaName(options.schema ?? defaultSchema)
+    const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+    // to_regclass: NULL (no error) when the schema or its migrations table does not exist.
+    const [table] = yield* sql<{ present: boolean }>`SELECT to_regclass(${`${schema}.migrations`}) IS NOT NULL AS present`
+    if (table?.present !== true) return known
+    const rows = yield* sql<{ id: number }>`SELECT migration_id AS id FROM ${sql(`${schema}.migrations`)}`
+    const applied = new Set(rows.map((row) => Number(row.id)))
+    return known.filter(([id]) => !applied.has(id))
+  }).pipe(classify("read migrations"))

@@ -349,3 +349,54 @@ export const pgLayerFromEnv = (
   options: { readonly maxConnections?: number | undefined; readonly applicationName?: string | undefined } = {}
 ): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, StoreError | ConfigInvalid> =>
   Layer.unwrap(Effect.map(databaseUrl, (url) => pgLayer(url, options)))
+
+/**
+ * The environment variables of leasehold's HTTP server (`Http.layerFromEnv`),
+ * apart from {@link variables}: they configure the server, not the consumer.
+ */
+export const httpVariables = { port: "LEASEHOLD_HTTP_PORT", host: "LEASEHOLD_HTTP_HOST" } as const
+
+/** Where the HTTP server listens. */
+export interface HttpAddress {
+  /** 0 picks a free port (the address the server got is logged). */
+  readonly port: number
+  readonly host: string
+}
+
+/** The interface the HTTP server binds to unless told otherwise: this machine only. */
+export const defaultHttpHost = "127.0.0.1"
+
+const hostPattern = /^[A-Za-z0-9._:-]{1,253}$/
+const hostRule = "a host name or IP address such as 127.0.0.1, 0.0.0.0 or ::"
+
+/**
+ * Check an HTTP address given in code or read from the environment (`source`
+ * picks the names errors use: `port`/`host` or the variables).
+ */
+export const httpAddress = (
+  options: { readonly port: number; readonly host?: string | undefined },
+  source: "code" | "env" = "code"
+): Effect.Effect<HttpAddress, ConfigInvalid> =>
+  Effect.gen(function*() {
+    const port = yield* inRange(source === "env" ? httpVariables.port : "port", options.port, 0, 65_535)
+    const host = options.host ?? defaultHttpHost
+    if (!hostPattern.test(host)) return yield* invalid(source === "env" ? httpVariables.host : "host", hostRule, host)
+    return { port, host }
+  })
+
+/**
+ * The HTTP server's address from `LEASEHOLD_HTTP_PORT` (a whole number from 0
+ * to 65535) and `LEASEHOLD_HTTP_HOST` (default 127.0.0.1); none while
+ * `LEASEHOLD_HTTP_PORT` is unset or empty (no server).
+ */
+export const httpFromEnv: Effect.Effect<Option.Option<HttpAddress>, ConfigInvalid> = Effect.gen(function*() {
+  const read = (name: string) =>
+    Effect.map(
+      Effect.mapError(optionalString(name), (e) => new ConfigInvalid({ variable: name, rule: "readable", message: `${name}: ${e.message}` })),
+      (o) => Option.getOrUndefined(Option.filter(Option.map(o, (s) => s.trim()), (s) => s !== ""))
+    )
+  const port = yield* read(httpVariables.port)
+  if (port === undefined) return Option.none()
+  if (!/^\d+$/.test(port)) return yield* invalid(httpVariables.port, "a whole number from 0 to 65535", port)
+  return Option.some(yield* httpAddress({ port: Number(port), host: yield* read(httpVariables.host) }, "env"))
+})

@@ -1,0 +1,275 @@
+/**
+ * leasehold's HTTP server, for orchestrators and scrapers:
+ *
+ * - `GET /healthz`: liveness from `Consumer.health`. 200 while the claim loop
+ *   makes progress; 503 with the reason (`stale` since when, `failed`, or
+ *   `stopping`) otherwise. Restart the process when it stays 503.
+ * - `GET /readyz`: readiness. 200 when the database answers `SELECT 1` within
+ *   the timeout, leasehold's migrations are all applied, and (when session
+ *   liveness is provided) this consumer is registered; 503 naming the checks
+ *   that failed otherwise.
+ * - `GET /metrics`: every metric in Prometheus text format while
+ *   `Observability.layerPrometheus()` is provided; 404 otherwise.
+ *
+ * The routes are an `HttpApi` ({@link Api}) built with `effect/http-api`, so
+ * an application (or a later admin API) can add groups to the same API. No
+ * response and no log line carries the database URL: every error detail goes
+ * through the same redaction as leasehold's errors.
+ *
+ * @since 0.1.0
+ */
+import { NodeHttpServer } from "@effect/platform-node"
+import { Context, Duration, Effect, Layer, Option, Schema } from "effect"
+import { HttpRouter, HttpServer, type HttpServerError } from "effect/http"
+import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
+import { SqlClient } from "effect/sql"
+import { createServer } from "node:http"
+import { Consumer } from "./Consumer.ts"
+import { ConsumerPresence } from "./ConsumerPresence.ts"
+import { seconds } from "./internal/format.ts"
+import { redactSecrets } from "./internal/redact.ts"
+import * as Migrations from "./Migrations.ts"
+import { Prometheus, prometheusContentType } from "./Observability.ts"
+import { PgQueueStoreSettings } from "./PgQueueStore.ts"
+import * as QueueConfig from "./QueueConfig.ts"
+import { classify, type ConfigInvalid } from "./QueueError.ts"
+
+/** `GET /healthz` 200: the claim loop is making progress. */
+export const Live = Schema.Struct({
+  status: Schema.Literal("live"),
+  /** The last progress of the claim loop (ISO 8601). */
+  lastProgressAt: Schema.String,
+  inFlight: Schema.Number
+})
+
+/** `GET /healthz` 503: the claim loop is stale, has failed, or the consumer is stopping. */
+export class Unhealthy extends Schema.TaggedError<Unhealthy>()("Unhealthy", {
+  reason: Schema.Literals(["stale", "failed", "stopping"]),
+  message: Schema.String,
+  lastProgressAt: Schema.String,
+  inFlight: Schema.Number
+}, { httpApiStatus: 503 }) {}
+
+/** One readiness check: `database`, `migrations` or `presence`; `skipped` when it could not be asked. */
+export const Check = Schema.Struct({
+  name: Schema.Literals(["database", "migrations", "presence"]),
+  status: Schema.Literals(["ok", "failed", "skipped"]),
+  detail: Schema.String
+})
+
+/** `GET /readyz` 200: every check passed. */
+export const Ready = Schema.Struct({ status: Schema.Literal("ready"), checks: Schema.Array(Check) })
+
+/** `GET /readyz` 503: `failed` names the checks that failed (a skipped one is not among them). */
+export class NotReady extends Schema.TaggedError<NotReady>()("NotReady", {
+  failed: Schema.Array(Schema.String),
+  message: Schema.String,
+  checks: Schema.Array(Check)
+}, { httpApiStatus: 503 }) {}
+
+/** `GET /metrics` 404: no Prometheus export was provided. */
+export class MetricsOff extends Schema.TaggedError<MetricsOff>()("MetricsOff", {
+  message: Schema.String
+}, { httpApiStatus: 404 }) {}
+
+/** Liveness and readiness. */
+export const HealthGroup = HttpApiGroup.make("health")
+  .add(HttpApiEndpoint.get("healthz", "/healthz", { success: Live, error: Unhealthy }))
+  .add(HttpApiEndpoint.get("readyz", "/readyz", { success: Ready, error: NotReady }))
+
+/** The Prometheus scrape route. */
+export const MetricsGroup = HttpApiGroup.make("metrics")
+  .add(HttpApiEndpoint.get("metrics", "/metrics", {
+    success: Schema.String.pipe(HttpApiSchema.asText({ contentType: prometheusContentType })),
+    error: MetricsOff
+  }))
+
+/** leasehold's HTTP API: extend it with `Api.add(...)` and serve it with `HttpApiBuilder.layer`. */
+export const Api = HttpApi.make("leasehold").add(HealthGroup, MetricsGroup)
+
+/** How the HTTP server checks readiness. */
+export interface ProbeOptions {
+  /** Longest wait for the database's answer to `SELECT 1` (default 2 s). */
+  readonly databaseTimeout?: Duration.Input | undefined
+}
+
+/** Where and how to serve. */
+export interface HttpOptions extends ProbeOptions {
+  /** 0 picks a free port (see {@link Listening}). */
+  readonly port: number
+  /** Default 127.0.0.1 (this machine only); `0.0.0.0` or `::` for every interface. */
+  readonly host?: string | undefined
+}
+
+/** The address the server listens on, once it does. */
+export class Listening extends Context.Service<Listening, {
+  /** e.g. `http://127.0.0.1:9464` */
+  readonly url: string
+  readonly port: number
+}>()("leasehold/Http/Listening") {}
+
+const detail = (error: { readonly message: string }) => redactSecrets(error.message)
+
+/** `/healthz`: the consumer's own view of its liveness. */
+const liveness = (consumer: Consumer["Service"]) =>
+  Effect.gen(function*() {
+    const health = yield* consumer.health
+    const lastProgressAt = health.lastProgressAt.toISOString()
+    if (health.healthy && !health.stopping) return { status: "live" as const, lastProgressAt, inFlight: health.inFlight }
+    const fields = { lastProgressAt, inFlight: health.inFlight }
+    // A failed loop has completed `failure`: it answers at once.
+    const failure = yield* consumer.failure.pipe(Effect.flip, Effect.timeoutOption(10))
+    if (Option.isSome(failure)) {
+      return yield* new Unhealthy({ ...fields, reason: "failed", message: `claim loop failed: ${detail(failure.value)}` })
+    }
+    if (health.stopping) return yield* new Unhealthy({ ...fields, reason: "stopping", message: "the consumer is shutting down" })
+    const stale = Date.now() - health.lastProgressAt.getTime()
+    return yield* new Unhealthy({
+      ...fields,
+      reason: "stale",
+      message: `no claim loop progress since ${lastProgressAt} (${seconds(stale)} ago; stale after ${seconds(consumer.settings.healthStaleMs)})`
+    })
+  })
+
+type CheckResult = typeof Check.Type
+
+const check = (name: CheckResult["name"], ok: boolean | "skipped", text: string): CheckResult => ({
+  name,
+  status: ok === "skipped" ? ok : ok ? "ok" : "failed",
+  detail: redactSecrets(text)
+})
+
+/** `/readyz`: the database, the migrations, and presence when configured. */
+const readiness = (consumer: Consumer["Service"], options: ProbeOptions) =>
+  Effect.gen(function*() {
+    const timeout = Duration.fromInputUnsafe(options.databaseTimeout ?? "2 seconds")
+    const sql = yield* Effect.serviceOption(SqlClient.SqlClient)
+    const store = yield* Effect.serviceOption(PgQueueStoreSettings)
+    const presence = yield* Effect.serviceOption(ConsumerPresence)
+    const checks: Array<CheckResult> = []
+    if (Option.isNone(sql)) {
+      checks.push(check("database", true, "no SQL client (in-memory store)"), check("migrations", true, "no SQL client"))
+    } else {
+      const client = sql.value
+      const answered = yield* client`SELECT 1`.pipe(classify("readiness probe"), Effect.timeoutOption(timeout), Effect.result)
+      const database = answered._tag === "Failure"
+        ? check("database", false, detail(answered.failure))
+        : Option.isNone(answered.success)
+        ? check("database", false, `no answer to SELECT 1 within ${seconds(Duration.toMillis(timeout))}`)
+        : check("database", true, "SELECT 1 answered")
+      checks.push(database)
+      if (database.status !== "ok") {
+        checks.push(check("migrations", "skipped", "not checked: the database is unreachable"))
+      } else {
+        const schema = Option.isSome(store) ? store.value.schema : Migrations.defaultSchema
+        const pending = yield* Migrations.pending({ schema }).pipe(
+          Effect.provideService(SqlClient.SqlClient, client),
+          Effect.timeoutOption(timeout),
+          Effect.result
+        )
+        checks.push(
+          pending._tag === "Failure"
+            ? check("migrations", false, detail(pending.failure))
+            : Option.isNone(pending.success)
+            ? check("migrations", false, `no answer within ${seconds(Duration.toMillis(timeout))}`)
+            : pending.success.value.length > 0
+            ? check("migrations", false, `schema ${schema}: ${pending.success.value.length} migration(s) not applied (${pending.success.value.map(([id, name]) => `${id} ${name}`).join(", ")})`)
+            : check("migrations", true, `schema ${schema}: all ${Migrations.known.length} applied`)
+        )
+      }
+    }
+    checks.push(yield* presenceCheck(consumer, presence))
+    const failed = checks.filter((c) => c.status === "failed")
+    if (failed.length === 0) return { status: "ready" as const, checks }
+    return yield* new NotReady({
+      failed: failed.map((c) => c.name),
+      message: `not ready: ${failed.map((c) => `${c.name} (${c.detail})`).join("; ")}`,
+      checks
+    })
+  })
+
+const presenceCheck = (consumer: Consumer["Service"], presence: Option.Option<ConsumerPresence["Service"]>) =>
+  Effect.gen(function*() {
+    if (Option.isNone(presence)) return check("presence", true, "session liveness not configured")
+    if (presence.value.registration === undefined) return check("presence", true, "registration not observable")
+    const id = consumer.settings.consumerId
+    const registration = yield* presence.value.registration(id)
+    if (Option.isNone(registration)) return check("presence", false, `consumer ${id} is not registered`)
+    const status = yield* registration.value.status
+    switch (status.liveness) {
+      case "active":
+        return check("presence", true, `registered, lock held by backend ${status.backendPid}`)
+      case "off":
+        return check("presence", true, "session liveness off")
+      case "unavailable":
+        return check("presence", true, "session liveness unavailable (transaction-mode pooler?): lease expiry only")
+      case "reconnecting":
+        return check("presence", false, "the presence session is being re-established (its claims stay protected by their leases)")
+    }
+  })
+
+/** The handlers of {@link HealthGroup} over the `Consumer` in context. */
+export const healthHandlers = (options: ProbeOptions = {}) =>
+  HttpApiBuilder.group(Api, "health", (handlers) =>
+    Effect.gen(function*() {
+      const consumer = yield* Consumer
+      // Optional services, read once: the readiness checks skip what is not there.
+      const context = yield* Effect.context<never>()
+      return handlers
+        .handle("healthz", () => liveness(consumer))
+        .handle("readyz", () => readiness(consumer, options).pipe(Effect.provideContext(context)))
+    }))
+
+/** The handler of {@link MetricsGroup}: the Prometheus export in context, if any. */
+export const metricsHandlers = HttpApiBuilder.group(Api, "metrics", (handlers) =>
+  Effect.gen(function*() {
+    const prometheus = yield* Effect.serviceOption(Prometheus)
+    return handlers.handle("metrics", () =>
+      Option.isSome(prometheus)
+        ? prometheus.value.scrape
+        : Effect.fail(new MetricsOff({ message: "Prometheus export is off: provide Observability.layerPrometheus()" })))
+  }))
+
+const serve = (address: QueueConfig.HttpAddress, options: ProbeOptions) => {
+  const server = NodeHttpServer.layer(() => createServer(), { port: address.port, host: address.host })
+  const routes = HttpApiBuilder.layer(Api).pipe(Layer.provide([healthHandlers(options), metricsHandlers]))
+  const listening = Layer.effect(
+    Listening,
+    Effect.map(HttpServer.HttpServer, (http) =>
+      Listening.of({
+        url: HttpServer.formatAddress(http.address),
+        port: "port" in http.address ? http.address.port : address.port
+      }))
+  )
+  // No request log: probes and scrapes every few seconds would drown the worker's own lines.
+  return Layer.merge(HttpRouter.serve(routes, { disableLogger: true }), listening).pipe(Layer.provide(server))
+}
+
+/**
+ * Serve `/healthz`, `/readyz` and `/metrics` on `port` (bound to `host`,
+ * default 127.0.0.1). Use it when an orchestrator (Kubernetes probes, a load
+ * balancer, systemd) or Prometheus must see the worker over HTTP. It needs the
+ * `Consumer`; it reads the `SqlClient`, the store's schema, session liveness
+ * and the Prometheus export when they are in context, so provide it with
+ * `Layer.provideMerge` of a worker layer that exposes them. Listens while the
+ * layer is in use; a port that cannot be bound fails the layer.
+ */
+export const layer = (
+  options: HttpOptions
+): Layer.Layer<Listening, ConfigInvalid | HttpServerError.ServeError, Consumer> =>
+  Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) => serve(address, options)))
+
+/**
+ * {@link layer} configured by `LEASEHOLD_HTTP_PORT` (a whole number from 0 to
+ * 65535) and `LEASEHOLD_HTTP_HOST` (default 127.0.0.1). Use it in a worker
+ * whose deployment decides: with `LEASEHOLD_HTTP_PORT` unset or empty, no
+ * server at all. A bad value fails with `ConfigInvalid` naming the variable.
+ */
+export const layerFromEnv = (
+  options: ProbeOptions = {}
+): Layer.Layer<never, ConfigInvalid | HttpServerError.ServeError, Consumer> =>
+  // Serving, the layer provides `Listening` too (not in its type: it may provide nothing).
+  Layer.unwrap(Effect.map(QueueConfig.httpFromEnv, Option.match({
+    onNone: (): Layer.Layer<never, HttpServerError.ServeError, Consumer> => Layer.empty,
+    onSome: (address) => serve(address, options)
+  })))
