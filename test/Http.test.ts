@@ -16,10 +16,12 @@
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Context, Deferred, Effect, Exit, Layer, Logger, Option, Redacted, Scope } from "effect"
+import { SqlClient } from "effect/sql"
 import * as Consumer from "../src/Consumer.ts"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
 import * as Http from "../src/Http.ts"
 import * as EmbeddedPostgres from "../src/internal/EmbeddedPostgres.ts"
+import * as Migrations from "../src/Migrations.ts"
 import * as Observability from "../src/Observability.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import { QueryFailed } from "../src/QueueError.ts"
@@ -197,6 +199,36 @@ describe("Http on a real consumer and PostgreSQL (real time)", () => {
 
       for (const text of [...replies, ...logs]) assert.notInclude(text, secret, "the database password leaked")
     }).pipe(Effect.scoped), { timeout: 90_000 })
+
+  it.live("/readyz: 503 naming the migrations while one is not applied, 200 again when it is", () =>
+    Effect.gen(function*() {
+      const { context, stop } = yield* start(
+        Http.layer({ port: 0 }).pipe(
+          Layer.provideMerge(Consumer.layer(noop, { queues: ["http_migrations"], pollInterval: "100 millis" })),
+          Layer.provideMerge(PgTest.storeLayer({ maxConnections: 4 }))
+        )
+      )
+      const base = Context.get(context, Http.Listening).url
+      const sql = Context.get(context, SqlClient.SqlClient)
+      // PgTest.storeLayer's type leaves the store's settings out; they are there.
+      const schema = Context.get(context as unknown as Context.Context<PgQueueStore.PgQueueStoreSettings>, PgQueueStore.PgQueueStoreSettings).schema
+      const table = sql(`${schema}.migrations`)
+      const ready = JSON.parse((yield* waitForReply(base, "/readyz", "readyz 200", (r) => r.status === 200)).body)
+      assert.deepStrictEqual(ready.checks.map((c: { name: string }) => c.name), ["database", "migrations", "presence"])
+      assert.strictEqual(ready.checks[2].detail, "session liveness not configured")
+
+      // The latest migration as if it had never run (its id moved out of the way, put back below).
+      const [latest] = Migrations.known.slice(-1)
+      yield* sql`UPDATE ${table} SET migration_id = -migration_id WHERE migration_id = ${latest![0]}`
+      const reply = yield* waitForReply(base, "/readyz", "readyz 503 naming the migrations", (r) => r.status === 503)
+      const body = JSON.parse(reply.body)
+      assert.deepStrictEqual(body.failed, ["migrations"])
+      assert.strictEqual(body.checks[1].detail, `schema ${schema}: 1 migration(s) not applied (${latest![0]} ${latest![1]})`)
+
+      yield* sql`UPDATE ${table} SET migration_id = -migration_id WHERE migration_id = ${-latest![0]}`
+      yield* waitForReply(base, "/readyz", "readyz 200 again", (r) => r.status === 200)
+      yield* stop
+    }), { timeout: 60_000 })
 
   it.live("/metrics: Prometheus text with leasehold's counters, moved by the messages processed", () =>
     Effect.gen(function*() {
