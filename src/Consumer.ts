@@ -13,6 +13,8 @@ import * as EventLoopLag from "./internal/eventLoopLag.ts"
 import * as IdleWake from "./internal/idleWake.ts"
 import * as PresenceWatch from "./internal/presenceWatch.ts"
 import { ConsumerPresence } from "./ConsumerPresence.ts"
+import { PgQueueStoreSettings } from "./PgQueueStore.ts"
+import * as QueueDepth from "./QueueDepth.ts"
 import * as LeaseRenewer from "./LeaseRenewer.ts"
 import type { Claim } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
@@ -249,7 +251,7 @@ export const make = <R>(
           consumer: consumerId
         })
         if (claims.length === 0) return 0
-        yield* Metric.update(QueueMetrics.claimed, claims.length)
+        yield* Effect.withFiberSucceed((fiber) => countClaimed(queue, claims, fiber.context))
         if (stopping) {
           yield* releaseUnrun(claims, claimedAt)
           return claims.length
@@ -397,9 +399,14 @@ export const make = <R>(
     }).pipe(Effect.annotateLogs(annotations))
     yield* Effect.addFinalizer(() => shutdown)
 
-    yield* Effect.logInfo(
-      `consumer started: queues ${settings.queues.join(",")}, concurrency ${concurrency}, batch ${settings.batchSize}, lease ${seconds(leaseMs)}`
-    ).pipe(Effect.annotateLogs(annotations))
+    // The queue-depth collector of this process (`QueueDepth.layer`) samples these queues.
+    yield* QueueDepth.track(settings.queues)
+
+    const storeSettings = yield* Effect.serviceOption(PgQueueStoreSettings)
+    yield* Effect.logInfo(startupLine(settings, {
+      presence: registration !== undefined,
+      schema: storeSettings._tag === "Some" ? storeSettings.value.schema : undefined
+    })).pipe(Effect.annotateLogs(annotations))
 
     return Consumer.of({
       settings,
@@ -412,6 +419,47 @@ export const make = <R>(
       }))
     })
   })
+
+/**
+ * The consumer's effective configuration, logged once at start: what an operator
+ * checks first (the lease clamped to the max runtime shows here as it runs).
+ */
+export const startupLine = (
+  settings: QueueConfig.ConsumerSettings,
+  context: { readonly presence: boolean; readonly schema?: string | undefined }
+): string =>
+  [
+    `consumer started: queues ${settings.queues.join(",")}`,
+    `concurrency ${settings.concurrency}`,
+    `batch ${settings.batchSize}`,
+    `lease ${seconds(settings.leaseMs)} (renewed every ${seconds(Math.floor(settings.leaseMs / 3))}, margin ${seconds(settings.leaseMarginMs)})`,
+    `max runtime ${seconds(settings.maxRuntimeMs)}`,
+    `grace ${seconds(settings.shutdownGraceMs)}`,
+    `on a lost lease ${settings.onLeaseLost}`,
+    `liveness ${context.presence ? "presence on (dead sessions reaped)" : "presence off (lease expiry only)"}`,
+    `poll ${seconds(settings.pollIntervalMs)}`,
+    ...(context.schema === undefined ? [] : [`schema ${context.schema}`]),
+    `id ${settings.consumerId}`
+  ].join(", ")
+
+/**
+ * Count a claim: the process total, and per task (a claim's messages of one task come in
+ * runs; one update per run, usually one per claim).
+ */
+const countClaimed = (queue: string, claims: ReadonlyArray<Claim>, context: Context.Context<never>) => {
+  QueueMetrics.claimed.updateUnsafe(claims.length, context)
+  let task = claims[0]!.task
+  let run = 0
+  for (const claim of claims) {
+    if (claim.task !== task) {
+      QueueMetrics.forTask(queue, task).claimed.updateUnsafe(run, context)
+      task = claim.task
+      run = 0
+    }
+    run += 1
+  }
+  QueueMetrics.forTask(queue, task).claimed.updateUnsafe(run, context)
+}
 
 /**
  * Completion flushes in flight at once. One: while it is in flight the next completions gather

@@ -36,6 +36,8 @@ export type Stopped = LeaseLost | MaxRuntimeExceeded
 
 /** A running renewer, as the consumer sees it. */
 export interface LeaseRenewer {
+  /** Clock time taken just before the claim statement (as given in {@link RenewerOptions}). */
+  readonly claimedAt: number
   /** When the lease of `id` ends as far as this consumer knows (last successful renewal + lease). */
   readonly expiresAt: (id: MessageId) => number
   /**
@@ -62,6 +64,8 @@ export interface LeaseRenewer {
 
 interface Entry {
   readonly ref: ClaimRef
+  /** The claimed message (its queue and task label its metrics). */
+  readonly claim: Claim
   renewedAt: number
   /** Still renewed: not finished, not reported reclaimed. */
   active: boolean
@@ -76,6 +80,12 @@ interface Entry {
   stopped: Stopped | undefined
 }
 
+
+/** Count lost leases per queue and task (the process total by reason is counted by the caller). */
+const countLost = (lost: ReadonlyArray<Entry>, reason: string) =>
+  Effect.withFiberSucceed((fiber) => {
+    for (const e of lost) QueueMetrics.forTask(e.claim.queue, e.claim.task).leaseLost(reason).updateUnsafe(1, fiber.context)
+  })
 
 /**
  * Start the renewer of `claims` in the current scope: a fiber forked with
@@ -100,6 +110,7 @@ export const start = (
     for (const claim of claims) {
       entries.set(claim.id, {
         ref: { id: claim.id, leaseToken: claim.leaseToken },
+        claim,
         renewedAt: options.claimedAt,
         active: true,
         finished: false,
@@ -137,6 +148,7 @@ export const start = (
         }
         if (fresh.length === 0) return
         yield* Metric.update(QueueMetrics.leaseLostBy(reason), fresh.length)
+        yield* countLost(fresh, reason)
         yield* Effect.logError(message).pipe(Effect.annotateLogs({ messageIds: fresh.map((e) => e.ref.id).join(",") }))
       }))
 
@@ -186,6 +198,7 @@ export const start = (
           // A bug or a bad statement: never a blip. Fail the renewer; the local deadline protects the handlers.
           yield* Effect.logError(`renewal failed (${error._tag}), renewer stopping: ${error.message}`)
           yield* Metric.update(QueueMetrics.leaseLostBy("renewer-failed"), sent.length)
+          yield* countLost(sent, "renewer-failed")
           return yield* error
         }
         const failingFor = (yield* Clock.currentTimeMillis) - lastSuccess.at
@@ -306,6 +319,7 @@ export const start = (
         if (e.stopped !== undefined) fiber.interruptUnsafe()
       },
       stopped: (id) => entry(id).stopped,
+      claimedAt: options.claimedAt,
       expiresAt: (id) => entry(id).renewedAt + leaseMs,
       loseAll: (reason, message) => markLost([...entries.values()].filter((e) => !e.finished), reason, message),
       finish: (id) =>

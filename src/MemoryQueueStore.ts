@@ -172,6 +172,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
               error: "lease expired: the holder stopped renewing (died, hung or lost its connection)"
             })
           }
+          const readyAt = row.visibleAt
           row.visibleAt = now + leaseMs
           row.attempts += 1
           row.leaseToken = crypto.randomUUID()
@@ -181,7 +182,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             ...message(row),
             leaseToken: row.leaseToken as Claim["leaseToken"],
             leaseExpiresAt: new Date(row.visibleAt),
-            consumer: options.consumer
+            consumer: options.consumer,
+            readyAt: new Date(readyAt)
           }
         })
       })
@@ -336,6 +338,15 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         } satisfies QueueStats
       })
 
+    const depths: QueueStoreShape["depths"] = (queues) =>
+      Effect.gen(function*() {
+        const wanted = [...new Set(queues)]
+        const out: Array<QueueStats> = []
+        // Each queue as `stats` counts it; no effect between them, so one instant for all.
+        for (const queue of wanted) out.push(yield* stats(queue))
+        return out
+      })
+
     const nextVisibleAt = (queue: string): Effect.Effect<Option.Option<Date>, InvalidInput> =>
       Effect.gen(function*() {
         yield* Validate.name("queue", queue)
@@ -361,6 +372,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       pruneAttempts,
       sends,
       stats,
+      depths,
       nextVisibleAt
     })
   })

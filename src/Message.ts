@@ -46,7 +46,14 @@ export const Claim = Schema.Struct({
   ...Message.fields,
   leaseToken: LeaseToken,
   leaseExpiresAt: Schema.Date,
-  consumer: Schema.String
+  consumer: Schema.String,
+  /**
+   * When the message became ready before this claim (sent, its delay or retry
+   * backoff over, or its previous lease expired), on the store's clock: the
+   * wait-time metric counts from here. Set by both stores; optional for claims
+   * built by hand.
+   */
+  readyAt: Schema.optionalKey(Schema.Date)
 })
 /** @see {@link Claim} */
 export type Claim = typeof Claim.Type

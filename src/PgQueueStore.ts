@@ -6,14 +6,14 @@
  * @since 0.1.0
  */
 import { PgClient, PgTypes } from "@effect/sql-pg"
-import { Clock, Context, Deferred, Duration, Effect, Fiber, Latch, Layer, Option, Queue, Result, type Scope } from "effect"
+import { Clock, Context, Deferred, Duration, Effect, Fiber, Latch, Layer, Option, Queue, Result, type Scope, type Tracer } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql"
 import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
 import * as Migrations from "./Migrations.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, type ConfigInvalid, type InvalidInput, type StoreError } from "./QueueError.ts"
-import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+import { type Completion, defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Abandon from "./internal/abandon.ts"
 import { hash31 } from "./internal/hash.ts"
 import * as Span from "./internal/span.ts"
@@ -111,6 +111,7 @@ interface ClaimRow {
   readonly dedup_key: string | null
   readonly last_error: string | null
   readonly lease_expiries: number
+  readonly was_visible_at: Date
 }
 
 const toDeadLetter = (row: MessageRow): DeadLetter => ({
@@ -129,6 +130,27 @@ const textArray = (values: ReadonlyArray<string | null>) => array(values, PgType
 
 const ids = (rows: ReadonlyArray<{ readonly id: bigint | string }>): ReadonlyArray<MessageId> =>
   rows.map((row) => String(row.id) as MessageId)
+
+/**
+ * What a claim's span says once it is answered: how many came back, and for a
+ * claim of one message, which (a batch's ids would make the span as big as the batch).
+ */
+const claimAttributes = (span: Tracer.Span, claims: ReadonlyArray<Claim>) => {
+  span.attribute("count", claims.length)
+  if (claims.length === 1) {
+    const c = claims[0]!
+    span.attribute("messageId", c.id)
+    span.attribute("task", c.task)
+    span.attribute("attempt", c.attempts)
+  }
+}
+
+/** A finishing write's span attributes: the batch's size, and for one message, which and how it ends. */
+const completeAttributes = (completions: ReadonlyArray<Completion>): Record<string, unknown> => {
+  if (completions.length !== 1) return { count: completions.length }
+  const c = completions[0]!
+  return { count: 1, queue: c.queue, task: c.task, messageId: c.ref.id, attempt: c.attempt, finish: c.finish._tag }
+}
 
 /** Attempt records deleted per statement by the retention pruning. */
 const PRUNE_BATCH = 5_000
@@ -183,10 +205,24 @@ export const make = (
       ? Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
       : Effect.succeed(null)
 
-    /** Run one operation: time it in a span, classify its failures. */
-    const op = <A, E>(name: string, attributes: Record<string, unknown>, effect: Effect.Effect<A, E>) =>
+    /**
+     * Run one operation: time it in a span, classify its failures. `after` adds attributes
+     * known from the result (what a claim returned).
+     */
+    const op = <A, E>(
+      name: string,
+      attributes: Record<string, unknown>,
+      effect: Effect.Effect<A, E>,
+      after?: (span: Tracer.Span, result: A) => void
+    ) =>
       // A lean span (no stack frame): every statement of a kind has the same one, and it is not free.
-      effect.pipe(classify(name), Span.within(`leasehold.${name}`, attributes))
+      after === undefined
+        ? effect.pipe(classify(name), Span.within(`leasehold.${name}`, attributes))
+        : Span.using(`leasehold.${name}`, { attributes }, (span) =>
+          effect.pipe(
+            Effect.tap((result) => Effect.sync(() => after(span, result))),
+            classify(name)
+          ))
 
     // Bulk insert of messages without a dedup key: one statement per chunk.
     // jsonb_array_elements WITH ORDINALITY + ORDER BY makes ids follow input order.
@@ -353,7 +389,7 @@ export const make = (
             FROM claimed WHERE expired
           )
           SELECT id, task, payload, headers, priority, attempts, max_attempts, enqueued_at, visible_at,
-                 lease_token, dedup_key, last_error, lease_expiries
+                 lease_token, dedup_key, last_error, lease_expiries, was_visible_at
           FROM claimed ORDER BY priority, was_visible_at, id`
         const consumer = options.consumer
         return rows.map((row): Claim => ({
@@ -371,9 +407,10 @@ export const make = (
           leaseExpiries: row.lease_expiries,
           leaseToken: row.lease_token,
           leaseExpiresAt: row.visible_at,
-          consumer
+          consumer,
+          readyAt: row.was_visible_at
         }))
-      }).pipe((e) => op("claim", { queue, limit: options.limit }, e))
+      }).pipe((e) => op("claim", { queue, limit: options.limit, consumer: options.consumer }, e, claimAttributes))
 
     const renew: QueueStoreShape["renew"] = (claims, lease) =>
       Effect.gen(function*() {
@@ -389,7 +426,7 @@ export const make = (
           WHERE m.id = c.id AND m.lease_token = c.token AND m.state = 'ready'
           RETURNING m.id`
         return ids(rows)
-      }).pipe((e) => op("renew", { count: claims.length }, e))
+      }).pipe((e) => op("renew", claims.length === 1 ? { count: 1, messageId: claims[0]!.id } : { count: claims.length }, e))
 
     const ack: QueueStoreShape["ack"] = (ref) =>
       leaseSql<{ id: bigint }>`
@@ -521,7 +558,7 @@ export const make = (
           )
           SELECT id FROM held`
         return ids(rows)
-      }).pipe((e) => op("complete", { count: completions.length }, e))
+      }).pipe((e) => op("complete", completeAttributes(completions), e))
 
     // Dead-letter filters: a NULL parameter means "any".
     const filterIds = (filter: DeadLetterFilter) => filter.ids === undefined ? null : JSON.stringify(filter.ids)
@@ -672,12 +709,18 @@ export const make = (
         return Effect.andThen(latch.await, latch.close)
       })
 
-    const stats: QueueStoreShape["stats"] = (queue) =>
+    const depths: QueueStoreShape["depths"] = (queues) =>
       Effect.gen(function*() {
-        yield* Validate.name("queue", queue)
+        const wanted = [...new Set(queues)]
+        for (const queue of wanted) yield* Validate.name("queue", queue)
+        if (wanted.length === 0) return []
         const now = yield* currentTime
-        // Ready counts expired leases too: they are claimable now.
-        const [row] = yield* sql<{
+        // One statement for every queue: the queues as a text array (one prepared statement
+        // whatever their number), each LEFT JOINed to its rows (the queue index), so a queue
+        // without rows still answers with zeros. Ready counts expired leases too: they are
+        // claimable now. One `now` for every count, so the numbers add up.
+        const rows = yield* sql<{
+          queue: string
           ready: bigint
           delayed: bigint
           in_flight: bigint
@@ -685,23 +728,37 @@ export const make = (
           oldest_ready_age_ms: number | null
         }>`
           SELECT
-            count(*) FILTER (WHERE state = 'ready' AND visible_at <= c.now)                              AS ready,
-            count(*) FILTER (WHERE state = 'ready' AND visible_at > c.now AND lease_token IS NULL)     AS delayed,
-            count(*) FILTER (WHERE state = 'ready' AND visible_at > c.now AND lease_token IS NOT NULL) AS in_flight,
-            count(*) FILTER (WHERE state = 'dead')                                                      AS dead,
-            (extract(epoch FROM c.now - min(visible_at) FILTER (WHERE state = 'ready' AND visible_at <= c.now)) * 1000)::float8
+            q.queue,
+            count(m.id) FILTER (WHERE m.state = 'ready' AND m.visible_at <= c.now)                                AS ready,
+            count(m.id) FILTER (WHERE m.state = 'ready' AND m.visible_at > c.now AND m.lease_token IS NULL)     AS delayed,
+            count(m.id) FILTER (WHERE m.state = 'ready' AND m.visible_at > c.now AND m.lease_token IS NOT NULL) AS in_flight,
+            count(m.id) FILTER (WHERE m.state = 'dead')                                                          AS dead,
+            (extract(epoch FROM c.now - min(m.visible_at) FILTER (WHERE m.state = 'ready' AND m.visible_at <= c.now)) * 1000)::float8
               AS oldest_ready_age_ms
-          FROM ${table}, (SELECT coalesce(${now}::timestamptz, now()) AS now) AS c
-          WHERE queue = ${queue}
-          GROUP BY c.now`
-        return {
-          queue,
-          ready: Number(row?.ready ?? 0),
-          delayed: Number(row?.delayed ?? 0),
-          inFlight: Number(row?.in_flight ?? 0),
-          dead: Number(row?.dead ?? 0),
-          oldestReadyAgeMs: Math.max(0, Math.round(row?.oldest_ready_age_ms ?? 0))
-        } satisfies QueueStats
+          FROM unnest(${textArray(wanted)}::text[]) AS q(queue)
+          CROSS JOIN (SELECT coalesce(${now}::timestamptz, now()) AS now) AS c
+          LEFT JOIN ${table} AS m ON m.queue = q.queue
+          GROUP BY q.queue, c.now`
+        const byQueue = new Map(rows.map((row) => [row.queue, row]))
+        return wanted.map((queue): QueueStats => {
+          const row = byQueue.get(queue)
+          return {
+            queue,
+            ready: Number(row?.ready ?? 0),
+            delayed: Number(row?.delayed ?? 0),
+            inFlight: Number(row?.in_flight ?? 0),
+            dead: Number(row?.dead ?? 0),
+            oldestReadyAgeMs: Math.max(0, Math.round(row?.oldest_ready_age_ms ?? 0))
+          }
+        })
+      }).pipe((e) => op("depths", { queues: queues.length }, e))
+
+    // The counts of one queue: the statement of `depths`, for one queue.
+    const stats: QueueStoreShape["stats"] = (queue) =>
+      Effect.gen(function*() {
+        yield* Validate.name("queue", queue)
+        const [row] = yield* depths([queue])
+        return row!
       }).pipe((e) => op("stats", { queue }, e))
 
     const nextVisibleAt: QueueStoreShape["nextVisibleAt"] = (queue) =>
@@ -731,6 +788,7 @@ export const make = (
       pruneAttempts,
       sends,
       stats,
+      depths,
       nextVisibleAt
     })
   })

@@ -1,7 +1,9 @@
 /**
- * Every metric leasehold records, in one place. Export them with any Effect
- * metrics exporter (e.g. `@effect/opentelemetry`); tests read them with
- * `Metric.value`.
+ * Every metric leasehold records, in one place, in effect's default metric
+ * registry: export them with any Effect metrics exporter (Prometheus, OTLP);
+ * tests read them with `Metric.value`. Per-message series are built once per
+ * (queue, task) and cached ({@link forTask}); queue depths are sampled by
+ * `QueueDepth.layer` ({@link forQueue}).
  *
  * @since 0.1.0
  */
@@ -36,7 +38,7 @@ export const wedgedRenewers = Metric.counter("leasehold_wedged_renewers", { desc
 export const finishFailures = Metric.counter("leasehold_finish_failures", { description: "Finishing writes that failed" })
 /** Handlers running now. */
 export const inFlight = Metric.gauge("leasehold_in_flight", { description: "Handlers running" })
-/** Handler duration in milliseconds. */
+/** Handler duration in milliseconds, by `queue` and `task` (see {@link forTask}). */
 export const handlerDuration = Metric.histogram("leasehold_handler_duration_ms", {
   description: "Handler duration (ms)",
   boundaries: Metric.exponentialBoundaries({ start: 5, factor: 2, count: 20 })
@@ -48,3 +50,149 @@ export const eventLoopLag = Metric.gauge("leasehold_event_loop_lag_ms", { descri
  * gone and its heartbeat stale, so they were made visible at once (counted as lease expiries).
  */
 export const reaped = Metric.counter("leasehold_messages_reaped", { description: "Claims of dead consumers released by the reaper" })
+
+// ---------------------------------------------------------------------------
+// Per queue and task. The series above without attributes are the totals of the process
+// (kept as they were); the families below carry `queue` and `task` (bounded: see
+// MAX_TASK_SERIES), which is what a dashboard slices by.
+// ---------------------------------------------------------------------------
+
+/** Messages claimed, by `queue` and `task`. */
+export const taskClaimed = Metric.counter("leasehold_task_messages_claimed", { description: "Messages claimed, by queue and task" })
+/** Messages acked, by `queue` and `task`. */
+export const taskAcked = Metric.counter("leasehold_task_messages_acked", { description: "Messages acked, by queue and task" })
+/** Messages scheduled for retry, by `queue` and `task`. */
+export const taskRetried = Metric.counter("leasehold_task_messages_retried", { description: "Messages scheduled for retry, by queue and task" })
+/** Messages dead-lettered, by `queue` and `task`. */
+export const taskDeadLettered = Metric.counter("leasehold_task_messages_dead_lettered", {
+  description: "Messages dead-lettered, by queue and task"
+})
+/** Messages released (the attempt given back), by `queue` and `task`. */
+export const taskReleased = Metric.counter("leasehold_task_messages_released", { description: "Messages released, by queue and task" })
+/** Leases lost, by `queue`, `task` and `reason`. */
+export const taskLeasesLost = Metric.counter("leasehold_task_leases_lost", { description: "Leases lost, by queue, task and reason" })
+/**
+ * Wait time in milliseconds, by `queue` and `task`: from the moment the message became
+ * ready (sent, its delay or retry backoff over, or its previous lease expired) to its
+ * handler's start.
+ */
+export const waitTime = Metric.histogram("leasehold_wait_time_ms", {
+  description: "Ready to handler start (ms)",
+  boundaries: Metric.exponentialBoundaries({ start: 1, factor: 2, count: 24 })
+})
+
+/** The attributed metrics of one (queue, task): built once, then reused by every message. */
+export interface TaskMetrics {
+  readonly queue: string
+  readonly task: string
+  readonly claimed: Metric.Metric<number, Metric.CounterState<number>>
+  readonly acked: Metric.Metric<number, Metric.CounterState<number>>
+  readonly retried: Metric.Metric<number, Metric.CounterState<number>>
+  readonly deadLettered: Metric.Metric<number, Metric.CounterState<number>>
+  readonly released: Metric.Metric<number, Metric.CounterState<number>>
+  readonly handlerDuration: Metric.Metric<number, Metric.HistogramState>
+  readonly waitTime: Metric.Metric<number, Metric.HistogramState>
+  /** The lease-lost counter of this queue and task for `reason`. */
+  readonly leaseLost: (reason: string) => Metric.Metric<number, Metric.CounterState<number>>
+}
+
+/**
+ * Most (queue, task) pairs given series of their own; the task of any further pair is
+ * recorded as {@link OTHER_TASK}. Task names come from message data: a producer sending
+ * ever new task names must not grow the metrics without bound.
+ */
+export const MAX_TASK_SERIES = 1_000
+/** The task attribute of pairs beyond {@link MAX_TASK_SERIES}. */
+export const OTHER_TASK = "(other)"
+
+const byQueue = new Map<string, Map<string, TaskMetrics>>()
+let series = 0
+
+const makeTaskMetrics = (queue: string, task: string): TaskMetrics => {
+  const attributes = { queue, task }
+  const lost = new Map<string, Metric.Metric<number, Metric.CounterState<number>>>()
+  return {
+    queue,
+    task,
+    claimed: Metric.withAttributes(taskClaimed, attributes),
+    acked: Metric.withAttributes(taskAcked, attributes),
+    retried: Metric.withAttributes(taskRetried, attributes),
+    deadLettered: Metric.withAttributes(taskDeadLettered, attributes),
+    released: Metric.withAttributes(taskReleased, attributes),
+    handlerDuration: Metric.withAttributes(handlerDuration, attributes),
+    waitTime: Metric.withAttributes(waitTime, attributes),
+    leaseLost: (reason) => {
+      let metric = lost.get(reason)
+      if (metric === undefined) {
+        metric = Metric.withAttributes(taskLeasesLost, { queue, task, reason })
+        lost.set(reason, metric)
+      }
+      return metric
+    }
+  }
+}
+
+/**
+ * The metrics of messages of `task` on `queue`, cached: two map lookups on the hot
+ * path, never an attributed metric built per message.
+ */
+export const forTask = (queue: string, task: string): TaskMetrics => {
+  let tasks = byQueue.get(queue)
+  if (tasks === undefined) {
+    tasks = new Map()
+    byQueue.set(queue, tasks)
+  }
+  let metrics = tasks.get(task)
+  if (metrics === undefined) {
+    const name = series < MAX_TASK_SERIES || task === OTHER_TASK ? task : OTHER_TASK
+    metrics = name === task ? makeTaskMetrics(queue, task) : forTask(queue, OTHER_TASK)
+    if (name === task) series += 1
+    tasks.set(task, metrics)
+  }
+  return metrics
+}
+
+// ---------------------------------------------------------------------------
+// Queue depth, per queue: sampled by `QueueDepth.layer` (one statement per interval).
+// ---------------------------------------------------------------------------
+
+/** Messages ready now (expired leases included: they are claimable), by `queue`. */
+export const queueReady = Metric.gauge("leasehold_queue_ready", { description: "Messages ready now, by queue" })
+/** Messages waiting for a delay or retry backoff, by `queue`. */
+export const queueDelayed = Metric.gauge("leasehold_queue_delayed", { description: "Messages waiting for their delay, by queue" })
+/** Messages leased by a consumer, lease not expired, by `queue`. */
+export const queueInFlight = Metric.gauge("leasehold_queue_in_flight", { description: "Messages leased now, by queue" })
+/** Dead-lettered messages, by `queue`. */
+export const queueDead = Metric.gauge("leasehold_queue_dead", { description: "Dead-lettered messages, by queue" })
+/** Age in milliseconds of the oldest ready message (0 when none), by `queue`. */
+export const queueOldestReadyAge = Metric.gauge("leasehold_queue_oldest_ready_age_ms", {
+  description: "Age of the oldest ready message (ms), by queue"
+})
+
+/** The depth gauges of one queue. */
+export interface DepthMetrics {
+  readonly ready: Metric.Metric<number, Metric.GaugeState<number>>
+  readonly delayed: Metric.Metric<number, Metric.GaugeState<number>>
+  readonly inFlight: Metric.Metric<number, Metric.GaugeState<number>>
+  readonly dead: Metric.Metric<number, Metric.GaugeState<number>>
+  readonly oldestReadyAgeMs: Metric.Metric<number, Metric.GaugeState<number>>
+}
+
+const depths = new Map<string, DepthMetrics>()
+
+/** The depth gauges of `queue`, cached. */
+export const forQueue = (queue: string): DepthMetrics => {
+  let metrics = depths.get(queue)
+  if (metrics === undefined) {
+    const attributes = { queue }
+    metrics = {
+      ready: Metric.withAttributes(queueReady, attributes),
+      delayed: Metric.withAttributes(queueDelayed, attributes),
+      inFlight: Metric.withAttributes(queueInFlight, attributes),
+      dead: Metric.withAttributes(queueDead, attributes),
+      oldestReadyAgeMs: Metric.withAttributes(queueOldestReadyAge, attributes)
+    }
+    depths.set(queue, metrics)
+  }
+  return metrics
+}

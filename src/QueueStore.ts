@@ -115,6 +115,12 @@ export interface QueueStoreShape {
   /** Counts of one queue: ready, delayed, in flight, dead, age of the oldest ready message. */
   readonly stats: (queue: string) => Effect.Effect<QueueStats, InvalidInput | StoreError>
   /**
+   * The counts of several queues (as {@link QueueStoreShape.stats} gives them for one) in one
+   * statement: one result per distinct queue, in the order given; a queue without messages
+   * counts zeros. What the queue-depth gauges sample.
+   */
+  readonly depths: (queues: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<QueueStats>, InvalidInput | StoreError>
+  /**
    * Hear about sends: subscribe to `queues` for the life of the current scope;
    * the returned effect completes when a message ready now was sent to one of
    * them since the last time it completed (on PostgreSQL: LISTEN/NOTIFY,

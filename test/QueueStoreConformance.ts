@@ -374,6 +374,48 @@ export const conformance = (
         assert.isTrue(yield* store.ack(flight!))
       }))
 
+    movesTime("depths counts several queues in one call, as stats does each; an empty queue counts zeros", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const [a, b, empty] = [freshQueue("depth-a"), freshQueue("depth-b"), freshQueue("depth-empty")]
+        yield* sendAll(a, [msg("flight"), msg("dead")])
+        const [flight, dead] = yield* claimAll(a, { limit: 2 })
+        yield* store.deadLetter(dead!, { reason: "x" })
+        yield* sendAll(a, [msg("r1"), msg("later", { delay: 60_000 })])
+        yield* sendAll(b, [msg("b1"), msg("b2"), msg("b3")])
+        yield* TestClock.adjust("3 seconds")
+        // Duplicates are answered once, in the order first given.
+        const depths = yield* store.depths([b, empty, a, b])
+        assert.deepStrictEqual(depths, [
+          { queue: b, ready: 3, delayed: 0, inFlight: 0, dead: 0, oldestReadyAgeMs: 3000 },
+          { queue: empty, ready: 0, delayed: 0, inFlight: 0, dead: 0, oldestReadyAgeMs: 0 },
+          { queue: a, ready: 1, delayed: 1, inFlight: 1, dead: 1, oldestReadyAgeMs: 3000 }
+        ])
+        assert.deepStrictEqual(depths[2], yield* store.stats(a))
+        assert.deepStrictEqual(yield* store.depths([]), [])
+        const refused = yield* Effect.flip(store.depths([a, "not a queue!"]))
+        assert.strictEqual(refused._tag, "InvalidInput")
+        assert.isTrue(yield* store.ack(flight!))
+      }))
+
+    movesTime("a claim says when its message became ready: sent, delay over, retry backoff over, lease expired", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("ready-at")
+        yield* TestClock.setTime(2_000_000)
+        yield* sendAll(queue, [msg("delayed", { delay: 5_000 })])
+        yield* TestClock.adjust("7 seconds")
+        const [first] = yield* claimAll(queue, { lease: "10 seconds" })
+        assert.strictEqual(first!.readyAt?.getTime(), 2_005_000, "ready when its delay ended")
+        yield* store.retry(first!, { delay: 1_000, error: "boom" })
+        yield* TestClock.adjust("4 seconds")
+        const [second] = yield* claimAll(queue, { lease: "10 seconds" })
+        assert.strictEqual(second!.readyAt?.getTime(), 2_008_000, "ready when its backoff ended")
+        yield* TestClock.adjust("15 seconds")
+        const [third] = yield* claimAll(queue, { lease: "10 seconds" })
+        assert.strictEqual(third!.readyAt?.getTime(), 2_021_000, "ready when the lease expired")
+      }))
+
     movesTime("nextVisibleAt is the earliest future visibility, none when nothing waits", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore

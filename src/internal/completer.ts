@@ -127,7 +127,13 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     const answer = (p: Pending, held: Held): Effect.Effect<void> =>
       held === true && p.finished.action._tag === "Ack"
         ? p.done(held)
-        : announce(p.finished.action, held).pipe(annotate(p.finished.claim), Effect.andThen(p.done(held)))
+        : announce(p.finished.claim, p.finished.action, held).pipe(annotate(p.finished.claim), Effect.andThen(p.done(held)))
+
+    /**
+     * Acks of the flush being reported, per (queue, task): reused, cleared once counted (a
+     * flush counts what is there, so with several flushers every ack is still counted once).
+     */
+    const ackedBy = new Map<QueueMetrics.TaskMetrics, number>()
 
     /**
      * One flush: one statement for the whole batch, bounded. On a dead connection
@@ -154,11 +160,19 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
               if (held && p.completion.finish._tag === "Ack") {
                 // The common case: nothing to report.
                 acked += 1
+                const metrics = QueueMetrics.forTask(p.completion.queue, p.completion.task)
+                ackedBy.set(metrics, (ackedBy.get(metrics) ?? 0) + 1)
                 yield* p.done(true)
               } else yield* answer(p, held)
             }
-            // Counted per flush, not per message: the hot path of a busy consumer.
-            if (acked > 0) yield* Metric.update(QueueMetrics.acked, acked)
+            // Counted per flush and per (queue, task), not per message: the hot path of a busy consumer.
+            if (acked > 0) {
+              yield* Effect.withFiberSucceed((fiber) => {
+                QueueMetrics.acked.updateUnsafe(acked, fiber.context)
+                for (const [metrics, n] of ackedBy) metrics.acked.updateUnsafe(n, fiber.context)
+                ackedBy.clear()
+              })
+            }
             return
           }
           case "Failed":
@@ -241,7 +255,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     for (let i = 0; i < options.flushers; i++) yield* Effect.forkScoped(flusher)
 
     /** Metrics and one log line for a written outcome. */
-    const announce = (action: Outcome.Action, held: Held) =>
+    const announce = (claim: Claim, action: Outcome.Action, held: Held) =>
       Effect.gen(function*() {
         switch (action._tag) {
           case "Ack":
@@ -254,18 +268,21 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
           case "Retry":
             if (held === true) {
               yield* Metric.update(QueueMetrics.retried, 1)
+              yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).retried, 1)
               yield* Effect.logWarning(`retry in ${seconds(action.delayMs)}:\n${action.error}`)
             }
             break
           case "DeadLetter":
             if (held === true) {
               yield* Metric.update(QueueMetrics.deadLettered, 1)
+              yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).deadLettered, 1)
               yield* Effect.logWarning(`dead-lettered: ${action.reason}${action.error === undefined ? "" : `\n${action.error}`}`)
             }
             break
           case "Release":
             if (held === true) {
               yield* Metric.update(QueueMetrics.released, 1)
+              yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).released, 1)
               yield* Effect.logInfo("released on shutdown")
             }
             break

@@ -9,7 +9,7 @@
  * The hot path of a busy consumer: plain combinators, no generators, one
  * context update per message.
  */
-import { Cause, Clock, Context, Effect, Exit, Metric, Random, References, Tracer } from "effect"
+import { Cause, Clock, Context, Effect, Exit, Random, References, Tracer } from "effect"
 import type { Dispatcher } from "../Consumer.ts"
 import type * as LeaseRenewer from "../LeaseRenewer.ts"
 import type { Claim } from "../Message.ts"
@@ -17,6 +17,7 @@ import type { ConsumerSettings } from "../QueueConfig.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
 import type { Completer } from "./completer.ts"
 import * as Outcome from "./outcome.ts"
+import * as Span from "./span.ts"
 
 /** One message's place in the consumer: its handler slot, and its place in the drain. */
 export interface Slot {
@@ -122,14 +123,47 @@ export const make = <R>(options: HandleOptions<R>) => {
           leaseDeadline: Effect.sync(() => new Date(renewer.expiresAt(claim.id)))
         })
       })).pipe(
+        // Both histograms in one step once the handler ended (no effect per metric).
         Effect.flatMap((exit) =>
-          Clock.currentTimeMillis.pipe(
-            Effect.flatMap((now) => Metric.update(QueueMetrics.handlerDuration, now - startedAt)),
-            Effect.as<Outcome.RunResult>({ _tag: "Handled", exit })
-          )
+          Effect.withFiberSucceed((fiber): Outcome.RunResult => {
+            const metrics = QueueMetrics.forTask(claim.queue, claim.task)
+            const now = fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
+            metrics.handlerDuration.updateUnsafe(now - startedAt, fiber.context)
+            const waited = waitedMs(claim, renewer.claimedAt, startedAt)
+            if (waited !== undefined) metrics.waitTime.updateUnsafe(waited, fiber.context)
+            return { _tag: "Handled", exit }
+          })
         )
       )
     })
+
+  /**
+   * How long the message waited: from ready (on the store's clock) to its claim (the lease it
+   * was given, counted back from its end: the same clock, so no skew between the two), then
+   * from the claim to the handler's start (this process's clock).
+   */
+  const waitedMs = (claim: Claim, claimedAt: number, startedAt: number): number | undefined => {
+    if (claim.readyAt === undefined) return undefined
+    const storeClaimedAt = claim.leaseExpiresAt.getTime() - settings.leaseMs
+    return Math.max(0, storeClaimedAt - claim.readyAt.getTime()) + Math.max(0, startedAt - claimedAt)
+  }
+
+  /**
+   * The options of a message's `leasehold.handle` span. A message sent under a span carries
+   * it as a W3C `traceparent` header; the handler's span continues that trace as its child
+   * when the message is claimed within {@link Span.PARENT_WITHIN_MS} of its send, and
+   * otherwise starts a trace of its own with a link to the sender (a send delayed by hours, a
+   * retry after a long backoff or a redrive would stretch the sender's trace over all that time).
+   */
+  const spanOptions = (claim: Claim, attributes: Record<string, unknown>): Tracer.SpanOptionsNoTrace => {
+    const traceparent = claim.headers["traceparent"]
+    const sender = traceparent === undefined ? undefined : Span.fromTraceparent(traceparent)
+    if (sender === undefined) return { attributes, kind: "consumer" }
+    const sinceSendMs = claim.leaseExpiresAt.getTime() - settings.leaseMs - claim.enqueuedAt.getTime()
+    return sinceSendMs <= Span.PARENT_WITHIN_MS
+      ? { attributes, kind: "consumer", parent: sender }
+      : { attributes, kind: "consumer", root: true, links: [{ span: sender, attributes: { "leasehold.link": "sent-by" } }] }
+  }
 
   /**
    * Run one message of a claim, then finish it, whatever happened. Its span
@@ -149,7 +183,7 @@ export const make = <R>(options: HandleOptions<R>) => {
         // Should `finish` have failed to hand the message over, it leaves the slot and the drain here.
         Effect.ensuring(Effect.andThen(slot.free, Effect.suspend(() => m.submitted ? Effect.void : slot.settle())))
       )
-      return Effect.useSpan("leasehold.handle", { attributes: annotations }, (span) =>
+      return Effect.useSpan("leasehold.handle", spanOptions(claim, annotations), (span) =>
         Effect.updateContext(body, (context: Context.Context<R>) =>
           Context.add(Context.add(context, Tracer.ParentSpan, span), References.CurrentLogAnnotations, {
             ...Context.get(context, References.CurrentLogAnnotations),

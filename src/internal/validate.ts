@@ -5,6 +5,7 @@
 import { Duration, Effect, Option } from "effect"
 import { InvalidInput } from "../QueueError.ts"
 import type { NewMessage } from "../Message.ts"
+import * as Span from "./span.ts"
 
 /** Queue, task and consumer names: letters, digits and `_ . : / -`, 1 to 128 characters. */
 export const namePattern = /^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$/
@@ -177,6 +178,9 @@ const encodePayload = (payload: unknown, limits: SendLimits): Effect.Effect<stri
   return Effect.succeed(json)
 }
 
+/** Most headers a message may carry. */
+const MAX_HEADERS = 64
+
 const checkHeaders = (headers: unknown): Effect.Effect<Readonly<Record<string, string>>, InvalidInput> => {
   if (headers === undefined) return Effect.succeed({})
   const rule = "an object of string values, names of 1-128 characters, at most 64 entries"
@@ -187,22 +191,30 @@ const checkHeaders = (headers: unknown): Effect.Effect<Readonly<Record<string, s
   const bad = entries.find(([k, v]) =>
     k.length === 0 || k.length > 128 || !k.isWellFormed() || typeof v !== "string" || v.includes("\u0000") || !v.isWellFormed()
   )
-  if (entries.length > 64 || bad !== undefined) {
+  if (entries.length > MAX_HEADERS || bad !== undefined) {
     return Effect.fail(invalid("headers", rule, bad === undefined ? "has too many entries" : `entry ${show(bad[0])} is invalid`))
   }
   return Effect.succeed(Object.fromEntries(entries) as Record<string, string>)
 }
 
-/** Check and encode one message for `queue`. */
+/**
+ * Check and encode one message for `queue`. `traceparent`, when given, is
+ * added to its headers (the sender's span, so the handler continues its trace),
+ * unless the sender set one itself or the headers are full.
+ */
 export const prepareMessage = (
   queue: string,
   message: NewMessage,
-  limits: SendLimits
+  limits: SendLimits,
+  traceparent?: string | undefined
 ): Effect.Effect<PreparedMessage, InvalidInput> =>
   Effect.gen(function*() {
     const task = yield* name("task", message.task)
     const payloadJson = yield* encodePayload(message.payload, limits)
-    const headers = yield* checkHeaders(message.headers)
+    const checked = yield* checkHeaders(message.headers)
+    const headers = traceparent === undefined || "traceparent" in checked || Object.keys(checked).length >= MAX_HEADERS
+      ? checked
+      : { ...checked, traceparent }
     const priority = message.priority ?? 0
     if (!Number.isInteger(priority) || Math.abs(priority) > INT4_MAX) {
       return yield* invalid("priority", "a whole number (lower runs first)", `${show(priority)} is not allowed`)
@@ -219,13 +231,18 @@ export const prepareMessage = (
     return { queue, task, payloadJson, headers, priority, delayMs: Math.round(delay), maxAttempts, dedupKey }
   })
 
-/** Check the queue name and every message of a send. */
+/**
+ * Check the queue name and every message of a send; each message records the
+ * current span as its `traceparent` header (see `Span.currentTraceparent`).
+ */
 export const prepareSend = (
   queue: string,
   messages: ReadonlyArray<NewMessage>,
   limits: SendLimits
 ): Effect.Effect<ReadonlyArray<PreparedMessage>, InvalidInput> =>
-  Effect.flatMap(name("queue", queue), (q) => Effect.forEach(messages, (m) => prepareMessage(q, m, limits)))
+  Effect.flatMap(name("queue", queue), (q) =>
+    Effect.flatMap(Span.currentTraceparent, (traceparent) =>
+      Effect.forEach(messages, (m) => prepareMessage(q, m, limits, traceparent))))
 
 /** Check a dead-letter filter: a valid queue name, message ids as decimal strings, a sane limit. */
 export const deadLetterFilter = <F extends { readonly queue?: string | undefined; readonly ids?: ReadonlyArray<string> | undefined; readonly limit?: number | undefined }>(
