@@ -7,16 +7,23 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Layer } from "effect"
-import { Consumer, ConsumerPresence, PgQueueStore, QueueConfig, Task } from "leasehold"
+import { Consumer, ConsumerPresence, Http, Observability, PgQueueStore, QueueConfig, Task } from "leasehold"
 import { sendWelcomeEmail } from "./tasks.ts"
 
 const WorkerLayer = Consumer.layerFromEnv(Task.dispatcher(sendWelcomeEmail)).pipe(
-  Layer.provide(ConsumerPresence.layerFromEnv()), // session liveness: a dead worker's claims come back in seconds
-  Layer.provide(PgQueueStore.layer()), // migrates LEASEHOLD_SCHEMA (default `leasehold`) when built; presence uses the same
-  Layer.provide(QueueConfig.pgLayerFromEnv())
+  Layer.provideMerge(ConsumerPresence.layerFromEnv()), // session liveness: a dead worker's claims come back in seconds
+  Layer.provideMerge(PgQueueStore.layer()), // migrates LEASEHOLD_SCHEMA (default `leasehold`) when built; presence uses the same
+  Layer.provideMerge(QueueConfig.pgLayerFromEnv())
+)
+
+// Http reads the consumer, store and presence above (hence provideMerge): /healthz, /readyz, /metrics.
+const Observed = Http.layerFromEnv().pipe( // serves only when LEASEHOLD_HTTP_PORT is set
+  Layer.provideMerge(WorkerLayer),
+  Layer.provide(Observability.layerPrometheus()), // GET /metrics: every metric in Prometheus text format
+  Layer.provide(Observability.layerOtlpFromEnv()) // traces, metrics, logs over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set
 )
 
 // SIGTERM/SIGINT: stop claiming, let handlers finish within the grace, release the rest; exit 0.
 // A claim loop that fails on anything but a dead connection (a missing table, a revoked
 // permission) shuts down the same way, then fails the program: the error at ERROR, exit 1.
-Consumer.launch(WorkerLayer).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))
+Consumer.launch(Observed).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))

@@ -6,10 +6,12 @@
  */
 export * as Consumer from "./Consumer.ts"
 export * as ConsumerPresence from "./ConsumerPresence.ts"
+export * as Http from "./Http.ts"
 export * as LeaseRenewer from "./LeaseRenewer.ts"
 export * as MemoryQueueStore from "./MemoryQueueStore.ts"
 export * as Message from "./Message.ts"
 export * as Migrations from "./Migrations.ts"
+export * as Observability from "./Observability.ts"
 export * as PgQueueStore from "./PgQueueStore.ts"
 export * as QueueConfig from "./QueueConfig.ts"
 export * as QueueDepth from "./QueueDepth.ts"
