@@ -7,8 +7,12 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Layer, Option, Scope, Tracer } from "effect"
+import { execFile } from "node:child_process"
+import { existsSync } from "node:fs"
+import { resolve } from "node:path"
 import { TestClock } from "effect/testing"
 import * as Consumer from "../src/Consumer.ts"
+import * as PgQueueStore from "../src/PgQueueStore.ts"
 import type { Claim } from "../src/Message.ts"
 import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
 import { QueueStore } from "../src/QueueStore.ts"
@@ -35,6 +39,28 @@ const attributes = (span: Tracer.NativeSpan) => Object.fromEntries(span.attribut
 const settle = Effect.gen(function*() {
   for (let i = 0; i < 20; i++) yield* Effect.yieldNow
 })
+
+/** Node 22 (type stripping) for the producer process: this one, or the project's. */
+const nodeBinary = Number(process.versions.node.split(".")[0]) >= 22 || !existsSync(resolve("node_modules/.bin/node"))
+  ? process.execPath
+  : resolve("node_modules/.bin/node")
+
+/** Run test/fixtures/producer.ts to completion; what it printed on its `SENT` line. */
+const runProducer = (env: Record<string, string>) =>
+  Effect.callback<{ id: string; traceId: string; producerSpanId: string; sendSpanId: string }, Error>((resume) => {
+    const child = execFile(
+      nodeBinary,
+      [resolve("test/fixtures/producer.ts")],
+      { env: { ...process.env, LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), ...env }, timeout: 20_000 },
+      (error, stdout, stderr) => {
+        const line = stdout.split("\n").find((l) => l.startsWith("SENT "))
+        if (error !== null || line === undefined) {
+          resume(Effect.fail(new Error(`producer failed: ${String(error)}\nstdout: ${stdout}\nstderr: ${stderr}`)))
+        } else resume(Effect.succeed(JSON.parse(line.slice("SENT ".length))))
+      }
+    )
+    return Effect.sync(() => child.kill())
+  })
 
 interface Handled {
   readonly claim: Claim
@@ -75,6 +101,31 @@ describe("traces across the queue", () => {
       assert.deepInclude(attributes(complete!), { queue, task: "traced", attempt: 1, count: 1, finish: "Ack" })
     })).pipe(
       Effect.provide(PgTest.storeLayer({ clock: "database" })),
+      Effect.provideService(Tracer.Tracer, tracer)
+    )
+  }, { timeout: 30_000 })
+
+  it.live("across two processes: a producer process's trace is continued by this process's handler", () => {
+    const { tracer } = collecting()
+    const schema = PgTest.uniqueSchema("xtrace")
+    const queue = "cross-process"
+    return Effect.scoped(Effect.gen(function*() {
+      const handled = yield* Deferred.make<Handled>()
+      const handler: Consumer.Handler = (claim) => Effect.flatMap(Effect.currentSpan, (span) => Deferred.succeed(handled, { claim, span }))
+      yield* Layer.build(Consumer.layer(handler, { queues: [queue], consumerId: "xtrace", pollInterval: "50 millis" }))
+      const sent = yield* runProducer({ LEASEHOLD_SCHEMA: schema, QUEUE: queue })
+      const { claim, span } = yield* Deferred.await(handled).pipe(Effect.timeout("10 seconds"))
+      assert.strictEqual(claim.id, sent.id)
+      assert.strictEqual(claim.headers["traceparent"], `00-${sent.traceId}-${sent.sendSpanId}-01`)
+      assert.strictEqual(span.traceId, sent.traceId, "the producer process's trace")
+      assert.strictEqual(parentId(span), sent.sendSpanId, "a child of the producer's send span")
+    })).pipe(
+      Effect.provide(
+        PgQueueStore.layer({ clock: "database", schema }).pipe(
+          Layer.provideMerge(PgTest.dropSchemaOnRelease(schema)),
+          Layer.provideMerge(PgTest.clientLayer({ maxConnections: 4 }))
+        )
+      ),
       Effect.provideService(Tracer.Tracer, tracer)
     )
   }, { timeout: 30_000 })
