@@ -139,13 +139,17 @@ const check = (name: CheckResult["name"], ok: boolean | "skipped", text: string)
   detail: redactSecrets(text)
 })
 
+/** What readiness looks at besides the consumer: each optional. */
+interface Probed {
+  readonly sql: Option.Option<SqlClient.SqlClient>
+  readonly store: Option.Option<PgQueueStoreSettings["Service"]>
+  readonly presence: Option.Option<ConsumerPresence["Service"]>
+}
+
 /** `/readyz`: the database, the migrations, and presence when configured. */
-const readiness = (consumer: Consumer["Service"], options: ProbeOptions) =>
+const readiness = (consumer: Consumer["Service"], { presence, sql, store }: Probed, options: ProbeOptions) =>
   Effect.gen(function*() {
     const timeout = Duration.fromInputUnsafe(options.databaseTimeout ?? "2 seconds")
-    const sql = yield* Effect.serviceOption(SqlClient.SqlClient)
-    const store = yield* Effect.serviceOption(PgQueueStoreSettings)
-    const presence = yield* Effect.serviceOption(ConsumerPresence)
     const checks: Array<CheckResult> = []
     if (Option.isNone(sql)) {
       checks.push(check("database", true, "no SQL client (in-memory store)"), check("migrations", true, "no SQL client"))
@@ -214,10 +218,14 @@ export const healthHandlers = (options: ProbeOptions = {}) =>
     Effect.gen(function*() {
       const consumer = yield* Consumer
       // Optional services, read once: the readiness checks skip what is not there.
-      const context = yield* Effect.context<never>()
+      const probed: Probed = {
+        sql: yield* Effect.serviceOption(SqlClient.SqlClient),
+        store: yield* Effect.serviceOption(PgQueueStoreSettings),
+        presence: yield* Effect.serviceOption(ConsumerPresence)
+      }
       return handlers
         .handle("healthz", () => liveness(consumer))
-        .handle("readyz", () => readiness(consumer, options).pipe(Effect.provideContext(context)))
+        .handle("readyz", () => readiness(consumer, probed, options))
     }))
 
 /** The handler of {@link MetricsGroup}: the Prometheus export in context, if any. */
