@@ -38,10 +38,11 @@ export const wedgedRenewers = Metric.counter("leasehold_wedged_renewers", { desc
 export const finishFailures = Metric.counter("leasehold_finish_failures", { description: "Finishing writes that failed" })
 /** Handlers running now. */
 export const inFlight = Metric.gauge("leasehold_in_flight", { description: "Handlers running" })
+const handlerDurationBoundaries = Metric.exponentialBoundaries({ start: 5, factor: 2, count: 20 })
 /** Handler duration in milliseconds, by `queue` and `task` (see {@link forTask}). */
 export const handlerDuration = Metric.histogram("leasehold_handler_duration_ms", {
   description: "Handler duration (ms)",
-  boundaries: Metric.exponentialBoundaries({ start: 5, factor: 2, count: 20 })
+  boundaries: handlerDurationBoundaries
 })
 /** Worst event-loop delay in the last renewal interval, in milliseconds. */
 export const eventLoopLag = Metric.gauge("leasehold_event_loop_lag_ms", { description: "Worst event-loop delay per renewal interval (ms)" })
@@ -76,9 +77,10 @@ export const taskLeasesLost = Metric.counter("leasehold_task_leases_lost", { des
  * ready (sent, its delay or retry backoff over, or its previous lease expired) to its
  * handler's start.
  */
+const waitTimeBoundaries = Metric.exponentialBoundaries({ start: 1, factor: 2, count: 24 })
 export const waitTime = Metric.histogram("leasehold_wait_time_ms", {
   description: "Ready to handler start (ms)",
-  boundaries: Metric.exponentialBoundaries({ start: 1, factor: 2, count: 24 })
+  boundaries: waitTimeBoundaries
 })
 
 /** The attributed metrics of one (queue, task): built once, then reused by every message. */
@@ -108,23 +110,34 @@ export const OTHER_TASK = "(other)"
 const byQueue = new Map<string, Map<string, TaskMetrics>>()
 let series = 0
 
+/**
+ * The series of `family` with `attributes` built in: the same series as
+ * `Metric.withAttributes(family, attributes)` (same id, description and attributes), but
+ * an update is a registry lookup, where `withAttributes` copies the fiber's context
+ * on every update.
+ */
+const counterOf = (family: Metric.Counter<number>, attributes: Metric.Metric.AttributeSet) =>
+  Metric.counter(family.id, { description: family.description, attributes })
+const histogramOf = (family: Metric.Histogram<number>, boundaries: ReadonlyArray<number>, attributes: Metric.Metric.AttributeSet) =>
+  Metric.histogram(family.id, { description: family.description, boundaries, attributes })
+
 const makeTaskMetrics = (queue: string, task: string): TaskMetrics => {
   const attributes = { queue, task }
   const lost = new Map<string, Metric.Metric<number, Metric.CounterState<number>>>()
   return {
     queue,
     task,
-    claimed: Metric.withAttributes(taskClaimed, attributes),
-    acked: Metric.withAttributes(taskAcked, attributes),
-    retried: Metric.withAttributes(taskRetried, attributes),
-    deadLettered: Metric.withAttributes(taskDeadLettered, attributes),
-    released: Metric.withAttributes(taskReleased, attributes),
-    handlerDuration: Metric.withAttributes(handlerDuration, attributes),
-    waitTime: Metric.withAttributes(waitTime, attributes),
+    claimed: counterOf(taskClaimed, attributes),
+    acked: counterOf(taskAcked, attributes),
+    retried: counterOf(taskRetried, attributes),
+    deadLettered: counterOf(taskDeadLettered, attributes),
+    released: counterOf(taskReleased, attributes),
+    handlerDuration: histogramOf(handlerDuration, handlerDurationBoundaries, attributes),
+    waitTime: histogramOf(waitTime, waitTimeBoundaries, attributes),
     leaseLost: (reason) => {
       let metric = lost.get(reason)
       if (metric === undefined) {
-        metric = Metric.withAttributes(taskLeasesLost, { queue, task, reason })
+        metric = counterOf(taskLeasesLost, { queue, task, reason })
         lost.set(reason, metric)
       }
       return metric
@@ -185,12 +198,13 @@ export const forQueue = (queue: string): DepthMetrics => {
   let metrics = depths.get(queue)
   if (metrics === undefined) {
     const attributes = { queue }
+    const gaugeOf = (family: Metric.Gauge<number>) => Metric.gauge(family.id, { description: family.description, attributes })
     metrics = {
-      ready: Metric.withAttributes(queueReady, attributes),
-      delayed: Metric.withAttributes(queueDelayed, attributes),
-      inFlight: Metric.withAttributes(queueInFlight, attributes),
-      dead: Metric.withAttributes(queueDead, attributes),
-      oldestReadyAgeMs: Metric.withAttributes(queueOldestReadyAge, attributes)
+      ready: gaugeOf(queueReady),
+      delayed: gaugeOf(queueDelayed),
+      inFlight: gaugeOf(queueInFlight),
+      dead: gaugeOf(queueDead),
+      oldestReadyAgeMs: gaugeOf(queueOldestReadyAge)
     }
     depths.set(queue, metrics)
   }
