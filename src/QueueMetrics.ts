@@ -72,12 +72,12 @@ export const taskDeadLettered = Metric.counter("leasehold_task_messages_dead_let
 export const taskReleased = Metric.counter("leasehold_task_messages_released", { description: "Messages released, by queue and task" })
 /** Leases lost, by `queue`, `task` and `reason`. */
 export const taskLeasesLost = Metric.counter("leasehold_task_leases_lost", { description: "Leases lost, by queue, task and reason" })
+const waitTimeBoundaries = Metric.exponentialBoundaries({ start: 1, factor: 2, count: 24 })
 /**
  * Wait time in milliseconds, by `queue` and `task`: from the moment the message became
  * ready (sent, its delay or retry backoff over, or its previous lease expired) to its
  * handler's start.
  */
-const waitTimeBoundaries = Metric.exponentialBoundaries({ start: 1, factor: 2, count: 24 })
 export const waitTime = Metric.histogram("leasehold_wait_time_ms", {
   description: "Ready to handler start (ms)",
   boundaries: waitTimeBoundaries
