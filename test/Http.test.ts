@@ -24,6 +24,7 @@ import * as EmbeddedPostgres from "../src/internal/EmbeddedPostgres.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as Observability from "../src/Observability.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
+import * as QueueDepth from "../src/QueueDepth.ts"
 import { QueryFailed } from "../src/QueueError.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
@@ -256,6 +257,53 @@ describe("Http on a real consumer and PostgreSQL (real time)", () => {
       assert.strictEqual(sampleSum(after.body, "leasehold_messages_acked") - ackedBefore, 3)
       assert.match(after.body, /^# TYPE leasehold_messages_acked counter$/m)
       assert.isAtLeast(sampleSum(after.body, "leasehold_messages_claimed"), 3)
+      yield* stop
+    }), { timeout: 60_000 })
+})
+
+describe("Http /metrics with the queue-depth collector (real time)", () => {
+  /** The value of the sample of `name` whose labels include `labels` (e.g. `queue="q"`), if any. */
+  const sampleOf = (body: string, name: string, labels: ReadonlyArray<string>): number | undefined => {
+    const line = body.split("\n").find((l) => l.startsWith(`${name}{`) && labels.every((label) => l.includes(label)))
+    return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(" ") + 1))
+  }
+
+  it.live("a scrape shows each queue's depth gauges and the per-task counters with their attributes", () =>
+    Effect.gen(function*() {
+      const { context, stop } = yield* start(
+        Http.layer({ port: 0 }).pipe(
+          Layer.provideMerge(Layer.mergeAll(
+            Consumer.layer(noop, { queues: ["http_worked"], pollInterval: "50 millis" }),
+            QueueDepth.layer({ queues: ["http_depth", "http_worked"], interval: "100 millis" })
+          )),
+          Layer.provideMerge(PgTest.storeLayer({ maxConnections: 4 })),
+          Layer.provide(Observability.layerPrometheus())
+        )
+      )
+      const base = Context.get(context, Http.Listening).url
+      const store = Context.get(context, QueueStore)
+      // Nobody consumes http_depth: 1 dead, 3 ready, 1 delayed stay as made here.
+      const [dead] = yield* store.send("http_depth", [{ task: "t", payload: 0 }])
+      const [claim] = yield* store.claim("http_depth", { lease: "30 seconds", limit: 1, consumer: "test" })
+      assert.strictEqual(claim?.id, dead!.id)
+      assert.isTrue(yield* store.deadLetter(claim!, { reason: "for the test" }))
+      yield* store.send("http_depth", [1, 2, 3].map((n) => ({ task: "t", payload: n })))
+      yield* store.send("http_depth", [{ task: "t", payload: 4, delay: 3_600_000 }])
+      // http_worked is consumed: two messages of task "email" acked.
+      yield* store.send("http_worked", [1, 2].map((n) => ({ task: "email", payload: n })))
+      const depth = ["queue=\"http_depth\""]
+      const scraped = yield* waitForReply(base, "/metrics", "the depth of http_depth and two acks of email in a scrape", (r) =>
+        r.status === 200 &&
+        sampleOf(r.body, "leasehold_queue_ready", depth) === 3 &&
+        sampleOf(r.body, "leasehold_queue_dead", depth) === 1 &&
+        sampleOf(r.body, "leasehold_task_messages_acked", ["queue=\"http_worked\"", "task=\"email\""]) === 2 &&
+        sampleOf(r.body, "leasehold_queue_ready", ["queue=\"http_worked\""]) === 0)
+      assert.strictEqual(sampleOf(scraped.body, "leasehold_queue_delayed", depth), 1)
+      assert.strictEqual(sampleOf(scraped.body, "leasehold_queue_in_flight", depth), 0)
+      assert.isAtLeast(sampleOf(scraped.body, "leasehold_queue_oldest_ready_age_ms", depth)!, 0)
+      assert.match(scraped.body, /^# TYPE leasehold_queue_ready gauge$/m)
+      // Bounded cardinality: no label carries a message id.
+      assert.notMatch(scraped.body, /\b(messageId|message_id|messageIds|id)="/)
       yield* stop
     }), { timeout: 60_000 })
 })
