@@ -12,7 +12,7 @@ import { SqlClient } from "effect/sql"
 import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
 import * as Migrations from "./Migrations.ts"
 import * as QueueConfig from "./QueueConfig.ts"
-import { classify, type ConfigInvalid, type InvalidInput, type StoreError } from "./QueueError.ts"
+import { classify, type ConfigInvalid, InvalidInput, type StoreError } from "./QueueError.ts"
 import { type Completion, defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Abandon from "./internal/abandon.ts"
 import { hash31 } from "./internal/hash.ts"
@@ -180,9 +180,51 @@ export const notifyChannel = (schema: string): string => {
 const SEND_CHUNK = 500
 
 /**
+ * The key of the innermost open transaction of any effect/sql client (set by every
+ * `withTransaction`, `undefined` outside one). effect keeps the reference itself internal
+ * (`effect/internal/sql.ts`); a reference with the same key reads the same entry. Only a
+ * cheap gate: when it is set, the context is scanned for the connections of every open
+ * transaction. test/PgQueueStoreExtra.test.ts ("one-pool rule") breaks if the key changes.
+ */
+const CurrentTransactionService = Context.Reference<Context.Key<unknown, object> | undefined>(
+  "effect/sql/CurrentTransactionService",
+  { defaultValue: () => undefined }
+)
+
+/** Every client's transaction connection key is this prefix and the client's number. */
+const transactionKeyPrefix = SqlClient.TransactionConnection(0).key.replace(/0$/, "")
+
+/**
+ * Whether a transaction of another SqlClient than `own` is open in `context`. A send there
+ * would run on the store's own pool and commit on its own, whatever that transaction does.
+ */
+const foreignTransactionOpen = (context: Context.Context<never>, own: string): boolean => {
+  if (Context.get(context, CurrentTransactionService) === undefined) return false
+  for (const key of context.mapUnsafe.keys()) {
+    if (key !== own && key.startsWith(transactionKeyPrefix)) return true
+  }
+  return false
+}
+
+/** The one-pool rule, as a send inside another client's transaction is refused with it. */
+export const onePoolRule = "one-pool"
+
+const foreignTransaction = (queue: string) =>
+  new InvalidInput({
+    field: "transaction",
+    rule: onePoolRule,
+    message: `send to queue ${JSON.stringify(queue)} refused: a transaction is open on another SqlClient ` +
+      `than the store's, and the send would commit on its own whatever that transaction does ` +
+      `(rule: ${onePoolRule}: build the store and your transactions on the same SqlClient layer, ` +
+      `or send outside the transaction)`
+  })
+
+/**
  * Build a PostgreSQL store over the `SqlClient` in context (provide
  * `PgClient.layer`). When you use the same client for your own
- * `sql.withTransaction`, `send` joins that transaction.
+ * `sql.withTransaction`, `send` joins that transaction. A send made while a
+ * transaction of another client is open fails with `InvalidInput` (rule
+ * {@link onePoolRule}) instead of committing on its own.
  */
 export const make = (
   options: PgQueueStoreOptions = {}
@@ -298,6 +340,10 @@ export const make = (
     const send: QueueStoreShape["send"] = (queue, messages) =>
       Effect.gen(function*() {
         const prepared = yield* Validate.prepareSend(queue, messages, limits)
+        // Atomic with the caller's transaction only on the store's own client: refuse to
+        // pretend otherwise (a commit of its own would survive the caller's rollback).
+        const context = yield* Effect.context<never>()
+        if (foreignTransactionOpen(context, sql.transactionService.key)) return yield* Effect.fail(foreignTransaction(queue))
         if (prepared.length === 0) return []
         const now = yield* currentTime
         const single = prepared.length === 1 ? prepared[0]! : undefined

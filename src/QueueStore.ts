@@ -50,8 +50,10 @@ export interface Completion {
 export interface QueueStoreShape {
   /**
    * Enqueue messages on `queue`; one result per message, in order. On
-   * PostgreSQL, inside the caller's `sql.withTransaction` the enqueue commits
-   * or rolls back with the caller's transaction.
+   * PostgreSQL, inside the caller's `sql.withTransaction` on the store's own
+   * `SqlClient` the enqueue commits or rolls back with the caller's
+   * transaction; inside a transaction of another client it fails with
+   * `InvalidInput` (rule `one-pool`) rather than commit on its own.
    */
   readonly send: (
     queue: string,
