@@ -1,7 +1,10 @@
 /**
- * Typed tasks: define a task once (a name, a payload Schema, a handler and its
- * policies) and share the definition between producers and workers. Sending is
- * type-checked and encodes through the schema; the worker decodes through it.
+ * Typed tasks: declare a task once (a name, a queue, a payload Schema and its
+ * policies) with {@link define}, share the declaration between producers and
+ * workers, and give it its handler where the worker is built with
+ * {@link implement}. A producer imports the declaration only: sending is
+ * type-checked and encodes through the schema (with `TaskClient` or {@link send});
+ * the worker decodes through it. {@link make} declares and implements in one step.
  *
  * @since 0.1.0
  */
@@ -11,8 +14,8 @@ import * as Outcome from "./internal/outcome.ts"
 import * as Validate from "./internal/validate.ts"
 import type { Claim, SendResult } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
-import { DecodeFailed, InvalidInput, type StoreError, UnknownTask, Unrecoverable } from "./QueueError.ts"
-import { QueueStore } from "./QueueStore.ts"
+import { type ConnectionDead, DecodeFailed, InvalidInput, type QueryFailed, UnknownTask, Unrecoverable } from "./QueueError.ts"
+import { QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 
 /** How a task retries a failed attempt: jittered exponential backoff. */
 export interface RetryPolicy {
@@ -32,8 +35,13 @@ export interface TaskContext extends Consumer.HandlerContext {
   readonly message: Claim
 }
 
-/** A task definition. Create with {@link make}. */
-export interface Task<Name extends string, A, I, E, R> {
+/**
+ * A task's contract without its handler: what producers need to send it and
+ * workers need to decode it. Create with {@link define}; share it from a module
+ * that imports neither handlers nor their services, and give it a handler where
+ * the worker is built with {@link implement}.
+ */
+export interface Declaration<Name extends string, A, I> {
   readonly name: Name
   /** The queue it is sent to unless a send says otherwise. */
   readonly queue: string
@@ -45,11 +53,30 @@ export interface Task<Name extends string, A, I, E, R> {
   readonly retry: RetryPolicy | undefined
   readonly maxAttempts: number | undefined
   readonly maxRuntime: QueueConfig.DurationLike | undefined
+}
+
+/** Any declaration, for collections of declarations and for sending. */
+export type AnyDeclaration = Declaration<string, any, any>
+
+/**
+ * A task with its handler: what {@link dispatcher} runs. Create with
+ * {@link implement} (from a {@link Declaration}) or {@link make} (in one step).
+ * It is also a declaration, so it can be sent.
+ */
+export interface Task<Name extends string, A, I, E, R> extends Declaration<Name, A, I> {
   readonly handler: (payload: A, context: TaskContext) => Effect.Effect<unknown, E | Unrecoverable, R>
 }
 
 /** Any task, for collections of tasks. */
 export type Any = Task<string, any, any, any, any>
+
+/**
+ * What a send can fail with, one union to catch or to name in a signature: the
+ * payload or an option is refused ({@link InvalidInput}, naming the task for a
+ * payload that does not encode), or the store failed (`ConnectionDead`,
+ * `QueryFailed`). Every member is a Schema-backed tagged error.
+ */
+export type SendError = InvalidInput | ConnectionDead | QueryFailed
 
 /** A definition that cannot work, found when the task is defined. */
 const definitionError = (task: string, field: string, rule: string, value: unknown) =>
@@ -110,28 +137,33 @@ const checkDefinition = (definition: {
   return { baseMs, maxMs, factor, jitter }
 }
 
-/**
- * Define a task. The name (and queue) must be valid names (1-128 of `A-Za-z0-9_.:/-`).
- *
- * The definition is checked here, when the task is defined: a retry policy whose delays could
- * come out negative, NaN or beyond the store's longest delay (a negative or non-finite
- * `factor`, `base` above `max`, a `max` over ten years), a bad `maxAttempts` or `maxRuntime`
- * throws an {@link InvalidInput} naming the field and the rule. Retry delays are then always
- * within [0, retry.max].
- *
- * @throws InvalidInput when the definition breaks a rule.
- */
-export const make = <const Name extends string, A, I, E = never, R = never>(definition: {
+/** The fields of a declaration, as given to {@link define} (and to {@link make}, with a handler). */
+export interface DeclarationOptions<Name extends string, A, I> {
   readonly name: Name
   readonly payload: Schema.Codec<A, I>
-  readonly handler: (payload: A, context: TaskContext) => Effect.Effect<unknown, E | Unrecoverable, R>
   readonly queue?: string | undefined
   readonly success?: Schema.Top | undefined
   readonly error?: Schema.Top | undefined
   readonly retry?: RetryPolicy | undefined
   readonly maxAttempts?: number | undefined
   readonly maxRuntime?: QueueConfig.DurationLike | undefined
-}): Task<Name, A, I, E, R> => {
+}
+
+/**
+ * Declare a task without its handler: use it in a module shared by producers
+ * and workers, so that a producer sends it without importing the handler or
+ * its services. The worker gives it a handler with {@link implement}. The name
+ * (and queue) must be valid names (1-128 of `A-Za-z0-9_.:/-`).
+ *
+ * The declaration is checked here: a retry policy whose delays could come out
+ * negative, NaN or beyond the store's longest delay (a negative or non-finite
+ * `factor`, `base` above `max`, a `max` over ten years), a bad `maxAttempts` or
+ * `maxRuntime` throws an {@link InvalidInput} naming the field and the rule.
+ * Retry delays are then always within [0, retry.max].
+ *
+ * @throws InvalidInput when the declaration breaks a rule.
+ */
+export const define = <const Name extends string, A, I>(definition: DeclarationOptions<Name, A, I>): Declaration<Name, A, I> => {
   checkDefinition(definition)
   return {
     name: definition.name,
@@ -141,10 +173,42 @@ export const make = <const Name extends string, A, I, E = never, R = never>(defi
     error: definition.error,
     retry: definition.retry,
     maxAttempts: definition.maxAttempts,
-    maxRuntime: definition.maxRuntime,
-    handler: definition.handler
+    maxRuntime: definition.maxRuntime
   }
 }
+
+/**
+ * Give a declared task its handler, where the worker is built: the result is
+ * what {@link dispatcher} takes. The handler gets the payload decoded through the
+ * declaration's schema; its services are the worker's, never the producer's.
+ */
+export const implement = <Name extends string, A, I, E = never, R = never>(
+  declaration: Declaration<Name, A, I>,
+  handler: (payload: A, context: TaskContext) => Effect.Effect<unknown, E | Unrecoverable, R>
+): Task<Name, A, I, E, R> => ({
+  name: declaration.name,
+  queue: declaration.queue,
+  payload: declaration.payload,
+  success: declaration.success,
+  error: declaration.error,
+  retry: declaration.retry,
+  maxAttempts: declaration.maxAttempts,
+  maxRuntime: declaration.maxRuntime,
+  handler
+})
+
+/**
+ * Declare and implement a task in one step ({@link define} then {@link implement}):
+ * for a small app whose producer and worker share one process or may import the
+ * handler. Split them when a producer should not depend on the handler's code.
+ *
+ * @throws InvalidInput when the definition breaks a rule (see {@link define}).
+ */
+export const make = <const Name extends string, A, I, E = never, R = never>(
+  definition: DeclarationOptions<Name, A, I> & {
+    readonly handler: (payload: A, context: TaskContext) => Effect.Effect<unknown, E | Unrecoverable, R>
+  }
+): Task<Name, A, I, E, R> => implement(define(definition), definition.handler)
 
 /** Fail a handler with this to send the message straight to dead letters. */
 export const unrecoverable = (message: string): Effect.Effect<never, Unrecoverable> => Effect.fail(new Unrecoverable({ message }))
@@ -172,25 +236,40 @@ const encodeIssue = (task: { readonly name: string }, error: Schema.SchemaError)
   })
 
 /**
- * Send one message of `task`, type-checked and encoded through its schema. A
- * payload that does not encode is refused with the schema's message. Inside the
- * caller's `sql.withTransaction` (PostgreSQL store), the send joins it.
+ * Send one message of `task` (a declaration or an implemented task), type-checked
+ * and encoded through its schema, with the `QueueStore` in context. A payload
+ * that does not encode is refused with the schema's message and the task's name.
+ * Inside the caller's `sql.withTransaction` (PostgreSQL store), the send joins it.
+ * In an application, prefer `TaskClient.send`: one layer, no store in the requirements.
  */
-export const send = <Name extends string, A, I, E, R>(
-  task: Task<Name, A, I, E, R>,
+export const send = <Name extends string, A, I>(
+  task: Declaration<Name, A, I>,
   payload: A,
   options: SendOptions = {}
-): Effect.Effect<SendResult, InvalidInput | StoreError, QueueStore> =>
+): Effect.Effect<SendResult, SendError, QueueStore> =>
   Effect.map(sendMany(task, [payload], options), (results) => results[0]!)
 
-/** Send many messages of `task` at once (one batch: all or none). */
-export const sendMany = <Name extends string, A, I, E, R>(
-  task: Task<Name, A, I, E, R>,
+/** Send many messages of `task` at once (one batch: all or none), with the `QueueStore` in context. */
+export const sendMany = <Name extends string, A, I>(
+  task: Declaration<Name, A, I>,
   payloads: ReadonlyArray<A>,
   options: SendOptions = {}
-): Effect.Effect<ReadonlyArray<SendResult>, InvalidInput | StoreError, QueueStore> =>
+): Effect.Effect<ReadonlyArray<SendResult>, SendError, QueueStore> =>
   Effect.gen(function*() {
-    const store = yield* QueueStore
+    return yield* sendWith(yield* QueueStore, task, payloads, options)
+  })
+
+/**
+ * Send many messages of `task` to `store`: what {@link sendMany} and `TaskClient`
+ * do once they have their store. Use it when you hold a store yourself.
+ */
+export const sendWith = <Name extends string, A, I>(
+  store: QueueStoreShape,
+  task: Declaration<Name, A, I>,
+  payloads: ReadonlyArray<A>,
+  options: SendOptions = {}
+): Effect.Effect<ReadonlyArray<SendResult>, SendError> =>
+  Effect.gen(function*() {
     const encode = Schema.encodeEffect(task.payload)
     const encoded = yield* Effect.forEach(payloads, (p) => Effect.mapError(encode(p), (e) => encodeIssue(task, e)))
     const delayMs = yield* sendDelay(options)
@@ -254,7 +333,8 @@ const checkSuccess = (task: Any, result: unknown): Effect.Effect<void> =>
     )
 
 /**
- * A consumer dispatcher for `tasks`: decodes each message's payload through
+ * A consumer dispatcher for `tasks` (implemented: from {@link implement} or
+ * {@link make}; a bare declaration is refused with an error): decodes each message's payload through
  * its task's schema (a payload that does not decode is dead-lettered at once,
  * with the schema's message), runs the handler, and applies the task's retry
  * policy and max runtime. A task this worker does not know fails with
@@ -266,6 +346,9 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
   const byName = new Map<string, Any>()
   for (const task of tasks) {
     if (byName.has(task.name)) throw new Error(`Task.dispatcher: task "${task.name}" is defined twice`)
+    if (typeof task.handler !== "function") {
+      throw new Error(`Task.dispatcher: task "${task.name}" is declared but has no handler: give it one with Task.implement(declaration, handler)`)
+    }
     byName.set(task.name, task)
   }
   const policies = new Map<string, Consumer.MessagePolicy>()

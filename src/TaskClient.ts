@@ -1,0 +1,86 @@
+/**
+ * The sender of typed tasks: one layer in the application ({@link layer}, built
+ * from the `QueueStore`), after which {@link send} needs only `TaskClient`, never
+ * the store. Use it in producers, HTTP API and RPC handlers: the handler's
+ * requirements name `TaskClient`, which the application provides once.
+ *
+ * A producer imports task declarations (`Task.define`) only: sending needs the
+ * declaration's name, queue, schema and limits, not its handler or the handler's
+ * services.
+ *
+ * @since 0.1.0
+ */
+import { Context, Effect, Layer } from "effect"
+import type { SendResult } from "./Message.ts"
+import { QueueStore } from "./QueueStore.ts"
+import * as Task from "./Task.ts"
+
+/** What the sender does: see {@link send} and {@link sendMany}. */
+export interface TaskClientShape {
+  /**
+   * Send one message of `task`, type-checked and encoded through its schema. A
+   * payload that does not encode is refused with an `InvalidInput` naming the task.
+   */
+  readonly send: <Name extends string, A, I>(
+    task: Task.Declaration<Name, A, I>,
+    payload: A,
+    options?: Task.SendOptions
+  ) => Effect.Effect<SendResult, Task.SendError>
+  /** Send many messages of `task` at once (one batch: all or none). */
+  readonly sendMany: <Name extends string, A, I>(
+    task: Task.Declaration<Name, A, I>,
+    payloads: ReadonlyArray<A>,
+    options?: Task.SendOptions
+  ) => Effect.Effect<ReadonlyArray<SendResult>, Task.SendError>
+}
+
+/**
+ * The task sender, as a service: provide {@link layer} once in the application
+ * and send with {@link send} (or `yield* TaskClient` and its `send`).
+ */
+export class TaskClient extends Context.Service<TaskClient, TaskClientShape>()("leasehold/TaskClient") {}
+
+/**
+ * Build a sender on the `QueueStore` in context. Sends run in the caller's
+ * fiber, so inside the caller's `sql.withTransaction` (PostgreSQL store on the
+ * same client) a send joins the transaction, as `Task.send` does.
+ */
+export const make: Effect.Effect<TaskClientShape, never, QueueStore> = Effect.gen(function*() {
+  const store = yield* QueueStore
+  return TaskClient.of({
+    send: (task, payload, options) => Effect.map(Task.sendWith(store, task, [payload], options), (results) => results[0]!),
+    sendMany: (task, payloads, options) => Task.sendWith(store, task, payloads, options)
+  })
+})
+
+/**
+ * The sender layer, built from the `QueueStore`: e.g.
+ * `TaskClient.layer.pipe(Layer.provide(PgQueueStore.layer()), Layer.provide(QueueConfig.pgLayerFromEnv()))`.
+ * Use it in every process that sends tasks.
+ */
+export const layer: Layer.Layer<TaskClient, never, QueueStore> = Layer.effect(TaskClient, make)
+
+/**
+ * Send one message of `task` with the {@link TaskClient} in context: requires
+ * `TaskClient` only, and fails with one union, `Task.SendError`.
+ */
+export const send = <Name extends string, A, I>(
+  task: Task.Declaration<Name, A, I>,
+  payload: A,
+  options?: Task.SendOptions
+): Effect.Effect<SendResult, Task.SendError, TaskClient> =>
+  Effect.gen(function*() {
+    const client = yield* TaskClient
+    return yield* client.send(task, payload, options)
+  })
+
+/** Send many messages of `task` at once (one batch: all or none) with the {@link TaskClient} in context. */
+export const sendMany = <Name extends string, A, I>(
+  task: Task.Declaration<Name, A, I>,
+  payloads: ReadonlyArray<A>,
+  options?: Task.SendOptions
+): Effect.Effect<ReadonlyArray<SendResult>, Task.SendError, TaskClient> =>
+  Effect.gen(function*() {
+    const client = yield* TaskClient
+    return yield* client.sendMany(task, payloads, options)
+  })

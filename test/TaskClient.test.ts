@@ -1,0 +1,186 @@
+/**
+ * Task contracts apart from their handlers, and the sender service (issue 15, items 1 and 2), on
+ * the memory store:
+ *
+ * - `Task.define` declares a task without a handler; `Task.implement` gives it one where the worker
+ *   is built, and `Task.dispatcher` runs it; `Task.make` stays the one-step form;
+ * - `TaskClient.send` needs `TaskClient` only (no `QueueStore`), fails with one union
+ *   (`Task.SendError`), stores the payload encoded by the schema, and refuses a bad payload with
+ *   the task's name in the error;
+ * - an `effect/http-api` handler sends with `TaskClient.send`, with `TaskClient.layer` provided once:
+ *   checked at the type level (the group's layer requires exactly `TaskClient`, the app exactly
+ *   `QueueStore`) and run through `HttpApiTest`.
+ */
+import { NodeHttpServer } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Layer, Schema } from "effect"
+import { HttpApi, HttpApiBuilder, HttpApiClient, HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
+import { HttpRouter } from "effect/http"
+import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
+import type { SendResult } from "../src/Message.ts"
+import { InvalidInput } from "../src/QueueError.ts"
+import { QueueStore } from "../src/QueueStore.ts"
+import * as Task from "../src/Task.ts"
+import * as TaskClient from "../src/TaskClient.ts"
+import { makeSpy, startConsumer } from "./support/ConsumerHarness.ts"
+
+/** Exactly the same type (not merely assignable either way). */
+type Equals<X, Y> = (<T>() => T extends X ? 1 : 2) extends (<T>() => T extends Y ? 1 : 2) ? true : false
+const assertType = <_T extends true>() => {}
+
+// What a producer imports: declarations only, no handler, no handler services.
+const Welcome = Schema.Struct({ to: Schema.String, visits: Schema.NumberFromString })
+const welcome = Task.define({ name: "user.welcome", queue: "emails", payload: Welcome, maxAttempts: 3 })
+
+/** Drain the scheduler without moving the clock. */
+const settle = Effect.gen(function*() {
+  for (let i = 0; i < 20; i++) yield* Effect.yieldNow
+})
+
+// --- An HTTP API whose handler sends a task (the type test) ---
+
+class SignUpFailed extends Schema.TaggedError<SignUpFailed>()("SignUpFailed", { reason: Schema.String }) {}
+
+const Api = HttpApi.make("app").add(
+  HttpApiGroup.make("users").add(
+    HttpApiEndpoint.post("signUp", "/users", {
+      payload: Schema.Struct({ email: Schema.String }),
+      success: Schema.Struct({ messageId: Schema.String }),
+      error: SignUpFailed
+    })
+  )
+)
+
+/** The handler sends through `TaskClient.send`: no store, no captured context. */
+const UsersLive = HttpApiBuilder.group(Api, "users", (handlers) =>
+  handlers.handle("signUp", ({ payload }) =>
+    TaskClient.send(welcome, { to: payload.email, visits: 1 }, { dedupKey: `welcome:${payload.email}` }).pipe(
+      Effect.map((sent) => ({ messageId: sent.id })),
+      // One union to catch: every way a send can fail, each a tagged error.
+      Effect.mapError((error: Task.SendError) => new SignUpFailed({ reason: `${error._tag}: ${error.message}` }))
+    )))
+
+// The send's own type: TaskClient is its only requirement, Task.SendError its only error.
+const sendOnce = TaskClient.send(welcome, { to: "ada@example.com", visits: 2 })
+assertType<Equals<typeof sendOnce, Effect.Effect<SendResult, Task.SendError, TaskClient.TaskClient>>>()
+assertType<Equals<Task.SendError, InvalidInput | import("../src/QueueError.ts").StoreError>>()
+// Task.send keeps needing the store; the declaration is enough to send (no handler).
+const sendWithStore = Task.send(welcome, { to: "ada@example.com", visits: 2 })
+assertType<Equals<typeof sendWithStore, Effect.Effect<SendResult, Task.SendError, QueueStore>>>()
+// @ts-expect-error: the payload is checked against the declaration's schema
+TaskClient.send(welcome, { to: "ada@example.com", visits: "2" })
+
+// The app: the API served with TaskClient.layer provided once. The handler's TaskClient is a
+// request-level requirement of the routes; HttpRouter.serve makes it the server's, which the one
+// layer meets. What is left to provide is the server and the store, never TaskClient or a context.
+type RequirementsOf<L> = L extends Layer.Layer<infer _ROut, infer _E, infer RIn> ? RIn : never
+const AppLive = HttpRouter.serve(HttpApiBuilder.layer(Api).pipe(Layer.provide(UsersLive)), { disableLogger: true }).pipe(
+  Layer.provide(TaskClient.layer)
+)
+assertType<Equals<Extract<RequirementsOf<typeof AppLive>, TaskClient.TaskClient>, never>>()
+assertType<QueueStore extends RequirementsOf<typeof AppLive> ? true : false>()
+const ServedLive = AppLive.pipe(Layer.provide(MemoryQueueStore.layer()), Layer.provideMerge(NodeHttpServer.layerTest))
+assertType<Equals<RequirementsOf<typeof ServedLive>, never>>()
+
+describe("Task.define / Task.implement", () => {
+  it.effect("a declared task, implemented where the worker is built, is run by the dispatcher", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const seen: Array<{ to: string; visits: number; attempt: number }> = []
+      // The worker's side: the declaration plus its handler.
+      const welcomeImpl = Task.implement(welcome, (email, context) =>
+        Effect.sync(() => {
+          seen.push({ ...email, attempt: context.attempt })
+        }))
+      assert.strictEqual(welcomeImpl.name, "user.welcome")
+      assert.strictEqual(welcomeImpl.queue, "emails")
+      assert.strictEqual(welcomeImpl.maxAttempts, 3)
+
+      const sent = yield* Task.send(welcome, { to: "ada@example.com", visits: 4 }).pipe(
+        Effect.provide(Layer.succeed(QueueStore, spy.store))
+      )
+      const dispatcher = Task.dispatcher(welcomeImpl)
+      assert.deepStrictEqual(dispatcher.queues, ["emails"])
+      yield* startConsumer(spy, dispatcher, {})
+      yield* settle
+      assert.deepStrictEqual(seen, [{ to: "ada@example.com", visits: 4, attempt: 1 }])
+      assert.deepStrictEqual(spy.of("ack").map((c) => c.ids[0]), [sent.id])
+    }))
+
+  it("a declaration is checked when it is declared; Task.make still declares and implements in one step", () => {
+    assert.throws(() => Task.define({ name: "bad name!", payload: Schema.String }), InvalidInput)
+    assert.throws(() => Task.define({ name: "t", payload: Schema.String, maxAttempts: 0 }), /maxAttempts/)
+    assert.throws(() => Task.define({ name: "t", payload: Schema.String, retry: { base: "2s", max: "1s" } }), /retry\.max/)
+    const declared = Task.define({ name: "plain", payload: Schema.String })
+    assert.strictEqual(declared.queue, "default")
+    assert.isFalse("handler" in declared)
+    const made = Task.make({ name: "plain", payload: Schema.String, handler: () => Effect.void })
+    assert.deepStrictEqual({ ...made, handler: undefined }, { ...declared, handler: undefined })
+    // @ts-expect-error: a declaration has no handler, so the dispatcher refuses it
+    assert.throws(() => Task.dispatcher(declared), /"plain" is declared but has no handler: give it one with Task.implement/)
+  })
+})
+
+describe("TaskClient", () => {
+  it.effect("a send lands in the store with the payload encoded by the schema", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const sent = yield* TaskClient.send(welcome, { to: "ada@example.com", visits: 7 }, { priority: 3, headers: { from: "test" } })
+      const many = yield* TaskClient.sendMany(welcome, [{ to: "b@example.com", visits: 1 }, { to: "c@example.com", visits: 2 }])
+      assert.strictEqual(many.length, 2)
+      const claims = yield* store.claim("emails", { lease: "1 minute", limit: 10, consumer: "inspector" })
+      const first = claims.find((c) => c.id === sent.id)
+      assert.isDefined(first)
+      assert.strictEqual(first!.task, "user.welcome")
+      assert.strictEqual(first!.queue, "emails")
+      // Stored encoded: visits through NumberFromString, as a string.
+      assert.deepStrictEqual(first!.payload, { to: "ada@example.com", visits: "7" })
+      assert.strictEqual(first!.priority, 3)
+      assert.deepStrictEqual(first!.headers, { from: "test" })
+      assert.strictEqual(first!.maxAttempts, 3)
+      assert.sameMembers(claims.map((c) => (c.payload as { visits: string }).visits), ["7", "1", "2"])
+    }).pipe(Effect.provide(TaskClient.layer.pipe(Layer.provideMerge(MemoryQueueStore.layer())))))
+
+  it.effect("a payload that does not encode is refused with the task's name, and nothing is stored", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const positive = Task.define({ name: "count.positive", payload: Schema.Struct({ n: Schema.Number.check(Schema.isGreaterThan(0)) }) })
+      const error = yield* Effect.flip(TaskClient.send(positive, { n: -1 }))
+      assert.instanceOf(error, InvalidInput)
+      assert.strictEqual(error._tag, "InvalidInput")
+      assert.include(error.message, `task "count.positive"`)
+      assert.include((error as InvalidInput).rule, "count.positive")
+      // One bad payload refuses the whole batch.
+      const batch = yield* Effect.flip(TaskClient.sendMany(positive, [{ n: 1 }, { n: 0 }]))
+      assert.include(batch.message, "count.positive")
+      const stats = yield* store.stats("default")
+      assert.strictEqual(stats.ready, 0)
+      // A bad option is the same union's InvalidInput.
+      const option = yield* Effect.flip(TaskClient.send(positive, { n: 1 }, { delay: "soon" as never }))
+      assert.strictEqual(option._tag, "InvalidInput")
+    }).pipe(Effect.provide(TaskClient.layer.pipe(Layer.provideMerge(MemoryQueueStore.layer())))))
+
+  it.live("an HttpApi handler sends with TaskClient.layer provided once", () =>
+    Effect.gen(function*() {
+      const client = yield* HttpApiClient.make(Api)
+      const answer = yield* client.users.signUp({ payload: { email: "ada@example.com" } })
+      const again = yield* client.users.signUp({ payload: { email: "ada@example.com" } })
+      assert.strictEqual(again.messageId, answer.messageId, "the dedup key holds across requests")
+      const store = yield* QueueStore
+      const [claim, ...rest] = yield* store.claim("emails", { lease: "1 minute", limit: 10, consumer: "inspector" })
+      assert.strictEqual(claim?.id, answer.messageId)
+      assert.strictEqual(claim?.task, "user.welcome")
+      assert.deepStrictEqual(claim?.payload, { to: "ada@example.com", visits: "1" })
+      assert.deepStrictEqual(rest, [])
+    }).pipe(
+      // One store for the server and for the inspection above.
+      Effect.provide(
+        HttpRouter.serve(HttpApiBuilder.layer(Api).pipe(Layer.provide(UsersLive)), { disableLogger: true }).pipe(
+          Layer.provide(TaskClient.layer),
+          Layer.provideMerge(MemoryQueueStore.layer()),
+          Layer.provideMerge(NodeHttpServer.layerTest)
+        )
+      ),
+      Effect.scoped
+    ))
+})
