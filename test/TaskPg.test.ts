@@ -20,6 +20,7 @@ import type * as QueueConfig from "../src/QueueConfig.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as Task from "../src/Task.ts"
+import * as TaskClient from "../src/TaskClient.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitFor } from "./support/Wait.ts"
 
@@ -191,6 +192,35 @@ describe("Task on PostgreSQL (real time)", () => {
         const stats = yield* (yield* QueueStore).stats(QUEUE)
         assert.deepStrictEqual([stats.ready, stats.delayed, stats.inFlight, stats.dead], [0, 0, 0, 0])
         assert.lengthOf(ran, 3, "nothing of the rolled-back transaction ran")
+        yield* consumer.stop
+      })
+    ), { timeout: 30_000 })
+
+  it.live("a declared task sent with TaskClient joins the caller's transaction; the worker runs its implementation", () =>
+    inFreshSchema((schema) =>
+      Effect.gen(function*() {
+        const QUEUE = "tx-client"
+        const sql = yield* SqlClient.SqlClient
+        // The producer's side: the declaration and the sender layer, built on the store in context.
+        const welcome = Task.define({ name: "welcome", queue: QUEUE, payload: Schema.Struct({ to: Schema.String, n: Schema.NumberFromString }) })
+        const client = Context.get(yield* Layer.build(TaskClient.layer), TaskClient.TaskClient)
+        // The worker's side: the declaration given its handler.
+        const ran: Array<{ readonly to: string; readonly n: number }> = []
+        const welcomeImpl = Task.implement(welcome, (payload) => Effect.sync(() => ran.push(payload)))
+        const consumer = yield* startConsumer(Task.dispatcher(welcomeImpl), { queues: [QUEUE], consumerId: "tx-client-consumer" })
+
+        const sent = yield* sql.withTransaction(client.send(welcome, { to: "ada", n: 1 }))
+        const [row] = yield* sql<{ payload: unknown }>`SELECT payload FROM ${sql(`${schema}.messages`)} WHERE id = ${sent.id}::bigint`
+        assert.deepStrictEqual(row?.payload, { to: "ada", n: "1" }, "stored encoded by the schema")
+        const exit = yield* sql.withTransaction(Effect.gen(function*() {
+          yield* client.sendMany(welcome, [{ to: "bob", n: 2 }, { to: "cy", n: 3 }])
+          return yield* Effect.fail("the caller's own work failed" as const)
+        })).pipe(Effect.exit)
+        assert.isTrue(Exit.isFailure(exit))
+        yield* waitHistory(sent.id, "acked")
+        const stats = yield* (yield* QueueStore).stats(QUEUE)
+        assert.deepStrictEqual([stats.ready, stats.delayed, stats.inFlight, stats.dead], [0, 0, 0, 0], "the rolled-back sends never existed")
+        assert.deepStrictEqual(ran, [{ to: "ada", n: 1 }])
         yield* consumer.stop
       })
     ), { timeout: 30_000 })
