@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import { Clock, Duration, Effect, Latch, Layer, Option } from "effect"
-import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
+import type { Attempt, Claim, DeadLetter, MessageId, MessageInfo, MessageState, QueueStats, SendResult } from "./Message.ts"
 import type { InvalidInput } from "./QueueError.ts"
 import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Validate from "./internal/validate.ts"
@@ -321,6 +321,44 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         return Effect.andThen(latch.await, latch.close)
       })
 
+    /** Where a row stands at `now`, as `stats` counts it. */
+    const stateOf = (row: Row, now: number): MessageState =>
+      row.state === "dead" ? "dead" : row.visibleAt <= now ? "ready" : row.leaseToken === null ? "delayed" : "in-flight"
+
+    const info = (row: Row, now: number): MessageInfo => {
+      const state = stateOf(row, now)
+      return {
+        ...message(row),
+        state,
+        visibleAt: state === "dead" ? null : new Date(row.visibleAt),
+        leasedBy: state === "in-flight" ? row.leasedBy : null,
+        deadReason: row.deadReason,
+        deadAt: row.deadAt === null ? null : new Date(row.deadAt)
+      }
+    }
+
+    const get: QueueStoreShape["get"] = (id) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const row = rows.get(BigInt(id))
+        return row === undefined ? Option.none() : Option.some(info(row, now))
+      })
+
+    // Options checked by `fromOperations`: `limit` is set, `after` a valid id.
+    const messages: QueueStoreShape["messages"] = (queue, options = {}) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const after = options.after === undefined ? 0n : BigInt(options.after)
+        const limit = options.limit ?? 100
+        const out: Array<MessageInfo> = []
+        // The map keeps insertion order, which is id order.
+        for (const row of rows.values()) {
+          if (out.length >= limit) break
+          if (row.queue !== queue || row.id <= after) continue
+          if (options.state !== undefined && stateOf(row, now) !== options.state) continue
+          out.push(info(row, now))
+        }
+        return out
+      })
+
     const stats: QueueStoreShape["stats"] = (queue) =>
       Effect.gen(function*() {
         yield* Validate.name("queue", queue)
@@ -367,6 +405,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       redrive,
       purge,
       deadLetters,
+      get,
+      messages,
       recordAttempt,
       attempts,
       pruneAttempts,

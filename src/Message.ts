@@ -132,3 +132,31 @@ export const Attempt = Schema.Struct({
 })
 /** @see {@link Attempt} */
 export type Attempt = typeof Attempt.Type
+
+/**
+ * Where a message stands, as `stats` counts it: `ready` (claimable now, an expired lease
+ * included), `delayed` (waiting for its delay or retry backoff), `in-flight` (leased, lease
+ * not expired), `dead` (dead-lettered).
+ */
+export const MessageState = Schema.Literals(["ready", "delayed", "in-flight", "dead"])
+/** @see {@link MessageState} */
+export type MessageState = typeof MessageState.Type
+
+/** A message as `get` and `messages` show it, live or dead: the message and where it stands. */
+export const MessageInfo = Schema.Struct({
+  ...Message.fields,
+  state: MessageState,
+  /**
+   * When it became or becomes visible (ready, delayed) or its lease expires (in flight);
+   * `null` when dead.
+   */
+  visibleAt: Schema.NullOr(Schema.Date),
+  /** The consumer holding the lease, while in flight; `null` otherwise. */
+  leasedBy: Schema.NullOr(Schema.String),
+  /** Why it was dead-lettered, when dead. */
+  deadReason: Schema.NullOr(Schema.String),
+  /** When it was dead-lettered, when dead. */
+  deadAt: Schema.NullOr(Schema.Date)
+})
+/** @see {@link MessageInfo} */
+export type MessageInfo = typeof MessageInfo.Type

@@ -9,7 +9,7 @@ import { PgClient, PgTypes } from "@effect/sql-pg"
 import { Clock, Context, Deferred, Duration, Effect, Fiber, Latch, Layer, Option, Queue, Result, type Scope, type Tracer } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql"
-import type { Attempt, Claim, DeadLetter, MessageId, QueueStats, SendResult } from "./Message.ts"
+import type { Attempt, Claim, DeadLetter, MessageId, MessageInfo, MessageState, QueueStats, SendResult } from "./Message.ts"
 import * as Migrations from "./Migrations.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, type ConfigInvalid, InvalidInput, type StoreError } from "./QueueError.ts"
@@ -94,6 +94,20 @@ const toMessage = (row: MessageRow) => ({
   dedupKey: row.dedup_key,
   lastError: row.last_error,
   leaseExpiries: row.lease_expiries
+})
+
+/** A row with where it stands, as `get` and `messages` read it. */
+interface InfoRow extends MessageRow {
+  readonly view_state: MessageState
+}
+
+const toInfo = (row: InfoRow): MessageInfo => ({
+  ...toMessage(row),
+  state: row.view_state,
+  visibleAt: row.view_state === "dead" ? null : row.visible_at,
+  leasedBy: row.view_state === "in-flight" ? row.leased_by : null,
+  deadReason: row.dead_reason,
+  deadAt: row.dead_at
 })
 
 /** What claim returns per row: the columns of a claim, nothing else. */
@@ -807,6 +821,41 @@ export const make = (
         return row!
       }).pipe((e) => op("stats", { queue }, e))
 
+    // Where a row stands, exactly as `depths` counts it (an expired lease is ready). Kept as
+    // text in TypeScript, not SQL input: it holds no value, only the alias `m` and `c.now`.
+    const viewState = sql.literal(`CASE WHEN m.state = 'dead' THEN 'dead'
+      WHEN m.visible_at <= c.now THEN 'ready'
+      WHEN m.lease_token IS NULL THEN 'delayed'
+      ELSE 'in-flight' END`)
+
+    // One row by primary key; `c.now` is the one instant its state is judged at.
+    // Options were checked by `fromOperations`: `id` is a valid bigint.
+    const get: QueueStoreShape["get"] = (id) =>
+      Effect.gen(function*() {
+        const now = yield* currentTime
+        const rows = yield* sql<InfoRow>`
+          SELECT m.*, ${viewState} AS view_state
+          FROM ${table} AS m CROSS JOIN (SELECT coalesce(${now}::timestamptz, now()) AS now) AS c
+          WHERE m.id = ${id}::bigint`
+        return rows.length === 0 ? Option.none() : Option.some(toInfo(rows[0]!))
+      }).pipe((e) => op("get", { id }, e))
+
+    // A keyset page in id order: `id > after` and LIMIT walk the primary key, so a page costs
+    // the same wherever it starts. The state filter is the CASE itself (one statement for
+    // every filter; a NULL state keeps all): a helper for tests and operators, not a hot path.
+    const messages: QueueStoreShape["messages"] = (queue, options = {}) =>
+      Effect.gen(function*() {
+        const now = yield* currentTime
+        const rows = yield* sql<InfoRow>`
+          SELECT m.*, ${viewState} AS view_state
+          FROM ${table} AS m CROSS JOIN (SELECT coalesce(${now}::timestamptz, now()) AS now) AS c
+          WHERE m.queue = ${queue} AND m.id > ${options.after ?? "0"}::bigint
+            AND (${options.state ?? null}::text IS NULL OR ${viewState} = ${options.state ?? null}::text)
+          ORDER BY m.id
+          LIMIT ${options.limit ?? 100}`
+        return rows.map(toInfo)
+      }).pipe((e) => op("messages", { queue, state: options.state ?? "all" }, e))
+
     const nextVisibleAt: QueueStoreShape["nextVisibleAt"] = (queue) =>
       Effect.gen(function*() {
         yield* Validate.name("queue", queue)
@@ -829,6 +878,8 @@ export const make = (
       redrive,
       purge,
       deadLetters,
+      get,
+      messages,
       recordAttempt,
       attempts,
       pruneAttempts,

@@ -5,10 +5,21 @@
  *
  * @since 0.1.0
  */
-import { Context, type Duration, Effect, type Option, type Scope } from "effect"
+import { Context, type Duration, Effect, Option, type Scope } from "effect"
 import * as Validate from "./internal/validate.ts"
-import type { Attempt, Claim, ClaimRef, DeadLetter, MessageId, NewMessage, QueueStats, SendResult } from "./Message.ts"
-import type { InvalidInput, StoreError } from "./QueueError.ts"
+import type {
+  Attempt,
+  Claim,
+  ClaimRef,
+  DeadLetter,
+  MessageId,
+  MessageInfo,
+  MessageState,
+  NewMessage,
+  QueueStats,
+  SendResult
+} from "./Message.ts"
+import { InvalidInput, type StoreError } from "./QueueError.ts"
 
 /** How to claim: for how long, how many at most, and who is claiming (recorded as `leased_by`). */
 export interface ClaimOptions {
@@ -21,6 +32,16 @@ export interface ClaimOptions {
 export interface DeadLetterFilter {
   readonly queue?: string | undefined
   readonly ids?: ReadonlyArray<MessageId> | undefined
+}
+
+/** Which messages of a queue {@link QueueStoreShape.messages} lists: a page in id order. */
+export interface MessagesOptions {
+  /** Only messages in this state (default: every state). */
+  readonly state?: MessageState | undefined
+  /** At most this many (1 to 10000, default 100). */
+  readonly limit?: number | undefined
+  /** Only ids after this one: the last id of the previous page. */
+  readonly after?: MessageId | undefined
 }
 
 /** The finishing write of one message, as {@link QueueStoreShape.complete} takes it. */
@@ -108,6 +129,19 @@ export interface QueueStoreShape {
   readonly deadLetters: (
     filter: DeadLetterFilter & { readonly limit?: number | undefined }
   ) => Effect.Effect<ReadonlyArray<DeadLetter>, InvalidInput | StoreError>
+  /**
+   * One message by id, live or dead, with its state (as `stats` counts it, at the store's
+   * now); `Option.none` for an id no message has (finished and deleted, or never sent).
+   */
+  readonly get: (id: MessageId) => Effect.Effect<Option.Option<MessageInfo>, StoreError>
+  /**
+   * A page of the messages of `queue`, live and dead (or those in one state), in id order
+   * (the order they were sent); the next page starts `after` the last id of this one.
+   */
+  readonly messages: (
+    queue: string,
+    options?: MessagesOptions
+  ) => Effect.Effect<ReadonlyArray<MessageInfo>, InvalidInput | StoreError>
   /** Keep the record of a finished attempt (bounded by {@link QueueStoreShape.pruneAttempts}). */
   readonly recordAttempt: (attempt: Attempt) => Effect.Effect<void, StoreError>
   /** The attempt history of a message, oldest first. */
@@ -152,9 +186,46 @@ export class QueueStore extends Context.Service<QueueStore, QueueStoreShape>()("
 export const fromOperations = (shape: QueueStoreShape): QueueStoreShape =>
   QueueStore.of({
     ...shape,
+    // An id that is no message id (not a positive bigint) names no message.
+    get: (id) => isMessageId(id) ? shape.get(id) : Effect.succeed(Option.none()),
+    messages: (queue, options = {}) => Effect.flatMap(messagesOptions(queue, options), (checked) => shape.messages(queue, checked)),
     redrive: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.redrive),
     purge: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.purge),
     deadLetters: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.deadLetters)
+  })
+
+const maxMessageId = 2n ** 63n - 1n
+
+/** Whether `id` can be a message's id: a positive decimal that fits a PostgreSQL bigint. */
+const isMessageId = (id: unknown): id is MessageId =>
+  typeof id === "string" && /^[1-9][0-9]{0,18}$/.test(id) && BigInt(id) <= maxMessageId
+
+const messageStates: ReadonlySet<unknown> = new Set<MessageState>(["ready", "delayed", "in-flight", "dead"])
+
+/** Check the queue and options of `messages`, filling in the default limit. */
+const messagesOptions = (queue: string, options: MessagesOptions): Effect.Effect<MessagesOptions, InvalidInput> =>
+  Effect.gen(function*() {
+    yield* Validate.name("queue", queue)
+    const limit = yield* Validate.positiveInt("limit", options.limit ?? 100, 10_000)
+    if (options.state !== undefined && !messageStates.has(options.state)) {
+      return yield* Effect.fail(
+        new InvalidInput({
+          field: "state",
+          rule: "ready, delayed, in-flight or dead",
+          message: `state ${JSON.stringify(String(options.state))} is not a message state (rule: ready, delayed, in-flight or dead)`
+        })
+      )
+    }
+    if (options.after !== undefined && !isMessageId(options.after)) {
+      return yield* Effect.fail(
+        new InvalidInput({
+          field: "after",
+          rule: "a message id",
+          message: `after ${JSON.stringify(String(options.after))} is not a message id (rule: a message id)`
+        })
+      )
+    }
+    return { state: options.state, limit, after: options.after }
   })
 
 /** Defaults shared by the stores. */

@@ -8,7 +8,7 @@
 import { assert, layer } from "@effect/vitest"
 import { type Duration, Effect, Fiber, type Layer, Option } from "effect"
 import { TestClock } from "effect/testing"
-import type { Claim, MessageId, NewMessage } from "../src/Message.ts"
+import type { Claim, MessageId, MessageState, NewMessage } from "../src/Message.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 
 let counter = 0
@@ -632,6 +632,120 @@ export const conformance = (
         const stats = yield* store.stats(queue)
         assert.strictEqual(stats.ready + stats.inFlight, 0)
       }), 120_000)
+
+    it.effect("get: one message by id, live or dead, with its state; none for an unknown id", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("get")
+        const [flight] = yield* sendAll(queue, [msg("flight", { headers: { h: "1" }, maxAttempts: 5 })])
+        const [claimed] = yield* claimAll(queue, { limit: 1, consumer: "getter", lease: "1 minute" })
+        assert.strictEqual(claimed!.id, flight!.id)
+        const [dead] = yield* sendAll(queue, [msg("dead")])
+        const [deadClaim] = yield* claimAll(queue, { limit: 1 })
+        assert.isTrue(yield* store.deadLetter(deadClaim!, { reason: "bad payload", error: "boom" }))
+        const [ready] = yield* sendAll(queue, [msg("ready", { priority: 3, dedupKey: "k" })])
+        const [delayed] = yield* sendAll(queue, [msg("delayed", { delay: 3_600_000 })])
+
+        const got = (id: MessageId) => Effect.map(store.get(id), Option.getOrThrow)
+        const f = yield* got(flight!.id)
+        assert.deepStrictEqual(
+          [f.id, f.queue, f.task, f.payload, f.headers, f.state, f.attempts, f.maxAttempts, f.leasedBy, f.deadReason, f.deadAt],
+          [flight!.id, queue, "job", "flight", { h: "1" }, "in-flight", 1, 5, "getter", null, null]
+        )
+        assert.strictEqual(f.visibleAt!.getTime(), claimed!.leaseExpiresAt.getTime(), "in flight: visible when the lease expires")
+        const d = yield* got(dead!.id)
+        assert.deepStrictEqual([d.state, d.payload, d.deadReason, d.lastError, d.visibleAt, d.leasedBy], ["dead", "dead", "bad payload", "boom", null, null])
+        assert.instanceOf(d.deadAt, Date)
+        const r = yield* got(ready!.id)
+        assert.deepStrictEqual([r.state, r.payload, r.priority, r.dedupKey, r.attempts, r.leasedBy], ["ready", "ready", 3, "k", 0, null])
+        assert.isAtMost(r.visibleAt!.getTime(), r.enqueuedAt.getTime())
+        const w = yield* got(delayed!.id)
+        assert.strictEqual(w.state, "delayed")
+        assert.strictEqual(w.visibleAt!.getTime() - w.enqueuedAt.getTime(), 3_600_000)
+
+        // Unknown: never sent, finished (acked, so deleted), or no message id at all.
+        assert.isTrue(Option.isNone(yield* store.get("999999999999" as MessageId)))
+        assert.isTrue(yield* store.ack(claimed!))
+        assert.isTrue(Option.isNone(yield* store.get(flight!.id)))
+        for (const notAnId of ["", "abc", "0", "-1", "1.5", "99999999999999999999", "1; drop table x"]) {
+          assert.isTrue(Option.isNone(yield* store.get(notAnId as MessageId)), notAnId)
+        }
+      }))
+
+    it.effect("messages: a queue's messages in id order, by state, paged with after; options checked", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("list")
+        const other = freshQueue("list-other")
+        const [flight] = yield* sendAll(queue, [msg(0)])
+        yield* claimAll(queue, { limit: 1 })
+        const [dead] = yield* sendAll(queue, [msg(1)])
+        const [deadClaim] = yield* claimAll(queue, { limit: 1 })
+        assert.strictEqual(deadClaim!.id, dead!.id)
+        assert.isTrue(yield* store.deadLetter(deadClaim!, { reason: "r" }))
+        // Priorities and delays do not change the order: it is the order of sending.
+        const rest = yield* sendAll(queue, [msg(2, { priority: 9 }), msg(3, { delay: 60_000 }), msg(4, { priority: -1 }), msg(5)])
+        yield* sendAll(other, [msg("elsewhere")])
+        const ids = [flight!.id, dead!.id, ...rest.map((s) => s.id)]
+
+        const all = yield* store.messages(queue)
+        assert.deepStrictEqual(all.map((m) => m.id), ids)
+        assert.deepStrictEqual(all.map((m) => m.payload), [0, 1, 2, 3, 4, 5])
+        assert.deepStrictEqual(all.map((m) => m.state), ["in-flight", "dead", "ready", "delayed", "ready", "ready"])
+        const byState = (state: MessageState) => Effect.map(store.messages(queue, { state }), (ms) => ms.map((m) => m.payload))
+        assert.deepStrictEqual(yield* byState("ready"), [2, 4, 5])
+        assert.deepStrictEqual(yield* byState("delayed"), [3])
+        assert.deepStrictEqual(yield* byState("in-flight"), [0])
+        assert.deepStrictEqual(yield* byState("dead"), [1])
+        assert.deepStrictEqual(yield* store.messages(freshQueue("empty")), [])
+
+        // Pages of two, each after the last id of the previous one.
+        const pages: Array<Array<unknown>> = []
+        let after: MessageId | undefined
+        while (true) {
+          const page = yield* store.messages(queue, { limit: 2, after })
+          if (page.length === 0) break
+          pages.push(page.map((m) => m.payload))
+          after = page[page.length - 1]!.id
+        }
+        assert.deepStrictEqual(pages, [[0, 1], [2, 3], [4, 5]])
+        assert.deepStrictEqual((yield* store.messages(queue, { state: "ready", limit: 1, after: rest[0]!.id })).map((m) => m.payload), [4])
+
+        const refused = (effect: Effect.Effect<unknown, unknown>) =>
+          Effect.map(Effect.flip(effect), (e) => e as { _tag: string; field: string })
+        for (
+          const [options, field] of [
+            [{ limit: 0 }, "limit"],
+            [{ limit: 10_001 }, "limit"],
+            [{ limit: 1.5 }, "limit"],
+            [{ state: "stuck" }, "state"],
+            [{ after: "x'; --" }, "after"],
+            [{ after: "-3" }, "after"]
+          ] as const
+        ) {
+          const e = yield* refused(store.messages(queue, options as never))
+          assert.deepStrictEqual([e._tag, e.field], ["InvalidInput", field], JSON.stringify(options))
+        }
+        const q = yield* refused(store.messages("not a queue!"))
+        assert.deepStrictEqual([q._tag, q.field], ["InvalidInput", "queue"])
+      }))
+
+    movesTime("get and messages: an expired lease reads ready, a delay that ran out ready", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("state-time")
+        yield* TestClock.setTime(5_000_000)
+        const [leased] = yield* sendAll(queue, [msg("leased")])
+        yield* claimAll(queue, { lease: "10 seconds" })
+        const [later] = yield* sendAll(queue, [msg("later", { delay: 20_000 })])
+        assert.deepStrictEqual((yield* store.messages(queue)).map((m) => m.state), ["in-flight", "delayed"])
+        yield* TestClock.adjust("11 seconds")
+        const expired = Option.getOrThrow(yield* store.get(leased!.id))
+        assert.deepStrictEqual([expired.state, expired.leasedBy, expired.visibleAt!.getTime()], ["ready", null, 5_010_000])
+        yield* TestClock.adjust("10 seconds")
+        assert.strictEqual(Option.getOrThrow(yield* store.get(later!.id)).state, "ready")
+        assert.deepStrictEqual((yield* store.messages(queue, { state: "ready" })).map((m) => m.payload), ["leased", "later"])
+      }))
 
     if (databaseClock) {
       // Real time on the server's clock: leases and delays of about a second, waits a little past
