@@ -6,11 +6,17 @@
  * `npm run`'s `sh -c` would not pass SIGTERM on.
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { Layer } from "effect"
+import { Effect, Layer } from "effect"
 import { Consumer, ConsumerPresence, Http, Observability, PgQueueStore, QueueConfig, Task } from "leasehold"
 import { sendWelcomeEmail } from "./tasks.ts"
 
-const WorkerLayer = Consumer.layerFromEnv(Task.dispatcher(sendWelcomeEmail)).pipe(
+// The declaration gets its handler here, in the worker: producers never import this code.
+const welcomeEmail = Task.implement(sendWelcomeEmail, (email, context) =>
+  email.to.endsWith("@invalid")
+    ? Task.unrecoverable(`cannot deliver to ${email.to}`) // straight to dead letters
+    : Effect.logInfo(`welcoming ${email.name} <${email.to}>, attempt ${context.attempt}`))
+
+const WorkerLayer = Consumer.layerFromEnv(Task.dispatcher(welcomeEmail)).pipe(
   Layer.provideMerge(ConsumerPresence.layerFromEnv()), // session liveness: a dead worker's claims come back in seconds
   Layer.provideMerge(PgQueueStore.layer()), // migrates LEASEHOLD_SCHEMA (default `leasehold`) when built; presence uses the same
   Layer.provideMerge(QueueConfig.pgLayerFromEnv())

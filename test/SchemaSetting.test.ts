@@ -26,7 +26,7 @@ const freshDatabase = Effect.gen(function*() {
 })
 
 /** The worker of the README (examples/worker.ts), layer for layer. */
-const ReadmeWorker = Consumer.layerFromEnv(Task.dispatcher(sendWelcomeEmail)).pipe(
+const ReadmeWorker = Consumer.layerFromEnv(Task.dispatcher(Task.implement(sendWelcomeEmail, () => Effect.void))).pipe(
   Layer.provide(ConsumerPresence.layerFromEnv()),
   Layer.provide(PgQueueStore.layer()),
   Layer.provide(QueueConfig.pgLayerFromEnv())
