@@ -9,8 +9,11 @@
  *   the task's name in the error;
  * - an `effect/http-api` handler sends with `TaskClient.send`, with `TaskClient.layer` provided once:
  *   checked at the type level (the group's layer requires exactly `TaskClient`, the app exactly
- *   `QueueStore`) and run through `HttpApiTest`.
+ *   `QueueStore`) and run through a served API and its typed client;
+ * - the README's examples: examples/tasks.ts exports declarations only, examples/producer.ts imports
+ *   them and `TaskClient`, no worker code.
  */
+import { readFileSync } from "node:fs"
 import { NodeHttpServer } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer, Schema } from "effect"
@@ -118,6 +121,23 @@ describe("Task.define / Task.implement", () => {
     assert.deepStrictEqual({ ...made, handler: undefined }, { ...declared, handler: undefined })
     // @ts-expect-error: a declaration has no handler, so the dispatcher refuses it
     assert.throws(() => Task.dispatcher(declared), /"plain" is declared but has no handler: give it one with Task.implement/)
+  })
+})
+
+describe("the examples the README shows", () => {
+  it("tasks.ts holds declarations only, and the producer imports them and the sender, no worker code", async () => {
+    const tasks: Record<string, unknown> = await import("../examples/tasks.ts")
+    const exported = Object.entries(tasks)
+    assert.isNotEmpty(exported)
+    for (const [name, value] of exported) {
+      assert.isFalse(typeof value === "object" && value !== null && "handler" in value, `examples/tasks.ts exports ${name} with a handler`)
+    }
+    const producer = readFileSync("examples/producer.ts", "utf8")
+    const imports = [...producer.matchAll(/^import .* from "([^"]+)"/gm)].map((m) => m[1])
+    assert.sameMembers(imports, ["@effect/platform-node", "effect", "effect/sql", "leasehold", "./tasks.ts"])
+    assert.include(producer, "TaskClient.send(")
+    assert.include(producer, "TaskClient.layer")
+    assert.notInclude(producer, "Task.send(")
   })
 })
 
