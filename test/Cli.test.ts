@@ -2,7 +2,9 @@
  * The `leasehold` command (src/bin/leasehold.ts, on effect/cli) as a real process
  * against the shared test server: migrate, send, stats (--json, every queue,
  * --watch until SIGINT), attempts and the dead-letter commands, --help; the
- * read-only commands under a role that may only read; and how it refuses: a
+ * read-only commands under a role that may only read, and on a schema not
+ * (fully) migrated (exit 1, SchemaNotMigrated); unknown ids (exit 1, UnknownIds,
+ * naming them); and how it refuses: a
  * dead-letter command with no filter, a bad or unknown flag (exit 2, the error
  * and the command's help on stderr, before connecting), a hostile queue or
  * schema name (exit 1, InvalidInput), no database URL (exit 1, naming the
@@ -319,6 +321,9 @@ describe("leasehold CLI (a real process)", () => {
       [noServer, ["send", "q", "t", "{}", "--delay", "soon"], `--delay: "soon" is invalid; expected a duration such as 500ms, 30s, 2m, 1h, 7d or "30 seconds"`],
       [noServer, ["send", "q", "t", "{}", "--delay=-5s"], `--delay: "-5s" is invalid; expected a duration`],
       [noServer, ["stats", "q", "--bogus"], "Unrecognized flag: --bogus"],
+      // Not a flag of stats (queues are its arguments): refused, not ignored with `default` shown instead.
+      [noServer, ["stats", "--queue", "emails"], "Unrecognized flag: --queue in command leasehold stats"],
+      [noServer, ["attempts", "1", "--queue", "emails"], "Unrecognized flag: --queue in command leasehold attempts"],
       [noServer, ["dead-letters", "list", "--frob", "1"], "Unrecognized flag: --frob"],
       [noServer, ["dead-letters", "redrive", "--all", "--json"], "Unrecognized flag: --json"],
       [envWith({}), ["dead-letters", "redrive"], "say which dead letters"],
@@ -563,11 +568,78 @@ describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-
     const [left] = await query<{ n: number }>(`SELECT count(*)::int AS n FROM ${schema}.messages WHERE id = $1::bigint`, [dead])
     assert.strictEqual(left!.n, 1, "nothing purged")
 
+    // No tables at all, and tables with a migration not run: each read-only command says so (which schema,
+    // what is missing, how to fix it) and exits 1; no raw SQL error, nothing created or migrated.
     const unmigrated = await freshSchema(false)
-    const r = await run(["stats", "--json"], envFor(unmigrated))
-    assert.strictEqual(r.code, 1, show(r))
-    assert.match(r.stderr, /^leasehold: QueryFailed: .*run `leasehold migrate` first/)
+    const partial = await freshSchema(true)
+    await query(`DELETE FROM ${partial}.migrations WHERE migration_id = 3`)
+    const readOnly = [["stats", "--json"], ["stats", "q"], ["attempts", "1"], ["dead-letters", "list"]]
+    const cases = [
+      ...readOnly.map((args) => [unmigrated, args, `schema ${unmigrated} has no leasehold tables: run \`leasehold migrate\``] as const),
+      ...readOnly.map((args) => [partial, args, `schema ${partial} is not fully migrated (missing 3 consumers): run \`leasehold migrate\``] as const)
+    ]
+    for (let i = 0; i < cases.length; i += 4) {
+      const batch = cases.slice(i, i + 4)
+      for (const [[, args, message], r] of zip(batch, await Promise.all(batch.map(([s, args]) => run(args, envFor(s)))))) {
+        assert.strictEqual(r.code, 1, `${args.join(" ")}: ${show(r)}`)
+        assert.isTrue(r.stderr.startsWith(`leasehold: SchemaNotMigrated: ${message}`), `${args.join(" ")}: ${show(r)}`)
+        assert.include(r.stderr, "read-only commands never migrate")
+        assert.notInclude(r.stderr, "QueryFailed")
+        assert.notInclude(r.stderr, "does not exist", "no raw SQL error")
+        assert.strictEqual(r.stdout, "")
+      }
+    }
     const [created] = await query<{ n: number }>(`SELECT count(*)::int AS n FROM information_schema.schemata WHERE schema_name = $1`, [unmigrated])
-    assert.strictEqual(created!.n, 0, "stats migrated nothing")
-  })
+    assert.strictEqual(created!.n, 0, "the read-only commands migrated nothing")
+    const [notRun] = await query<{ n: number }>(`SELECT count(*)::int AS n FROM ${partial}.migrations WHERE migration_id = 3`)
+    assert.strictEqual(notRun!.n, 0, "nor recorded a migration")
+    // The fix the message names works.
+    await ok(["migrate"], envFor(unmigrated))
+    assert.deepStrictEqual(await ok(["stats", "--json"], envFor(unmigrated)), [])
+  }, 120_000)
+
+  it("unknown ids: attempts of a message that never existed and redrive or purge --ids matching no dead letter exit 1 naming them", async () => {
+    const schema = await freshSchema(true)
+    const env = envFor(schema)
+    const [dead, other] = await makeDeadLetters(schema, "unk", 2)
+    const ready = (await ok(["send", "unk", "t", "{}"], env)).id as string
+    // The history of a message completed (and so deleted) outlives it: still known.
+    const gone = "99999996" as MessageId
+    await withStore(schema, (store) =>
+      store.recordAttempt({ messageId: gone, queue: "unk", task: "t", consumer: "w1", startedAt: new Date(1_000), endedAt: new Date(2_000), attempt: 1, outcome: "acked", error: null }))
+    const [never, attempted, notYet, redriveNone, purgeSome, redriveReady, completed] = await Promise.all([
+      run(["attempts", "99999999"], env),
+      run(["attempts", other!, "--json"], env),
+      run(["attempts", ready], env),
+      run(["dead-letters", "redrive", "--ids", "99999998"], env),
+      run(["dead-letters", "purge", "--ids", `${dead},99999997,099999997`], env),
+      run(["dead-letters", "redrive", "--ids", ready], env),
+      run(["attempts", gone, "--json"], env)
+    ])
+    assert.strictEqual(never.code, 1, show(never))
+    assert.strictEqual(never.stderr.trim(), "leasehold: UnknownIds: no message and no recorded attempts with id: 99999999")
+    assert.strictEqual(never.stdout, "", "no [] printed")
+    // Known messages with no recorded attempts (these dead letters were written by the store directly; one not yet claimed): exit 0.
+    assert.strictEqual(attempted.code, 0, show(attempted))
+    assert.deepStrictEqual(JSON.parse(attempted.stdout), [])
+    assert.strictEqual(notYet.code, 0, show(notYet))
+    assert.strictEqual(notYet.stdout.trim(), "no attempts recorded")
+    assert.strictEqual(completed.code, 0, show(completed))
+    assert.deepStrictEqual(JSON.parse(completed.stdout).map((a: { outcome: string }) => a.outcome), ["acked"])
+
+    assert.strictEqual(redriveNone.code, 1, show(redriveNone))
+    assert.strictEqual(redriveNone.stderr.trim(), "leasehold: UnknownIds: no dead letter with id: 99999998")
+    assert.deepStrictEqual(JSON.parse(redriveNone.stdout), { redriven: [] })
+    // The ids that matched are acted on and printed; the one that did not is named once, and the exit is 1.
+    assert.strictEqual(purgeSome.code, 1, show(purgeSome))
+    assert.strictEqual(purgeSome.stderr.trim(), "leasehold: UnknownIds: no dead letter with id: 99999997")
+    assert.deepStrictEqual(JSON.parse(purgeSome.stdout), { purged: [dead] })
+    assert.strictEqual(redriveReady.code, 1, show(redriveReady))
+    assert.strictEqual(redriveReady.stderr.trim(), `leasehold: UnknownIds: no dead letter with id: ${ready}`)
+
+    const rows = await query<{ id: string; state: string }>(`SELECT id::text AS id, state FROM ${schema}.messages ORDER BY id`)
+    assert.deepStrictEqual(rows, [{ id: other!, state: "dead" }, { id: ready, state: "ready" }])
+    // A filter without --ids that matches nothing is not an error.
+    assert.deepStrictEqual(await ok(["dead-letters", "redrive", "--queue", "nothing-here"], env), { redriven: [] })
+  }, 120_000)
 })

@@ -14,8 +14,9 @@
  *   leasehold dead-letters purge   (--queue Q | --ids 1,2 | --all)
  *
  * Exit codes: 0 done (also Ctrl-C ending `stats --watch`), 1 failed (database,
- * invalid name, missing configuration), 2 refused before connecting (a bad
- * flag, argument or command; the error and the command's help on stderr).
+ * invalid name, missing configuration, a schema not migrated for a read-only
+ * command, message ids that match nothing), 2 refused before connecting (a bad
+ * or unknown flag, argument or command; the error and the command's help on stderr).
  */
 import { NodeRuntime, NodeServices } from "@effect/platform-node"
 import { Effect } from "effect"

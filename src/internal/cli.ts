@@ -2,15 +2,19 @@
  * The `leasehold` command on `effect/cli`: commands, typed flags, `--help` on
  * each, `--json` for scripts. Every argument is parsed and checked by the
  * command's flags before its handler runs, so a bad one is refused (exit 2,
- * naming the flag and the rule) before anything connects. Only `migrate`,
- * `send`, `dead-letters redrive` and `dead-letters purge` may migrate the
- * schema; the read-only commands work with a read-only role.
+ * naming the flag and the rule) before anything connects; unknown flags are
+ * refused too. Only `migrate`, `send`, `dead-letters redrive` and
+ * `dead-letters purge` may migrate the schema; the read-only commands work with
+ * a read-only role, and on a schema not (fully) migrated they fail with
+ * `SchemaNotMigrated` (exit 1). Message ids that match nothing fail with
+ * `UnknownIds` (exit 1).
  */
 import { createRequire } from "node:module"
-import { Cause, Console, Context, Effect, Exit, Layer, Option, Runtime } from "effect"
+import { Cause, Console, Context, Data, Effect, Exit, Layer, Option, Runtime } from "effect"
 import { Argument, CliConfig, CliError, CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
 import { SqlClient } from "effect/sql"
 import type { MessageId, QueueStats } from "../Message.ts"
+import * as Migrations from "../Migrations.ts"
 import * as PgQueueStore from "../PgQueueStore.ts"
 import * as QueueConfig from "../QueueConfig.ts"
 import { classify } from "../QueueError.ts"
@@ -79,6 +83,32 @@ const idsFilter = Flag.String("ids").pipe(
 // Connecting: after the arguments were checked.
 
 /**
+ * A read-only command found LEASEHOLD_SCHEMA without leasehold's tables, or with migrations not run:
+ * it says which and how to fix it instead of failing on a missing table (read-only commands never migrate).
+ */
+export class SchemaNotMigrated extends Data.TaggedError("SchemaNotMigrated")<{
+  readonly schema: string
+  readonly pending: ReadonlyArray<readonly [id: number, name: string]>
+}> {
+  override get message(): string {
+    const fix = "run `leasehold migrate` (or a command that migrates: send, dead-letters redrive or purge) with a role that may create tables; read-only commands never migrate"
+    return this.pending.length === Migrations.known.length
+      ? `schema ${this.schema} has no leasehold tables: ${fix}`
+      : `schema ${this.schema} is not fully migrated (missing ${this.pending.map(([id, name]) => `${id} ${name}`).join(", ")}): ${fix}`
+  }
+}
+
+/** Message ids a command was given that match nothing (no such message, or not a dead letter for redrive and purge). */
+export class UnknownIds extends Data.TaggedError("UnknownIds")<{
+  readonly what: string
+  readonly ids: ReadonlyArray<MessageId>
+}> {
+  override get message(): string {
+    return `${this.what}: ${this.ids.join(", ")}`
+  }
+}
+
+/**
  * The store (and its SQL client and validated schema) from LEASEHOLD_DATABASE_URL and
  * LEASEHOLD_SCHEMA, for the current scope. `migrate` only for the commands that write.
  */
@@ -89,11 +119,13 @@ const connect = (options: { readonly migrate: boolean }) =>
       Layer.provideMerge(QueueConfig.pgLayerFromEnv({ maxConnections: 2, applicationName: "leasehold-cli" }))
     )
     const context = yield* Layer.build(layer)
-    return {
-      store: Context.get(context, QueueStore),
-      sql: Context.get(context, SqlClient.SqlClient),
-      schema: Context.get(context, PgQueueStore.PgQueueStoreSettings).schema
+    const sql = Context.get(context, SqlClient.SqlClient)
+    const validated = Context.get(context, PgQueueStore.PgQueueStoreSettings).schema
+    if (!options.migrate) {
+      const pending = yield* Effect.provideService(Migrations.pending({ schema: validated }), SqlClient.SqlClient, sql)
+      if (pending.length > 0) return yield* Effect.fail(new SchemaNotMigrated({ schema: validated, pending }))
     }
+    return { store: Context.get(context, QueueStore), sql, schema: validated }
   })
 
 const print = (text: string) => Console.log(text)
@@ -214,8 +246,13 @@ const attempts = Command.make("attempts", {
   json: jsonFlag
 }, (input) =>
   Effect.scoped(Effect.gen(function*() {
-    const { store } = yield* connect({ migrate: false })
+    const { schema, sql, store } = yield* connect({ migrate: false })
     const history = yield* store.attempts(input.id)
+    // No attempts: a message not yet claimed, or no such message (attempts outlive their message, so only now look).
+    if (history.length === 0) {
+      const found = yield* sql.unsafe(`SELECT 1 FROM ${schema}.messages WHERE id = $1::bigint`, [input.id]).pipe(classify("find message"))
+      if (found.length === 0) return yield* Effect.fail(new UnknownIds({ what: "no message and no recorded attempts with id", ids: [input.id] }))
+    }
     yield* print(input.json ? Out.json(history) : Out.attemptsTable(history))
   }))).pipe(Command.withDescription("The attempt history of a message, oldest first"))
 
@@ -253,10 +290,23 @@ const sayWhich = (input: { readonly queue: Option.Option<string>; readonly ids: 
     ? refuse("say which dead letters: --queue Q, --ids 1,2 or --all")
     : Effect.void
 
+/**
+ * After redrive or purge with --ids: the ids that matched no dead letter (of --queue, when given) fail the
+ * command, named, after the ones that did match were acted on and printed.
+ */
+const unmatched = (ids: Option.Option<ReadonlyArray<MessageId>>, done: ReadonlyArray<MessageId>) => {
+  if (Option.isNone(ids)) return Effect.void
+  const seen = new Set(done.map(String))
+  const missing = [...new Set(ids.value.map((id) => String(BigInt(id))))].filter((id) => !seen.has(id)) as Array<MessageId>
+  return missing.length === 0 ? Effect.void : Effect.fail(new UnknownIds({ what: "no dead letter with id", ids: missing }))
+}
+
 const redrive = Command.make("redrive", writingFilter, (input) =>
   Effect.scoped(Effect.gen(function*() {
     const { store } = yield* connect({ migrate: true })
-    yield* print(Out.json({ redriven: yield* store.redrive(filterOf(input)) }))
+    const redriven = yield* store.redrive(filterOf(input))
+    yield* print(Out.json({ redriven }))
+    yield* unmatched(input.ids, redriven)
   }))).pipe(
     Command.validate(sayWhich),
     Command.withDescription("Return dead letters to ready with a fresh attempt budget; prints the ids as JSON"),
@@ -269,7 +319,9 @@ const redrive = Command.make("redrive", writingFilter, (input) =>
 const purge = Command.make("purge", writingFilter, (input) =>
   Effect.scoped(Effect.gen(function*() {
     const { store } = yield* connect({ migrate: true })
-    yield* print(Out.json({ purged: yield* store.purge(filterOf(input)) }))
+    const purged = yield* store.purge(filterOf(input))
+    yield* print(Out.json({ purged }))
+    yield* unmatched(input.ids, purged)
   }))).pipe(
     Command.validate(sayWhich),
     Command.withDescription("Delete dead letters for good; prints the ids as JSON")
