@@ -311,12 +311,16 @@ describe("Consumer (memory store, TestClock)", () => {
     Effect.gen(function*() {
       const spy = yield* makeSpy
       yield* spy.store.send(queue, [{ task: "t", payload: 1, maxAttempts: 3 }])
-      yield* startConsumer(spy, () => Effect.fail("boom"), { retryBase: "1 second", pollInterval: "100 millis" })
+      const logs = captureLogs()
+      yield* startConsumer(spy, () => Effect.fail("boom"), { retryBase: "1 second", pollInterval: "100 millis" }, logs)
       yield* settle
       assert.strictEqual(spy.of("retry").length, 1)
       yield* TestClock.adjust("10 seconds")
       yield* settle
       assert.strictEqual(spy.of("retry").length, 2)
+      // Each retry WARN says which attempt failed, of how many.
+      const retries = logs.entries.filter((e) => e.level === "Warn" && /retry in/.test(e.message)).map((e) => e.message.split(";")[0])
+      assert.deepStrictEqual(retries, ["attempt 1 of 3 failed", "attempt 2 of 3 failed"])
       assert.strictEqual(spy.of("deadLetter").length, 1)
       const [dead] = yield* spy.inner.deadLetters({ queue })
       assert.match(dead!.reason, /attempts exhausted: 3 of 3/)
