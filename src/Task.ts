@@ -210,6 +210,33 @@ export const make = <const Name extends string, A, I, E = never, R = never>(
   }
 ): Task<Name, A, I, E, R> => implement(define(definition), definition.handler)
 
+/** Decode reporting every issue, not only the first: a dead letter's reason lists them all. */
+const decodeAll = { errors: "all" } as const
+/** Most schema issues a dead letter's reason lists; the rest are counted. */
+const MAX_REASON_ISSUES = 20
+/** Longest the listed issues may run, in characters. */
+const MAX_REASON_CHARS = 2000
+
+/**
+ * Every issue of a schema error, one after another as the schema formats them, bounded:
+ * at most {@link MAX_REASON_ISSUES} issues and {@link MAX_REASON_CHARS} characters, then
+ * how many more there were. Only on the failure path.
+ */
+export const schemaIssues = (error: Schema.SchemaError): string => {
+  // Each issue starts on a line of its own; its `at [path]` lines are indented.
+  const issues = error.message.split(/\n(?=\S)/)
+  const kept: Array<string> = []
+  let length = 0
+  for (const issue of issues) {
+    if (kept.length >= MAX_REASON_ISSUES || length + issue.length > MAX_REASON_CHARS) break
+    kept.push(issue)
+    length += issue.length + 1
+  }
+  if (kept.length === 0) return `${error.message.slice(0, MAX_REASON_CHARS)}\n... (truncated)`
+  const more = issues.length - kept.length
+  return more === 0 ? kept.join("\n") : `${kept.join("\n")}\n... and ${more} more issue${more === 1 ? "" : "s"}`
+}
+
 /** Fail a handler with this to send the message straight to dead letters. */
 export const unrecoverable = (message: string): Effect.Effect<never, Unrecoverable> => Effect.fail(new Unrecoverable({ message }))
 
@@ -272,7 +299,8 @@ export const sendWith = <Name extends string, A, I>(
   Effect.gen(function*() {
     const encode = Schema.encodeEffect(task.payload)
     const encoded = yield* Effect.forEach(payloads, (p) => Effect.mapError(encode(p), (e) => encodeIssue(task, e)))
-    const delayMs = yield* sendDelay(options)
+    const delayMs = yield* Effect.mapError(sendDelay(options), (e) =>
+      new InvalidInput({ field: e.field, rule: e.rule, message: `task "${task.name}": ${e.message}` }))
     return yield* store.send(
       options.queue ?? task.queue,
       encoded.map((payload) => ({
@@ -371,8 +399,8 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
         if (task === undefined) {
           return yield* new UnknownTask({ task: message.task, message: `no handler for task "${message.task}" on this worker` })
         }
-        const payload = yield* Schema.decodeUnknownEffect(task.payload)(message.payload).pipe(
-          Effect.mapError((e) => new DecodeFailed({ task: task.name, message: e.message }))
+        const payload = yield* Schema.decodeUnknownEffect(task.payload)(message.payload, decodeAll).pipe(
+          Effect.mapError((e) => new DecodeFailed({ task: task.name, message: schemaIssues(e) }))
         )
         const result = yield* task.handler(payload, { ...context, message }).pipe(
           Effect.catchIf(

@@ -7,6 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Clock, Effect, Layer, Option, Schema } from "effect"
 import { TestClock } from "effect/testing"
 import * as Outcome from "../src/internal/outcome.ts"
+import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
 import * as Validate from "../src/internal/validate.ts"
 import type { MessageId } from "../src/Message.ts"
 import { InvalidInput } from "../src/QueueError.ts"
@@ -320,6 +321,41 @@ describe("Task (memory store, TestClock)", () => {
       const runAt = yield* Effect.flip(Task.send(job, 1, { runAt: new Date(Date.now() + 11 * 366 * 86_400_000) }).pipe(withStore(spy)))
       assert.strictEqual(runAt._tag === "InvalidInput" ? runAt.field : runAt._tag, "runAt")
       assert.strictEqual((yield* spy.inner.stats("default")).delayed, 0, "nothing was written")
+    }))
+
+  it.effect("a dead letter's reason lists every schema issue of the payload, bounded", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const Wide = Schema.Struct(Object.fromEntries(Array.from({ length: 30 }, (_, i) => [`f${i}`, Schema.String])))
+      const wide = Task.make({ name: "wide", payload: Wide, handler: () => Effect.void })
+      const email = Task.make({ name: "email.send", payload: Email, handler: () => Effect.void })
+      const [two] = yield* spy.store.send("default", [{ task: "email.send", payload: { to: 42, count: 7 } }])
+      const [many] = yield* spy.store.send("default", [{ task: "wide", payload: {} }])
+      yield* startConsumer(spy, Task.dispatcher(email, wide), {})
+      yield* settle
+      const dead = yield* spy.inner.deadLetters({})
+      const reason = (id: MessageId) => dead.find((d) => d.id === id)!.reason
+      // Both issues, not only the first.
+      assert.match(reason(two!.id), /Expected string\s+at \["to"\]/)
+      assert.match(reason(two!.id), /Expected string\s+at \["count"\]/)
+      // Thirty missing keys: twenty listed, the rest counted.
+      assert.strictEqual(reason(many!.id).match(/Missing key/g)?.length, 20)
+      assert.match(reason(many!.id), /\.\.\. and 10 more issues$/)
+      assert.isBelow(reason(many!.id).length, 2200)
+    }))
+
+  it.effect("send errors name the task: an oversize payload, a bad header, a bad delay", () =>
+    Effect.gen(function*() {
+      const store = yield* MemoryQueueStore.make({ maxPayloadBytes: 16 })
+      const job = Task.make({ name: "report.build", payload: Schema.String, handler: () => Effect.void })
+      const send = (payload: string, options?: Task.SendOptions) => Effect.flip(Task.sendWith(store, job, [payload], options))
+      const oversize = yield* send("x".repeat(100))
+      assert.strictEqual(oversize._tag === "InvalidInput" ? oversize.field : oversize._tag, "payload")
+      assert.match(oversize.message, /^task "report\.build": payload is 102 bytes/)
+      const header = yield* send("x", { headers: { "": "v" } })
+      assert.match(header.message, /^task "report\.build": headers /)
+      const delay = yield* send("x", { delay: "3661d" })
+      assert.match(delay.message, /^task "report\.build": /)
     }))
 
   it("a dispatcher refuses two tasks of the same name", () => {

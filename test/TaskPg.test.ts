@@ -125,7 +125,7 @@ const attemptNumbers = (history: ReadonlyArray<Attempt>) => history.map((a) => a
 
 /** The formatted schema error a payload gets when decoded with `schema`: what a dead letter's reason must quote. */
 const decodeMessage = (schema: Schema.Top, payload: unknown): string => {
-  const exit = Schema.decodeUnknownExit(schema as Schema.Codec<unknown, unknown>)(payload)
+  const exit = Schema.decodeUnknownExit(schema as Schema.Codec<unknown, unknown>)(payload, { errors: "all" })
   if (Exit.isSuccess(exit)) throw new Error(`payload ${JSON.stringify(payload)} decodes`)
   const error = exit.cause.reasons.find((r) => r._tag === "Fail")
   return (error as { readonly error: Schema.SchemaError }).error.message

@@ -208,6 +208,21 @@ export const prepareMessage = (
   limits: SendLimits,
   traceparent?: string | undefined
 ): Effect.Effect<PreparedMessage, InvalidInput> =>
+  Effect.mapError(
+    prepareChecked(queue, message, limits, traceparent),
+    // Name the task in every refusal of its message (once it is a valid name).
+    (e) =>
+      e.field !== "task" && typeof message.task === "string" && namePattern.test(message.task)
+        ? new InvalidInput({ field: e.field, rule: e.rule, message: `task "${message.task}": ${e.message}` })
+        : e
+  )
+
+const prepareChecked = (
+  queue: string,
+  message: NewMessage,
+  limits: SendLimits,
+  traceparent: string | undefined
+): Effect.Effect<PreparedMessage, InvalidInput> =>
   Effect.gen(function*() {
     const task = yield* name("task", message.task)
     const payloadJson = yield* encodePayload(message.payload, limits)
