@@ -358,6 +358,33 @@ describe("Task (memory store, TestClock)", () => {
       assert.match(delay.message, /^task "report\.build": /)
     }))
 
+  it.effect("stored errors leave out effect's, Node's and the library's stack frames, and keep the handler's", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const failing = Task.make({
+        name: "failing",
+        payload: Schema.Number,
+        handler: function failingHandler() {
+          return Effect.fail(new Error("handler boom"))
+        }
+      })
+      const [bad] = yield* spy.store.send("default", [{ task: "failing", payload: "not a number" }])
+      const [boom] = yield* spy.store.send("default", [{ task: "failing", payload: 1, maxAttempts: 1 }])
+      yield* startConsumer(spy, Task.dispatcher(failing), {})
+      yield* settle
+      const dead = yield* spy.inner.deadLetters({})
+      const lastError = (id: MessageId) => dead.find((d) => d.id === id)!.lastError ?? ""
+      const frames = (text: string) => text.split("\n").filter((line) => /^\s+at /.test(line))
+      // A payload failing its schema: the error alone, no frame of the decoding machinery.
+      assert.match(lastError(bad!.id), /^DecodeFailed: Expected number/)
+      assert.deepStrictEqual(frames(lastError(bad!.id)), [])
+      // A handler's failure: its own frame kept, nothing from effect, node:internal or src/.
+      const handlerFrames = frames(lastError(boom!.id))
+      assert.match(lastError(boom!.id), /^Error: handler boom/)
+      assert.isTrue(handlerFrames.some((f) => /failingHandler .*test\/Task\.test\.ts/.test(f)), handlerFrames.join("\n"))
+      assert.isFalse(handlerFrames.some((f) => /node_modules\/effect|node:internal|\/src\//.test(f)), handlerFrames.join("\n"))
+    }))
+
   it("a dispatcher refuses two tasks of the same name", () => {
     const a = Task.make({ name: "same", payload: Schema.Unknown, handler: () => Effect.void })
     assert.throws(() => Task.dispatcher(a, a), /defined twice/)

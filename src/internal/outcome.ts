@@ -2,6 +2,7 @@
  * What to write when a message's run ends: the consumer's decision, as a pure
  * function of the claim and how the run ended, so every rule is in one place.
  */
+import { fileURLToPath } from "node:url"
 import { Cause, Exit } from "effect"
 import type { AttemptOutcome, Claim } from "../Message.ts"
 import type { LeaseLost } from "../QueueError.ts"
@@ -44,6 +45,38 @@ const typedFailure = (cause: Cause.Cause<unknown>): { readonly _tag?: unknown; r
   return typeof error === "object" && error !== null ? error : undefined
 }
 
+/** This library's own folder (src/ or dist/), as stack frames name it. */
+const libraryDir = (() => {
+  try {
+    return fileURLToPath(new URL("../", import.meta.url))
+  } catch {
+    return undefined
+  }
+})()
+
+/**
+ * A stack frame of effect's runtime, of Node itself, or of this library: noise in a stored
+ * error, which should show where the handler failed.
+ */
+const isInternalFrame = (line: string): boolean =>
+  /^\s+at /.test(line) && (
+    line.includes("/node_modules/effect/") ||
+    line.includes("/node_modules/@effect/") ||
+    line.includes("node:internal") ||
+    line.includes("(<anonymous>)") ||
+    (libraryDir !== undefined && line.includes(libraryDir))
+  )
+
+/**
+ * A failure's text with the stack frames of effect, Node and this library left out; the
+ * handler's own frames (and every line that is not a frame) kept. Only on the failure path.
+ */
+export const withoutInternalFrames = (text: string): string => {
+  const lines = text.split("\n")
+  const kept = lines.filter((line) => !isInternalFrame(line))
+  return kept.length === lines.length ? text : kept.join("\n")
+}
+
 /** Decide the finishing write for `claim`. */
 export const decide = (claim: Claim, result: RunResult, rules: Rules): Action => {
   switch (result._tag) {
@@ -69,7 +102,7 @@ export const decide = (claim: Claim, result: RunResult, rules: Rules): Action =>
     case "Handled": {
       if (Exit.isSuccess(result.exit)) return { _tag: "Ack" }
       const cause = result.exit.cause
-      const error = Cause.pretty(cause)
+      const error = withoutInternalFrames(Cause.pretty(cause))
       const failure = typedFailure(cause)
       const detail = typeof failure?.message === "string" ? failure.message : error
       switch (failure?._tag) {
