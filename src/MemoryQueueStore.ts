@@ -225,6 +225,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
     const deadLetter: QueueStoreShape["deadLetter"] = (ref, options) =>
       fencedWrite(ref.id, ref.leaseToken, (row, now) => {
         row.state = "dead"
+        // A claim beyond the last attempt (quarantined, exhausted) ran nothing: never shown past the max.
+        row.attempts = Math.min(row.attempts, row.maxAttempts)
         row.deadReason = Validate.boundedText(options.reason)
         row.deadAt = now
         if (options.error !== undefined) row.lastError = Validate.boundedText(options.error)

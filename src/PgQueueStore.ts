@@ -534,6 +534,7 @@ export const make = (
         const rows = yield* leaseSql<{ id: bigint }>`
           UPDATE ${table} SET
             state       = 'dead',
+            attempts    = least(attempts, max_attempts),
             dead_reason = ${Validate.boundedText(options.reason)},
             dead_at     = coalesce(${now}::timestamptz, now()),
             last_error  = coalesce(${error}::text, last_error),
@@ -599,7 +600,9 @@ export const make = (
               visible_at  = CASE WHEN i.kind IN ('Retry', 'Release')
                                  THEN coalesce(${now}::timestamptz, now()) + i.delay_ms * interval '1 millisecond'
                                  ELSE m.visible_at END,
-              attempts    = CASE WHEN i.kind = 'Release' THEN greatest(m.attempts - 1, 0) ELSE m.attempts END,
+              attempts    = CASE WHEN i.kind = 'Release' THEN greatest(m.attempts - 1, 0)
+                                 WHEN i.kind = 'DeadLetter' THEN least(m.attempts, m.max_attempts)
+                                 ELSE m.attempts END,
               last_error  = coalesce(i.last_error, m.last_error),
               state       = CASE WHEN i.kind = 'DeadLetter' THEN 'dead' ELSE m.state END,
               dead_reason = CASE WHEN i.kind = 'DeadLetter' THEN i.reason ELSE m.dead_reason END,

@@ -83,6 +83,39 @@ export const conformance = (
         assert.strictEqual((yield* store.claim(queue, { lease: "30 seconds", limit: 10, consumer: "worker-b" })).length, 0)
       }))
 
+    movesTime("a message dead-lettered on a claim beyond its last attempt shows at most maxAttempts (complete and deadLetter)", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("overclaim")
+        yield* TestClock.setTime(9_000_000)
+        const [a, b] = yield* sendAll(queue, [msg("a", { maxAttempts: 2 }), msg("b", { maxAttempts: 2 })])
+        // Two holders die (their leases run out), then a third claim: attempts 3 of 2.
+        let last: ReadonlyArray<Claim> = []
+        for (let i = 0; i < 3; i++) {
+          // A suspect is claimed alone: claim until both are held again.
+          last = [...(yield* claimAll(queue, { lease: "1 second" })), ...(yield* claimAll(queue, { lease: "1 second" }))]
+          if (i < 2) yield* TestClock.adjust("2 seconds")
+        }
+        const byPayload = (p: string) => last.find((c) => c.payload === p)!
+        assert.deepStrictEqual([byPayload("a").attempts, byPayload("b").attempts], [3, 3])
+        const viaComplete = byPayload("a")
+        const held = yield* store.complete([{
+          ref: viaComplete,
+          finish: { _tag: "DeadLetter", reason: "suspected worker-killer" },
+          queue,
+          task: "job",
+          attempt: 2,
+          consumer: "c1",
+          startedAt: new Date(9_004_000),
+          outcome: "dead-lettered",
+          error: "suspected worker-killer"
+        }])
+        assert.deepStrictEqual(held, [a!.id])
+        assert.isTrue(yield* store.deadLetter(byPayload("b"), { reason: "attempts exhausted" }))
+        const dead = yield* store.deadLetters({ queue })
+        assert.deepStrictEqual(dead.map((d) => [d.id, d.attempts, d.maxAttempts]).sort(), [[a!.id, 2, 2], [b!.id, 2, 2]].sort())
+      }))
+
     it.effect("send many returns ids in input order; claim honours the limit", () =>
       Effect.gen(function*() {
         const queue = freshQueue("many")

@@ -206,6 +206,25 @@ describe("Task (memory store, TestClock)", () => {
       ])
     }))
 
+  it.effect("a quarantined message never shows more attempts than it is allowed, nor does its history", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const killer = Task.make({ name: "killer", payload: Schema.Unknown, maxAttempts: 2, handler: () => Effect.void })
+      const sent = yield* Task.send(killer, {}).pipe(withStore(spy))
+      // Both its attempts taken by workers that died: the next claim is a third.
+      for (const worker of ["w1", "w2"]) {
+        yield* spy.inner.claim("default", { lease: "1 second", limit: 1, consumer: worker })
+        yield* TestClock.adjust("2 seconds")
+      }
+      yield* startConsumer(spy, Task.dispatcher(killer), { quarantineAfter: 2 })
+      yield* settle
+      const [dead] = yield* spy.inner.deadLetters({})
+      assert.match(dead!.reason, /suspected worker-killer/)
+      assert.deepStrictEqual([dead!.attempts, dead!.maxAttempts], [2, 2])
+      const history = yield* spy.inner.attempts(sent.id as MessageId)
+      assert.deepStrictEqual(history.map((a) => [a.attempt, a.outcome]), [[1, "lease-expired"], [2, "lease-expired"], [2, "dead-lettered"]])
+    }))
+
   it.effect("a task's error schema turns typed failures into JSON in the recorded error", () =>
     Effect.gen(function*() {
       const spy = yield* makeSpy
