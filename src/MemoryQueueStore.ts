@@ -37,6 +37,8 @@ interface Row {
   leasedBy: string | null
   leasedAt: number | null
   leaseExpiries: number
+  /** Attempts before the last redrive: the history numbers attempts on from there. */
+  attemptBase: number
   dedupKey: string | null
   lastError: string | null
   deadReason: string | null
@@ -133,6 +135,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             leasedBy: null,
             leasedAt: null,
             leaseExpiries: 0,
+            attemptBase: 0,
             dedupKey: m.dedupKey,
             lastError: null,
             deadReason: null,
@@ -164,7 +167,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
               messageId: String(row.id) as MessageId,
               queue: row.queue,
               task: row.task,
-              attempt: row.attempts,
+              attempt: row.attemptBase + row.attempts,
               consumer: row.leasedBy ?? "",
               startedAt: new Date(row.leasedAt ?? row.visibleAt),
               endedAt: new Date(row.visibleAt),
@@ -239,6 +242,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         const held: Array<MessageId> = []
         for (const c of completions) {
           const f = c.finish
+          // Read before the write (an ack deletes the row).
+          const base = attemptBaseOf(c.ref.id)
           const landed = f._tag === "Ack"
             ? yield* ack(c.ref)
             : f._tag === "Retry"
@@ -249,11 +254,11 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             ? yield* release(c.ref)
             : false
           if (landed) held.push(c.ref.id)
-          yield* recordAttempt({
+          pushAttempt({
             messageId: c.ref.id,
             queue: c.queue,
             task: c.task,
-            attempt: c.attempt,
+            attempt: base + c.attempt,
             consumer: c.consumer,
             startedAt: c.startedAt,
             endedAt: new Date(yield* Clock.currentTimeMillis),
@@ -270,6 +275,19 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
           // Same rule as SQL: a key now held by a live message is given up.
           if (row.dedupKey !== null && live(row.queue).some((r) => r.dedupKey === row.dedupKey)) row.dedupKey = null
           row.state = "ready"
+          // The history records the redrive as the last attempt so far; the next drive's are numbered on.
+          row.attemptBase += row.attempts
+          history.push({
+            messageId: String(row.id) as MessageId,
+            queue: row.queue,
+            task: row.task,
+            attempt: row.attemptBase,
+            consumer: "",
+            startedAt: new Date(now),
+            endedAt: new Date(now),
+            outcome: "redriven",
+            error: null
+          })
           row.attempts = 0
           row.leaseExpiries = 0
           row.deadReason = null
@@ -295,10 +313,15 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         }))
       )
 
+    const attemptBaseOf = (id: MessageId): number => rows.get(BigInt(id))?.attemptBase ?? 0
+
+    const pushAttempt = (a: Attempt): void => {
+      history.push({ ...a, error: a.error === null ? null : Validate.boundedText(a.error) })
+    }
+
+    /** Numbered on after a redrive, like the SQL store. */
     const recordAttempt: QueueStoreShape["recordAttempt"] = (a) =>
-      Effect.sync(() => {
-        history.push({ ...a, error: a.error === null ? null : Validate.boundedText(a.error) })
-      })
+      Effect.sync(() => pushAttempt({ ...a, attempt: a.attempt + attemptBaseOf(a.messageId) }))
 
     const attempts: QueueStoreShape["attempts"] = (id) => Effect.sync(() => history.filter((a) => a.messageId === id))
 

@@ -114,7 +114,7 @@ export interface QueueStats {
 }
 
 /** How an attempt ended, as kept in the attempt history. */
-export const AttemptOutcome = Schema.Literals(["acked", "retried", "dead-lettered", "released", "lease-lost", "lease-expired"])
+export const AttemptOutcome = Schema.Literals(["acked", "retried", "dead-lettered", "released", "lease-lost", "lease-expired", "redriven"])
 /** @see {@link AttemptOutcome} */
 export type AttemptOutcome = typeof AttemptOutcome.Type
 

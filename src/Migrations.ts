@@ -9,6 +9,7 @@ import { Migrator, SqlClient, SqlError } from "effect/sql"
 import createMessages from "./migrations/0001_create_messages.ts"
 import attemptsAndLeaseExpiries from "./migrations/0002_attempts_and_lease_expiries.ts"
 import consumers from "./migrations/0003_consumers.ts"
+import redrivenHistory from "./migrations/0004_redriven_history.ts"
 import { classify, type InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
 
@@ -19,7 +20,8 @@ export const defaultSchema = "leasehold"
 const all: ReadonlyArray<readonly [id: number, name: string, make: (schema: string) => Effect.Effect<void, SqlError.SqlError, SqlClient.SqlClient>]> = [
   [1, "create_messages", createMessages],
   [2, "attempts_and_lease_expiries", attemptsAndLeaseExpiries],
-  [3, "consumers", consumers]
+  [3, "consumers", consumers],
+  [4, "redriven_history", redrivenHistory]
 ]
 
 /** The ids and names of every migration, in order: what a fully migrated schema has run. */

@@ -441,10 +441,11 @@ export const make = (
             FROM chosen WHERE m.id = chosen.id
             RETURNING m.id, m.queue, m.task, m.payload, m.headers, m.priority, m.attempts, m.max_attempts,
                       m.enqueued_at, m.visible_at, m.lease_token, m.dedup_key, m.last_error, m.lease_expiries,
+                      m.attempt_base,
                       chosen.visible_at AS was_visible_at, chosen.expired, chosen.prev_consumer, chosen.prev_leased_at
           ), expired_attempts AS (
             INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
-            SELECT id, queue, task, attempts - 1, coalesce(prev_consumer, ''), coalesce(prev_leased_at, was_visible_at),
+            SELECT id, queue, task, attempt_base + attempts - 1, coalesce(prev_consumer, ''), coalesce(prev_leased_at, was_visible_at),
                    was_visible_at, 'lease-expired', 'lease expired: the holder stopped renewing (died, hung or lost its connection)'
             FROM claimed WHERE expired
           )
@@ -615,7 +616,10 @@ export const make = (
             SELECT id FROM acked UNION ALL SELECT id FROM updated
           ), recorded AS (
             INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
-            SELECT i.id, i.queue, i.task, i.attempt, i.consumer, i.started_at, coalesce(${now}::timestamptz, now()),
+            SELECT i.id, i.queue, i.task,
+                   -- Numbered on after a redrive (the row as it was before this statement).
+                   i.attempt + coalesce((SELECT b.attempt_base FROM ${table} AS b WHERE b.id = i.id), 0),
+                   i.consumer, i.started_at, coalesce(${now}::timestamptz, now()),
                    CASE WHEN i.id IN (SELECT id FROM held) THEN i.outcome ELSE 'lease-lost' END, i.error
             FROM items AS i
           )
@@ -632,9 +636,12 @@ export const make = (
         const now = yield* currentTime
         // A redriven message whose dedup key is now held by a live message gives
         // its key up rather than fail the redrive or merge with the other message.
+        // The history gets a `redriven` row numbered as the last attempt before it; the
+        // attempts of the new drive are numbered on from there (attempt_base).
         const rows = yield* sql<{ id: bigint }>`
+          WITH redriven AS (
           UPDATE ${table} AS m SET
-            state = 'ready', attempts = 0, lease_expiries = 0, dead_reason = NULL, dead_at = NULL,
+            state = 'ready', attempt_base = m.attempt_base + m.attempts, attempts = 0, lease_expiries = 0, dead_reason = NULL, dead_at = NULL,
             visible_at = coalesce(${now}::timestamptz, now()),
             dedup_key = CASE WHEN EXISTS (
               SELECT 1 FROM ${table} AS o
@@ -643,7 +650,14 @@ export const make = (
           WHERE m.state = 'dead'
             AND (${filterQueue(filter)}::text IS NULL OR m.queue = ${filterQueue(filter)})
             AND (${filterIds(filter)}::jsonb IS NULL OR m.id IN (SELECT jsonb_array_elements_text(${filterIds(filter)}::jsonb)::bigint))
-          RETURNING m.id`
+          RETURNING m.id, m.queue, m.task, m.attempt_base
+          ), recorded AS (
+            INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
+            SELECT id, queue, task, attempt_base, '', coalesce(${now}::timestamptz, now()), coalesce(${now}::timestamptz, now()),
+                   'redriven', NULL
+            FROM redriven
+          )
+          SELECT id FROM redriven ORDER BY id`
         return ids(rows)
       }).pipe((e) => op("redrive", { queue: filter.queue ?? "*" }, e))
 
@@ -670,7 +684,9 @@ export const make = (
     const recordAttempt: QueueStoreShape["recordAttempt"] = (a) =>
       sql`
         INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
-        VALUES (${a.messageId}::bigint, ${a.queue}, ${a.task}, ${a.attempt}, ${a.consumer}, ${a.startedAt}, ${a.endedAt},
+        VALUES (${a.messageId}::bigint, ${a.queue}, ${a.task},
+                ${a.attempt} + coalesce((SELECT b.attempt_base FROM ${table} AS b WHERE b.id = ${a.messageId}::bigint), 0),
+                ${a.consumer}, ${a.startedAt}, ${a.endedAt},
                 ${a.outcome}, ${a.error === null ? null : Validate.boundedText(a.error)})`.pipe(
         Effect.asVoid,
         (e) => op("recordAttempt", { messageId: a.messageId }, e)

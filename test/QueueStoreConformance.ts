@@ -116,6 +116,43 @@ export const conformance = (
         assert.deepStrictEqual(dead.map((d) => [d.id, d.attempts, d.maxAttempts]).sort(), [[a!.id, 2, 2], [b!.id, 2, 2]].sort())
       }))
 
+    it.effect("redrive records a redriven history row, and the next attempts are numbered on from there", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("redriven")
+        const [sent] = yield* sendAll(queue, [msg("r", { maxAttempts: 2 })])
+        const run = (finish: import("../src/QueueStore.ts").Finish, outcome: "acked" | "retried" | "dead-lettered") =>
+          Effect.gen(function*() {
+            const [c] = yield* claimAll(queue)
+            assert.isDefined(c)
+            yield* store.complete([{
+              ref: c!,
+              finish,
+              queue,
+              task: c!.task,
+              attempt: c!.attempts,
+              consumer: "c1",
+              startedAt: new Date(),
+              outcome,
+              error: outcome === "acked" ? null : "boom"
+            }])
+            return c!
+          })
+        yield* run({ _tag: "Retry", delayMs: 0, error: "boom" }, "retried")
+        yield* run({ _tag: "DeadLetter", reason: "attempts exhausted", error: "boom" }, "dead-lettered")
+        assert.deepStrictEqual(yield* store.redrive({ queue }), [sent!.id])
+        // A fresh drive: its attempts bounded by maxAttempts again, counted from 1.
+        const again = yield* run({ _tag: "Ack" }, "acked")
+        assert.strictEqual(again.attempts, 1)
+        const history = yield* store.attempts(sent!.id)
+        assert.deepStrictEqual(history.map((a) => [a.attempt, a.outcome]), [
+          [1, "retried"],
+          [2, "dead-lettered"],
+          [2, "redriven"],
+          [3, "acked"]
+        ])
+      }))
+
     it.effect("send many returns ids in input order; claim honours the limit", () =>
       Effect.gen(function*() {
         const queue = freshQueue("many")
