@@ -461,6 +461,40 @@ export const make = (
     /** The registrations in force, by consumer id (what `registration` reads). */
     const registered = new Map<string, Registration>()
 
+    /**
+     * Before taking over a consumer id, see whether a consumer that looks alive has it: a
+     * fresh heartbeat and its presence lock held by a live session (or no lock advertised).
+     * Two consumers with one id share one row, each overwriting the other's lock key, and
+     * the reaper's view of both is wrong: WARN, naming who has it. Best effort: a failed
+     * check says nothing.
+     */
+    const warnIfAlive = (consumerId: string): Effect.Effect<void> =>
+      sql<{ host: string; pid: number; backend_pid: number | null; age_ms: number; lock_key: number | null; lock_held: boolean }>`
+        SELECT c.host, c.pid, c.backend_pid, c.lock_key,
+               (extract(epoch FROM now() - c.heartbeat_at) * 1000)::float8 AS age_ms,
+               c.lock_key IS NOT NULL AND EXISTS (
+                 SELECT 1 FROM pg_locks AS l
+                 WHERE l.locktype = 'advisory' AND l.granted
+                   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                   AND l.classid::bigint = ${lockClass}::bigint AND l.objid::bigint = c.lock_key::bigint AND l.objsubid = 2
+               ) AS lock_held
+        FROM ${consumers} AS c
+        WHERE c.id = ${consumerId} AND c.heartbeat_at > now() - ${staleMs}::bigint * interval '1 millisecond'`.pipe(
+        Effect.flatMap(([row]) =>
+          row === undefined || (row.lock_key !== null && !row.lock_held)
+            ? Effect.void
+            : Effect.logWarning(
+              `consumer id "${consumerId}" is already registered by a consumer that looks alive: host ${row.host}, ` +
+                `pid ${row.pid}, heartbeat ${seconds(Math.max(row.age_ms, 0))} ago` +
+                (row.lock_held ? `, presence lock held by backend ${row.backend_pid ?? "?"}` : "") +
+                ". Two consumers with one id share one presence row and confuse the reaper: give each its own " +
+                "LEASEHOLD_CONSUMER_ID (this one starts anyway)"
+            )
+        ),
+        Effect.timeoutOption(5_000),
+        Effect.ignore
+      )
+
     const register = (consumerId: string): Effect.Effect<Registration, never, Scope.Scope> =>
       Effect.gen(function*() {
         const state = {
@@ -698,6 +732,7 @@ export const make = (
             if (session !== undefined) yield* closeSession(session)
           }).pipe(annotate)
         )
+        yield* warnIfAlive(consumerId).pipe(annotate)
         const firstAttempt = yield* Deferred.make<void>()
         yield* Effect.forkScoped(forever("presence session", supervise(firstAttempt)).pipe(annotate))
         // Wait for the first session (bounded), so the consumer claims with its lock advertised.

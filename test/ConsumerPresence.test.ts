@@ -21,6 +21,7 @@ import type { MessageId } from "../src/Message.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
+import { captureLogs } from "./support/ConsumerHarness.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitFor } from "./support/Wait.ts"
 
@@ -367,6 +368,30 @@ describe("ConsumerPresence (real PostgreSQL, real time)", () => {
         assert.isAtLeast(run.startedAt - stoppedAt, FAST.staleAfter - 300, "not before the heartbeat is stale")
         yield* b.stop
         yield* ghost.close
+      })
+    ), { timeout: 30_000 })
+
+  it.live("a consumer id already registered by a live consumer is warned about, naming it; a dead one's or a free id is not", () =>
+    withSchema((schema) =>
+      Effect.gen(function*() {
+        // Alive: fresh heartbeat, lock held. Crashed and restarted: fresh heartbeat, its lock freed with its session.
+        const alive = yield* fakeConsumer(schema, "twin", { lock: true, heartbeat: "fresh" })
+        const crashed = yield* fakeConsumer(schema, "restarted", { lock: false, heartbeat: "fresh" })
+        const warningsOf = (id: string) =>
+          Effect.gen(function*() {
+            const logs = captureLogs()
+            const c = yield* startConsumer(schema, id, recordingHandler([])).pipe(Effect.provide(logs.layer))
+            yield* c.stop
+            return logs.entries.filter((e) => e.level === "Warn" && /already registered/.test(e.message)).map((e) => e.message)
+          })
+        const twin = yield* warningsOf("twin")
+        assert.strictEqual(twin.length, 1, twin.join("\n"))
+        assert.match(twin[0]!, /consumer id "twin" is already registered by a consumer that looks alive: host test-host, pid 4242, heartbeat [\d.]+s ago, presence lock held by backend \d+/)
+        assert.match(twin[0]!, /LEASEHOLD_CONSUMER_ID/)
+        assert.deepStrictEqual(yield* warningsOf("restarted"), [])
+        assert.deepStrictEqual(yield* warningsOf("fresh-id"), [])
+        yield* alive.close
+        yield* crashed.close
       })
     ), { timeout: 30_000 })
 
