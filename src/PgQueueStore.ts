@@ -81,9 +81,15 @@ interface MessageRow {
   readonly lease_expiries: number
 }
 
-const toMessage = (row: MessageRow) => ({
+/** The columns every message view shares (a claim's row carries no queue: the caller names it). */
+type MessageColumns = Pick<
+  MessageRow,
+  "id" | "task" | "payload" | "headers" | "priority" | "attempts" | "max_attempts" | "enqueued_at" | "dedup_key" | "last_error" | "lease_expiries"
+>
+
+const toMessage = (row: MessageColumns & { readonly queue?: string }, queue: string = row.queue ?? "") => ({
   id: String(row.id) as MessageId,
-  queue: row.queue,
+  queue,
   task: row.task,
   payload: row.payload,
   headers: row.headers ?? {},
@@ -454,18 +460,7 @@ export const make = (
           FROM claimed ORDER BY priority, was_visible_at, id`
         const consumer = options.consumer
         return rows.map((row): Claim => ({
-          id: String(row.id) as MessageId,
-          queue,
-          task: row.task,
-          payload: row.payload,
-          headers: row.headers ?? {},
-          priority: row.priority,
-          attempts: row.attempts,
-          maxAttempts: row.max_attempts,
-          enqueuedAt: row.enqueued_at,
-          dedupKey: row.dedup_key,
-          lastError: row.last_error,
-          leaseExpiries: row.lease_expiries,
+          ...toMessage(row, queue),
           leaseToken: row.lease_token,
           leaseExpiresAt: row.visible_at,
           consumer,
