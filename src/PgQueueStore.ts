@@ -117,20 +117,9 @@ const toInfo = (row: InfoRow): MessageInfo => ({
 })
 
 /** What claim returns per row: the columns of a claim, nothing else. */
-interface ClaimRow {
-  readonly id: bigint | string
-  readonly task: string
-  readonly payload: unknown
-  readonly headers: Record<string, string> | null
-  readonly priority: number
-  readonly attempts: number
-  readonly max_attempts: number
-  readonly enqueued_at: Date
+interface ClaimRow extends MessageColumns {
   readonly visible_at: Date
   readonly lease_token: Claim["leaseToken"]
-  readonly dedup_key: string | null
-  readonly last_error: string | null
-  readonly lease_expiries: number
   readonly was_visible_at: Date
 }
 

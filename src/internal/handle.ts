@@ -137,6 +137,9 @@ export const make = <R>(options: HandleOptions<R>) => {
       )
     })
 
+  /** When the store claimed the message, on the store's clock: its lease end counted back. */
+  const claimedOnStoreAt = (claim: Claim): number => claim.leaseExpiresAt.getTime() - settings.leaseMs
+
   /**
    * How long the message waited: from ready (on the store's clock) to its claim (the lease it
    * was given, counted back from its end: the same clock, so no skew between the two), then
@@ -144,8 +147,7 @@ export const make = <R>(options: HandleOptions<R>) => {
    */
   const waitedMs = (claim: Claim, claimedAt: number, startedAt: number): number | undefined => {
     if (claim.readyAt === undefined) return undefined
-    const storeClaimedAt = claim.leaseExpiresAt.getTime() - settings.leaseMs
-    return Math.max(0, storeClaimedAt - claim.readyAt.getTime()) + Math.max(0, startedAt - claimedAt)
+    return Math.max(0, claimedOnStoreAt(claim) - claim.readyAt.getTime()) + Math.max(0, startedAt - claimedAt)
   }
 
   /**
@@ -159,7 +161,7 @@ export const make = <R>(options: HandleOptions<R>) => {
     const traceparent = claim.headers["traceparent"]
     const sender = traceparent === undefined ? undefined : Span.fromTraceparent(traceparent)
     if (sender === undefined) return { attributes, kind: "consumer" }
-    const sinceSendMs = claim.leaseExpiresAt.getTime() - settings.leaseMs - claim.enqueuedAt.getTime()
+    const sinceSendMs = claimedOnStoreAt(claim) - claim.enqueuedAt.getTime()
     return sinceSendMs <= Span.PARENT_WITHIN_MS
       ? { attributes, kind: "consumer", parent: sender }
       : { attributes, kind: "consumer", root: true, links: [{ span: sender, attributes: { "leasehold.link": "sent-by" } }] }
