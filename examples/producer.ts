@@ -9,7 +9,7 @@
  * where leasehold keeps its own tables. Create it first, e.g.
  * `CREATE TABLE public.users (name text, email text)`.
  */
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgQueueStore, QueueConfig, TaskClient } from "leasehold"

@@ -5,7 +5,7 @@
  * `LEASEHOLD_QUEUES` names others. Run directly with Node (or `exec node` in an npm script):
  * `npm run`'s `sh -c` would not pass SIGTERM on.
  */
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer } from "effect"
 import { Consumer, ConsumerPresence, Http, Observability, PgQueueStore, QueueConfig, Task } from "leasehold"
 import { sendWelcomeEmail } from "./tasks.ts"

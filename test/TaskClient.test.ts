@@ -134,7 +134,7 @@ describe("the examples the README shows", () => {
     }
     const producer = readFileSync("examples/producer.ts", "utf8")
     const imports = [...producer.matchAll(/^import .* from "([^"]+)"/gm)].map((m) => m[1])
-    assert.sameMembers(imports, ["@effect/platform-node", "effect", "effect/sql", "leasehold", "./tasks.ts"])
+    assert.sameMembers(imports, ["@effect/platform-node/NodeRuntime", "effect", "effect/sql", "leasehold", "./tasks.ts"])
     assert.include(producer, "TaskClient.send(")
     assert.include(producer, "TaskClient.layer")
     assert.notInclude(producer, "Task.send(")

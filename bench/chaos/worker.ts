@@ -28,7 +28,7 @@
  * consumer, its mode from `LEASEHOLD_SESSION_LIVENESS=on|off|auto` (default
  * auto), which the orchestrators pass through.
  */
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer, Logger, References } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { randomUUID } from "node:crypto"

@@ -12,7 +12,7 @@
  * with Node directly (never through npm: its `sh -c` does not pass SIGTERM on).
  * Stdout protocol: see protocol.ts.
  */
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer } from "effect"
 import * as Consumer from "../../src/Consumer.ts"
 import * as ConsumerPresence from "../../src/ConsumerPresence.ts"

@@ -10,7 +10,7 @@
  * Run, like the leasehold worker, as compiled JavaScript (see run.ts).
  * Stdout protocol: see protocol.ts.
  */
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { PgClient } from "@effect/sql-pg"
 import { Cause, Effect, Exit, Queue, Redacted } from "effect"
 import { SqlClient } from "effect/sql"

@@ -7,7 +7,7 @@
  *
  * Run with `npm run demo`. Set LEASEHOLD_DATABASE_URL to use your own database instead.
  */
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer, Metric, Redacted, References, Schema } from "effect"
 import * as Consumer from "../Consumer.ts"
 import * as EmbeddedPostgres from "../internal/EmbeddedPostgres.ts"

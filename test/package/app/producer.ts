@@ -2,7 +2,7 @@
  * The scratch app's producer: typed sends from the installed package. PACKAGE_TEST_SEND picks what
  * to send: `greetings` (5 greets and 1 message for dead letters) or `slow` (one 1.5 s task).
  */
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Config, Effect, Layer } from "effect"
 import { PgQueueStore, QueueConfig, Task } from "leasehold"
 import { greet, reject, slow } from "./tasks.ts"

@@ -1,7 +1,7 @@
 /**
  * The scratch app's worker, built as the README's (examples/worker.ts), from the installed package.
  */
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Layer } from "effect"
 import { Consumer, ConsumerPresence, PgQueueStore, QueueConfig, Task } from "leasehold"
 import { greet, reject, slow } from "./tasks.ts"
