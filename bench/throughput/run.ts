@@ -49,6 +49,8 @@
  *   BENCH_LATENCY_SENDS        measured sends (default 200; quick 50)
  *   BENCH_LATENCY_INTERVAL     time between sends (default 20ms)
  *   BENCH_FAST_PG=1            the embedded server without durability (fsync, synchronous_commit, full_page_writes off)
+ *   BENCH_PG_STATS=1           count each worker's statements on the server (pg_stat_statements, preloaded in the embedded
+ *                              server): execution time and WAL per message, by statement kind, beside each run and in a table
  *   BENCH_CPU_PROF=1           run the leasehold worker at the largest C with `node --cpu-prof`; print its hottest frames
  *                              (frames of the compiled .js in the build folder; its .js.map files lead back to the .ts)
  *   BENCH_RUN_BUDGET           time budget of one throughput run (default 30s; 0: none): a worker that has not
@@ -96,6 +98,7 @@ const config = {
   latencyWarm: 10,
   latencyConcurrency: 10,
   fastPg: process.env["BENCH_FAST_PG"] === "1",
+  pgStats: process.env["BENCH_PG_STATS"] === "1",
   cpuProf: process.env["BENCH_CPU_PROF"] === "1",
   timeoutMs: envMs("BENCH_TIMEOUT", 600_000),
   runBudgetMs: envMs("BENCH_RUN_BUDGET", 30_000),
@@ -422,6 +425,56 @@ const whenEmpty = async (admin: Admin, schema: string, timeoutMs: number): Promi
   }
 }
 
+/** What the server spent on one worker's statements during a run (`pg_stat_statements`), per message. */
+interface ServerStatements {
+  /** Per kind of statement: calls, execution microseconds and WAL bytes per message acked. */
+  readonly kinds: ReadonlyArray<{ readonly kind: string; readonly calls: number; readonly execUs: number; readonly walBytes: number }>
+  readonly execUs: number
+  readonly walBytes: number
+}
+
+/** A statement's kind, from its text (the workers' statements are few and known). */
+const statementKind = (text: string): string =>
+  /WITH picked AS/.test(text) ? "claim"
+  : /WITH items AS/.test(text) ? "complete"
+  : /jsonb_to_recordset/.test(text) ? "renew"
+  : /^\s*DELETE/i.test(text) ? "delete"
+  : text.replace(/\s+/g, " ").trim().split(" ").slice(0, 2).join(" ").toLowerCase()
+
+/**
+ * The statements that named `schema` since the last reset (the orchestrator's own polling of the
+ * table excluded), summed by kind and divided by the messages acked.
+ */
+const serverStatements = async (admin: Admin, schema: string, messages: number): Promise<ServerStatements> => {
+  const rows = await query<{ query: string; calls: string; exec_ms: number; wal_bytes: string }>(
+    admin,
+    `SELECT query, calls, total_exec_time AS exec_ms, wal_bytes FROM pg_stat_statements
+     WHERE query LIKE '%' || $1 || '%' AND query NOT LIKE '%count(*)::int AS n FROM%'`,
+    [schema]
+  )
+  const byKind = new Map<string, { calls: number; execMs: number; walBytes: number }>()
+  for (const row of rows) {
+    const kind = statementKind(row.query)
+    const k = byKind.get(kind) ?? { calls: 0, execMs: 0, walBytes: 0 }
+    k.calls += Number(row.calls)
+    k.execMs += Number(row.exec_ms)
+    k.walBytes += Number(row.wal_bytes)
+    byKind.set(kind, k)
+  }
+  const per = Math.max(1, messages)
+  const kinds = [...byKind].map(([kind, k]) => ({ kind, calls: k.calls, execUs: (k.execMs * 1000) / per, walBytes: k.walBytes / per }))
+    .sort((a, b) => b.execUs - a.execUs)
+  return {
+    kinds,
+    execUs: kinds.reduce((sum, k) => sum + k.execUs, 0),
+    walBytes: kinds.reduce((sum, k) => sum + k.walBytes, 0)
+  }
+}
+
+const formatServer = (s: ServerStatements) =>
+  `${s.execUs.toFixed(1)} us executing and ${Math.round(s.walBytes)} B of WAL per message (` +
+  s.kinds.filter((k) => k.execUs >= 0.05).map((k) => `${k.kind} ${k.calls} calls ${k.execUs.toFixed(1)} us ${Math.round(k.walBytes)} B`).join("; ") + ")"
+
 // ---------------------------------------------------------------------------------------------
 // Runs
 // ---------------------------------------------------------------------------------------------
@@ -438,6 +491,8 @@ interface ThroughputResult {
   readonly cpuShare: number | undefined
   readonly handled: number | undefined
   readonly profiled: boolean
+  /** BENCH_PG_STATS=1: the worker's statements as the server counted them. */
+  readonly server?: ServerStatements | undefined
 }
 
 const workerScript = (kind: Kind) => (kind === "raw" ? "raw-worker" : "leasehold-worker")
@@ -464,6 +519,7 @@ const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, r
   const enqueueMs = await prepareSchema(admin, schema, config.messages)
   const profiled = config.cpuProf && kind === "leasehold" && rep === 1 && c === Math.max(...config.concurrencies)
   const nodeArgs = profiled ? ["--cpu-prof", `--cpu-prof-dir=${profileDir()}`] : []
+  if (config.pgStats) await query(admin, "SELECT pg_stat_statements_reset()")
   const w = startProc(tag, workerScript(kind), workerEnvFor(kind, url, schema, c, "throughput", config.messages), nodeArgs)
   try {
     await w.waitLine("READY", 60_000)
@@ -491,6 +547,7 @@ const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, r
     const cpu1 = cpuSeconds(w.pid)
     const hwm = vmHwmKb(w.pid)
     await stopProc(w)
+    const server = config.pgStats ? await serverStatements(admin, schema, done) : undefined
     const countLine = w.linesWith("COUNT ")[0]?.split(" ")
     const handled = countLine === undefined ? undefined : Number(countLine[1])
     const rssKb = hwm ?? (countLine?.[2] === undefined ? undefined : Number(countLine[2]))
@@ -505,7 +562,8 @@ const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, r
       rssKb,
       cpuShare: cpu0 === undefined || cpu1 === undefined ? undefined : (cpu1 - cpu0) / (ms / 1000),
       handled,
-      profiled
+      profiled,
+      server
     }
     log(
       `${tag}: ${done === config.messages ? `all ${done}` : `${done} of ${config.messages} (time budget)`} messages in ` +
@@ -513,6 +571,7 @@ const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, r
         `peak RSS ${fmtMb(rssKb)}, CPU ${fmtPct(result.cpuShare)} of a core, handler runs ${handled ?? "?"}` +
         ` (enqueue ${(enqueueMs / 1000).toFixed(1)} s)${profiled ? " [profiled]" : ""}`
     )
+    if (server !== undefined) log(`${tag} on the server: ${formatServer(server)}`)
     return result
   } finally {
     await stopProc(w)
@@ -614,10 +673,18 @@ const main = async (): Promise<number> => {
     if (externalUrl !== undefined && externalUrl !== "") {
       log(`using LEASEHOLD_DATABASE_URL (${redactUrl(externalUrl)}); a schema per run, dropped after it`)
     } else {
-      server = await startPostgres({ forTests: config.fastPg })
+      server = await startPostgres({
+        forTests: config.fastPg,
+        settings: config.pgStats ? ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=top"] : []
+      })
     }
     const url = server?.url ?? externalUrl!
     admin = await openAdmin(url)
+    if (config.pgStats) {
+      await query(admin, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements").catch((error) => {
+        throw new Error(`BENCH_PG_STATS=1 needs pg_stat_statements preloaded on the server: ${String(error)}`)
+      })
+    }
     const settings = await query<{ name: string; setting: string }>(
       admin,
       `SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'max_connections')`
@@ -704,6 +771,25 @@ const main = async (): Promise<number> => {
       console.log(`+ ${r.kind} at C=${r.c}: the ${formatBudget()} budget ran out with ${r.done.toLocaleString("en-US")} of ${config.messages.toLocaleString("en-US")} messages acked; the rate is theirs`)
     }
     if (results.some((r) => r.profiled)) console.log("* this run was profiled (node --cpu-prof): slower than usual")
+    if (config.pgStats) {
+      // What each worker costs the server per message, whatever the disk and the noise did to the wall time.
+      const srows: Array<Array<string>> = [["C", "leasehold exec us/msg", "leasehold WAL B/msg", "baseline exec us/msg", "baseline WAL B/msg"]]
+      for (const c of config.concurrencies) {
+        const med = (kind: Kind, f: (s: ServerStatements) => number) =>
+          median(results.filter((r) => r.kind === kind && r.c === c && r.server !== undefined).map((r) => f(r.server!)))
+        const fmt = (v: number | undefined, digits: number) => (v === undefined ? "-" : v.toFixed(digits))
+        srows.push([
+          String(c),
+          fmt(med("leasehold", (s) => s.execUs), 1),
+          fmt(med("leasehold", (s) => s.walBytes), 0),
+          fmt(med("raw", (s) => s.execUs), 1),
+          fmt(med("raw", (s) => s.walBytes), 0)
+        ])
+      }
+      console.log("")
+      console.log("on the server (pg_stat_statements: statement execution time and WAL per message acked, commits' flushes not included)")
+      console.log(table(srows))
+    }
 
     if (latencies.length > 0) {
       const lrows: Array<Array<string>> = [["pickup latency", "p50", "p95", "p99", "max", "n"]]

