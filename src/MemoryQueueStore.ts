@@ -10,6 +10,7 @@ import { Clock, Duration, Effect, Latch, Layer, Option } from "effect"
 import type { Attempt, Claim, DeadLetter, MessageId, MessageInfo, MessageState, QueueStats, SendResult } from "./Message.ts"
 import type { InvalidInput } from "./QueueError.ts"
 import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+import * as AttemptResult from "./internal/result.ts"
 import * as Validate from "./internal/validate.ts"
 
 /** How to build a {@link MemoryQueueStore}. */
@@ -263,7 +264,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             startedAt: c.startedAt,
             endedAt: new Date(yield* Clock.currentTimeMillis),
             outcome: landed ? c.outcome : "lease-lost",
-            error: c.error
+            error: c.error,
+            ...(c.result === undefined ? {} : { result: JSON.parse(c.result) })
           })
         }
         return held
@@ -315,8 +317,14 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
 
     const attemptBaseOf = (id: MessageId): number => rows.get(BigInt(id))?.attemptBase ?? 0
 
-    const pushAttempt = (a: Attempt): void => {
-      history.push({ ...a, error: a.error === null ? null : Validate.boundedText(a.error) })
+    /** Keep a record as SQL would: error text bounded, a result bounded as JSON, null or undefined as none. */
+    const pushAttempt = ({ result, ...a }: Attempt): void => {
+      const json = result === undefined || result === null ? undefined : JSON.stringify(result) as string | undefined
+      history.push({
+        ...a,
+        error: a.error === null ? null : Validate.boundedText(a.error),
+        ...(json === undefined ? {} : { result: JSON.parse(AttemptResult.bounded(json)) })
+      })
     }
 
     /** Numbered on after a redrive, like the SQL store. */

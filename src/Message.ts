@@ -128,10 +128,23 @@ export const Attempt = Schema.Struct({
   startedAt: Schema.Date,
   endedAt: Schema.Date,
   outcome: AttemptOutcome,
-  error: Schema.NullOr(Schema.String)
+  error: Schema.NullOr(Schema.String),
+  /**
+   * What the handler returned, encoded through its task's success schema (JSON): only on a
+   * run of a task with a success schema that returned something (not undefined or null).
+   * Pruned with the rest of the record. Over 64 KiB it is the marker {@link isResultTooLarge} tells.
+   */
+  result: Schema.optionalKey(Schema.Unknown)
 })
 /** @see {@link Attempt} */
 export type Attempt = typeof Attempt.Type
+
+/**
+ * Whether an attempt's `result` is the marker kept instead of a result over 64 KiB of JSON
+ * (`{ leasehold: "result-too-large", bytes, limit }`): the run succeeded, its value was not kept.
+ */
+export const isResultTooLarge = (result: unknown): result is { readonly leasehold: "result-too-large"; readonly bytes: number; readonly limit: number } =>
+  typeof result === "object" && result !== null && (result as { leasehold?: unknown }).leasehold === "result-too-large"
 
 /**
  * Where a message stands, as `stats` counts it: `ready` (claimable now, an expired lease

@@ -15,6 +15,7 @@ import * as QueueConfig from "./QueueConfig.ts"
 import { classify, type ConfigInvalid, InvalidInput, type StoreError } from "./QueueError.ts"
 import { type Completion, defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Abandon from "./internal/abandon.ts"
+import * as AttemptResult from "./internal/result.ts"
 import { hash31 } from "./internal/hash.ts"
 import * as Span from "./internal/span.ts"
 import * as Validate from "./internal/validate.ts"
@@ -136,6 +137,17 @@ const toDeadLetter = (row: MessageRow): DeadLetter => ({
 const array = (values: ReadonlyArray<unknown>, elementOid: number): PgTypes.Parameter =>
   Result.getOrThrow(PgTypes.array(values, elementOid))
 const textArray = (values: ReadonlyArray<string | null>) => array(values, PgTypes.OID.text)
+
+/** An attempt's result as JSON text to store (bounded), or NULL for none (undefined or null). */
+const resultText = (result: unknown): string | null => {
+  if (result === undefined || result === null) return null
+  const json = JSON.stringify(result) as string | undefined
+  return json === undefined ? null : AttemptResult.bounded(json)
+}
+
+/** An attempt read back: `result` only when the row has one (NULL reads as none). */
+const withResult = (attempt: Attempt, result: unknown): Attempt =>
+  result === null || result === undefined ? attempt : { ...attempt, result }
 
 const ids = (rows: ReadonlyArray<{ readonly id: bigint | string }>): ReadonlyArray<MessageId> =>
   rows.map((row) => String(row.id) as MessageId)
@@ -547,7 +559,7 @@ export const make = (
         const delayMs = new Array<number>(n), lastError = new Array<string | null>(n), reason = new Array<string | null>(n)
         const queue = new Array<string>(n), task = new Array<string>(n), attempt = new Array<number>(n)
         const consumer = new Array<string>(n), startedAt = new Array<Date>(n), outcome = new Array<string>(n)
-        const error = new Array<string | null>(n)
+        const error = new Array<string | null>(n), result = new Array<string | null>(n)
         for (let k = 0; k < n; k++) {
           const c = completions[k]!
           const f = c.finish
@@ -566,6 +578,7 @@ export const make = (
           startedAt[k] = c.startedAt
           outcome[k] = c.outcome
           error[k] = c.error === null ? null : Validate.boundedText(c.error)
+          result[k] = c.result === undefined ? null : AttemptResult.bounded(c.result)
         }
         const rows = yield* leaseSql<{ id: bigint }>`
           WITH items AS (
@@ -574,8 +587,8 @@ export const make = (
               ${array(delayMs, PgTypes.OID.float8)}::bigint[], ${textArray(lastError)}, ${textArray(reason)},
               ${textArray(queue)}, ${textArray(task)}, ${array(attempt, PgTypes.OID.int4)},
               ${textArray(consumer)}, ${array(startedAt, PgTypes.OID.timestamptz)}, ${textArray(outcome)},
-              ${textArray(error)}
-            ) AS i(id, token, kind, delay_ms, last_error, reason, queue, task, attempt, consumer, started_at, outcome, error)
+              ${textArray(error)}, ${textArray(result)}::jsonb[]
+            ) AS i(id, token, kind, delay_ms, last_error, reason, queue, task, attempt, consumer, started_at, outcome, error, result)
           ), acked AS (
             DELETE FROM ${table} AS m USING items AS i
             WHERE i.kind = 'Ack' AND m.id = i.id AND m.lease_token = i.token
@@ -599,12 +612,12 @@ export const make = (
           ), held AS (
             SELECT id FROM acked UNION ALL SELECT id FROM updated
           ), recorded AS (
-            INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
+            INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error, result)
             SELECT i.id, i.queue, i.task,
                    -- Numbered on after a redrive (the row as it was before this statement).
                    i.attempt + coalesce((SELECT b.attempt_base FROM ${table} AS b WHERE b.id = i.id), 0),
                    i.consumer, i.started_at, coalesce(${now}::timestamptz, now()),
-                   CASE WHEN i.id IN (SELECT id FROM held) THEN i.outcome ELSE 'lease-lost' END, i.error
+                   CASE WHEN i.id IN (SELECT id FROM held) THEN i.outcome ELSE 'lease-lost' END, i.error, i.result
             FROM items AS i
           )
           SELECT id FROM held`
@@ -667,11 +680,11 @@ export const make = (
 
     const recordAttempt: QueueStoreShape["recordAttempt"] = (a) =>
       sql`
-        INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
+        INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error, result)
         VALUES (${a.messageId}::bigint, ${a.queue}, ${a.task},
                 ${a.attempt} + coalesce((SELECT b.attempt_base FROM ${table} AS b WHERE b.id = ${a.messageId}::bigint), 0),
                 ${a.consumer}, ${a.startedAt}, ${a.endedAt},
-                ${a.outcome}, ${a.error === null ? null : Validate.boundedText(a.error)})`.pipe(
+                ${a.outcome}, ${a.error === null ? null : Validate.boundedText(a.error)}, ${resultText(a.result)}::jsonb)`.pipe(
         Effect.asVoid,
         (e) => op("recordAttempt", { messageId: a.messageId }, e)
       )
@@ -687,9 +700,10 @@ export const make = (
         ended_at: Date
         outcome: Attempt["outcome"]
         error: string | null
+        result: unknown
       }>`SELECT * FROM ${attemptsTable} WHERE message_id = ${id}::bigint ORDER BY id`.pipe(
         Effect.map((rows) =>
-          rows.map((r): Attempt => ({
+          rows.map((r): Attempt => withResult({
             messageId: String(r.message_id) as MessageId,
             queue: r.queue,
             task: r.task,
@@ -699,7 +713,7 @@ export const make = (
             endedAt: r.ended_at,
             outcome: r.outcome,
             error: r.error
-          }))
+          }, r.result))
         ),
         (e) => op("attempts", { messageId: id }, e)
       )

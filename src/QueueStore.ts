@@ -65,6 +65,11 @@ export interface Completion {
   /** Recorded when the lease was still held; `lease-lost` otherwise. */
   readonly outcome: Attempt["outcome"]
   readonly error: string | null
+  /**
+   * The handler's success value, encoded through its task's success schema, as JSON text
+   * (absent for none); kept with the history record, bounded by `defaults.maxResultBytes`.
+   */
+  readonly result?: string | undefined
 }
 
 /** The operations of a queue store. Every write on a claim is fenced by `(id, leaseToken)`. */
@@ -196,8 +201,8 @@ export const fromOperations = (shape: QueueStoreShape): QueueStoreShape =>
 
 const maxMessageId = 2n ** 63n - 1n
 
-/** Whether `id` can be a message's id: a positive decimal that fits a PostgreSQL bigint. */
-const isMessageId = (id: unknown): id is MessageId =>
+/** Whether `id` can be a message's id: a positive decimal that fits a PostgreSQL bigint. Check ids from outside with it. */
+export const isMessageId = (id: unknown): id is MessageId =>
   typeof id === "string" && /^[1-9][0-9]{0,18}$/.test(id) && BigInt(id) <= maxMessageId
 
 const messageStates: ReadonlySet<unknown> = new Set<MessageState>(["ready", "delayed", "in-flight", "dead"])
@@ -232,6 +237,11 @@ const messagesOptions = (queue: string, options: MessagesOptions): Effect.Effect
 export const defaults = {
   /** Largest payload accepted, as JSON bytes: 1 MiB. */
   maxPayloadBytes: 1024 * 1024,
+  /**
+   * Largest handler result kept in the attempt history, as JSON bytes: 64 KiB. A larger one is
+   * kept as `{"leasehold":"result-too-large","bytes":N,"limit":65536}` (see `Message.isResultTooLarge`).
+   */
+  maxResultBytes: 64 * 1024,
   /** Attempts a message gets unless its sender says otherwise. */
   maxAttempts: 25,
   /** Shortest lease accepted by `claim` and `renew`. */

@@ -11,6 +11,7 @@
 import { Effect, Schema } from "effect"
 import type * as Consumer from "./Consumer.ts"
 import * as Outcome from "./internal/outcome.ts"
+import * as AttemptResult from "./internal/result.ts"
 import * as Validate from "./internal/validate.ts"
 import type { Claim, SendResult } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
@@ -41,13 +42,17 @@ export interface TaskContext extends Consumer.HandlerContext {
  * that imports neither handlers nor their services, and give it a handler where
  * the worker is built with {@link implement}.
  */
-export interface Declaration<Name extends string, A, I> {
+export interface Declaration<Name extends string, A, I, S extends Schema.Top | undefined = Schema.Top | undefined> {
   readonly name: Name
   /** The queue it is sent to unless a send says otherwise. */
   readonly queue: string
   readonly payload: Schema.Codec<A, I>
-  /** Optional: the schema of the handler's success value; a result that does not match is reported at ERROR. */
-  readonly success: Schema.Top | undefined
+  /**
+   * Optional: the schema of the handler's success value. A result that matches is kept, encoded,
+   * with its attempt's history record (read it with `TaskClient.result`); one that does not is
+   * reported at ERROR and not kept.
+   */
+  readonly success: S
   /** Optional: the schema of the handler's typed error, used to record failures as JSON. */
   readonly error: Schema.Top | undefined
   readonly retry: RetryPolicy | undefined
@@ -138,11 +143,11 @@ const checkDefinition = (definition: {
 }
 
 /** The fields of a declaration, as given to {@link define} (and to {@link make}, with a handler). */
-export interface DeclarationOptions<Name extends string, A, I> {
+export interface DeclarationOptions<Name extends string, A, I, S extends Schema.Top | undefined = Schema.Top | undefined> {
   readonly name: Name
   readonly payload: Schema.Codec<A, I>
   readonly queue?: string | undefined
-  readonly success?: Schema.Top | undefined
+  readonly success?: S
   readonly error?: Schema.Top | undefined
   readonly retry?: RetryPolicy | undefined
   readonly maxAttempts?: number | undefined
@@ -163,13 +168,15 @@ export interface DeclarationOptions<Name extends string, A, I> {
  *
  * @throws InvalidInput when the declaration breaks a rule.
  */
-export const define = <const Name extends string, A, I>(definition: DeclarationOptions<Name, A, I>): Declaration<Name, A, I> => {
+export const define = <const Name extends string, A, I, S extends Schema.Top | undefined = undefined>(
+  definition: DeclarationOptions<Name, A, I, S>
+): Declaration<Name, A, I, S> => {
   checkDefinition(definition)
   return {
     name: definition.name,
     queue: definition.queue ?? "default",
     payload: definition.payload,
-    success: definition.success,
+    success: definition.success as S,
     error: definition.error,
     retry: definition.retry,
     maxAttempts: definition.maxAttempts,
@@ -345,18 +352,35 @@ const describeFailure = (task: Any, error: unknown): Effect.Effect<never, unknow
     )
 
 /**
- * Check a handler's result against the task's success schema. A mismatch is a
- * bug in the handler, reported at ERROR; the message is still acked, since its
- * work is done and a retry would only do it again.
+ * Check a handler's result against the task's success schema and encode it for the
+ * attempt history (an `Encoded`, JSON text; nothing for undefined or null, so a void
+ * task costs nothing). A mismatch, or an encoded value that is not JSON, is a bug in
+ * the handler or the schema, reported at ERROR and not kept; the message is still
+ * acked, since its work is done and a retry would only do it again. Without a success
+ * schema nothing is kept.
  */
-const checkSuccess = (task: Any, result: unknown): Effect.Effect<void> =>
+const keepSuccess = (task: Any, result: unknown): Effect.Effect<AttemptResult.Encoded | undefined> =>
   task.success === undefined
-    ? Effect.void
+    ? Effect.undefined
     : Schema.encodeUnknownEffect(task.success as Schema.Codec<unknown, unknown>)(result).pipe(
       Effect.matchEffect({
-        onSuccess: () => Effect.void,
+        onSuccess: (encoded) => {
+          if (encoded === undefined || encoded === null) return Effect.undefined
+          try {
+            const json = JSON.stringify(encoded) as string | undefined
+            return Effect.succeed(json === undefined ? undefined : new AttemptResult.Encoded(json))
+          } catch (e) {
+            return Effect.as(
+              Effect.logError(`task "${task.name}" returned a value whose encoded form is not JSON (acked, result not kept): ${String(e)}`),
+              undefined
+            )
+          }
+        },
         onFailure: (e) =>
-          Effect.logError(`task "${task.name}" returned a value that does not match its success schema (acked anyway): ${e.message}`)
+          Effect.as(
+            Effect.logError(`task "${task.name}" returned a value that does not match its success schema (acked anyway): ${e.message}`),
+            undefined
+          )
       })
     )
 
@@ -408,8 +432,7 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
             (e) => describeFailure(task, e)
           )
         )
-        yield* checkSuccess(task, result)
-        return result
+        return yield* keepSuccess(task, result)
       })
   }
 }

@@ -8,8 +8,8 @@
 import { assert, layer } from "@effect/vitest"
 import { type Duration, Effect, Fiber, type Layer, Option } from "effect"
 import { TestClock } from "effect/testing"
-import type { Claim, MessageId, MessageState, NewMessage } from "../src/Message.ts"
-import { QueueStore } from "../src/QueueStore.ts"
+import { type Claim, isResultTooLarge, type MessageId, type MessageState, type NewMessage } from "../src/Message.ts"
+import { defaults, QueueStore } from "../src/QueueStore.ts"
 
 let counter = 0
 /** A queue name no other test of this run uses. */
@@ -258,6 +258,62 @@ export const conformance = (
         ])
         assert.deepStrictEqual(yield* store.complete([]), [])
         void sent
+      }))
+
+    it.effect("complete keeps an ack's result (encoded JSON) with its history record, bounded in UTF-8 bytes; none stores nothing", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("results")
+        yield* sendAll(queue, ["json", "void", "big", "wide-ok", "wide-big", "lost"].map((p) => msg(p)))
+        const claims = yield* claimAll(queue)
+        assert.strictEqual(claims.length, 6)
+        const [jsonC, voidC, bigC, wideOkC, wideBigC, lostC] = claims as unknown as [Claim, Claim, Claim, Claim, Claim, Claim]
+        const ack = (c: Claim, result: string | undefined, token = c.leaseToken) => ({
+          ref: { id: c.id, leaseToken: token },
+          finish: { _tag: "Ack" as const },
+          queue,
+          task: c.task,
+          attempt: c.attempts,
+          consumer: "c1",
+          startedAt: new Date(),
+          outcome: "acked" as const,
+          error: null,
+          ...(result === undefined ? {} : { result })
+        })
+        // 64 KiB is measured in UTF-8 bytes: 30,000 two-byte characters fit, 40,000 do not.
+        const wideOk = JSON.stringify("é".repeat(30_000))
+        const wideBig = JSON.stringify("é".repeat(40_000))
+        const held = yield* store.complete([
+          ack(jsonC, JSON.stringify({ total: 3, items: ["x", "ü"], none: null })),
+          ack(voidC, undefined),
+          ack(bigC, JSON.stringify("x".repeat(70_000))),
+          ack(wideOkC, wideOk),
+          ack(wideBigC, wideBig),
+          // A lost lease keeps the run's result on its lease-lost record too.
+          ack(lostC, JSON.stringify([1]), "00000000-0000-4000-8000-000000000000" as Claim["leaseToken"])
+        ])
+        assert.strictEqual(held.length, 5)
+        const only = (c: Claim) =>
+          Effect.map(store.attempts(c.id), (history) => {
+            assert.strictEqual(history.length, 1)
+            return history[0]!
+          })
+        assert.deepStrictEqual((yield* only(jsonC)).result, { total: 3, items: ["x", "ü"], none: null })
+        assert.isFalse("result" in (yield* only(voidC)), "no result, no key")
+        const big = (yield* only(bigC)).result
+        assert.isTrue(isResultTooLarge(big))
+        assert.deepStrictEqual(big, { leasehold: "result-too-large", bytes: 70_002, limit: defaults.maxResultBytes })
+        assert.strictEqual((yield* only(wideOkC)).result, "é".repeat(30_000))
+        assert.deepStrictEqual((yield* only(wideBigC)).result, { leasehold: "result-too-large", bytes: 80_002, limit: 65_536 })
+        const lost = yield* only(lostC)
+        assert.deepStrictEqual([lost.outcome, lost.result], ["lease-lost", [1]])
+        // recordAttempt takes a result too; null and undefined store nothing.
+        yield* store.recordAttempt({ ...(yield* only(voidC)), attempt: 2, result: null })
+        yield* store.recordAttempt({ ...(yield* only(jsonC)), attempt: 2, result: "x".repeat(70_000) })
+        const [, second] = yield* store.attempts(voidC.id)
+        assert.isFalse("result" in second!)
+        const [, secondJson] = yield* store.attempts(jsonC.id)
+        assert.deepStrictEqual(secondJson!.result, { leasehold: "result-too-large", bytes: 70_002, limit: 65_536 })
       }))
 
     it.effect("dedup: a live message with the key is returned instead of a new one", () =>
@@ -654,14 +710,15 @@ export const conformance = (
           startedAt: new Date(40_000_000),
           endedAt: new Date(40_001_000)
         }
-        yield* store.recordAttempt({ ...base, attempt: 1, outcome: "retried", error: "boom" })
+        yield* store.recordAttempt({ ...base, attempt: 1, outcome: "retried", error: "boom", result: { partial: 1 } })
         yield* TestClock.adjust("1 hour")
-        yield* store.recordAttempt({ ...base, attempt: 2, outcome: "acked", error: null, endedAt: new Date(40_000_000 + 3_600_000) })
+        yield* store.recordAttempt({ ...base, attempt: 2, outcome: "acked", error: null, endedAt: new Date(40_000_000 + 3_600_000), result: { n: 2 } })
         const history = yield* store.attempts(s!.id)
-        assert.deepStrictEqual(history.map((a) => [a.attempt, a.outcome, a.error]), [[1, "retried", "boom"], [2, "acked", null]])
-        // Pruning is store-wide (other tests' records may go too); this message keeps only its recent attempt.
+        assert.deepStrictEqual(history.map((a) => [a.attempt, a.outcome, a.error, a.result]), [[1, "retried", "boom", { partial: 1 }], [2, "acked", null, { n: 2 }]])
+        // Pruning is store-wide (other tests' records may go too); this message keeps only its recent attempt,
+        // and the pruned record's result went with it (same retention).
         assert.isAtLeast(yield* store.pruneAttempts("30 minutes"), 1)
-        assert.deepStrictEqual((yield* store.attempts(s!.id)).map((a) => a.attempt), [2])
+        assert.deepStrictEqual((yield* store.attempts(s!.id)).map((a) => [a.attempt, a.result]), [[2, { n: 2 }]])
       }))
 
     it.effect("sends wake a subscriber of the queue once per await, even when sent before the await", () =>

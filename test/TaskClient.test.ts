@@ -16,12 +16,12 @@
 import { readFileSync } from "node:fs"
 import { NodeHttpServer } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Layer, Schema } from "effect"
+import { Effect, Layer, Option, Schema } from "effect"
 import { HttpApi, HttpApiBuilder, HttpApiClient, HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
 import { HttpRouter } from "effect/http"
 import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
-import type { SendResult } from "../src/Message.ts"
-import { InvalidInput } from "../src/QueueError.ts"
+import type { MessageId, SendResult } from "../src/Message.ts"
+import { InvalidInput, ResultUnreadable } from "../src/QueueError.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as Task from "../src/Task.ts"
 import * as TaskClient from "../src/TaskClient.ts"
@@ -142,6 +142,59 @@ describe("the examples the README shows", () => {
 })
 
 describe("TaskClient", () => {
+  it.effect("a handler's result is kept, encoded, with its acked attempt, and read back decoded by id; nothing kept costs nothing", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const Report = Schema.Struct({ total: Schema.NumberFromString, label: Schema.String })
+      const report = Task.define({ name: "report", queue: "reports", payload: Schema.Number, success: Report })
+      const plain = Task.define({ name: "plain", queue: "reports", payload: Schema.Number })
+      const quiet = Task.define({ name: "quiet", queue: "reports", payload: Schema.Number, success: Schema.Void })
+      const huge = Task.define({ name: "huge", queue: "reports", payload: Schema.Number, success: Schema.String })
+      const client = yield* TaskClient.make.pipe(Effect.provideService(QueueStore, spy.store))
+      const [r, p, q, h] = yield* Effect.forEach([report, plain, quiet, huge] as const, (task) => client.send(task, 3))
+      // Not run yet: nothing kept.
+      assert.deepStrictEqual(yield* client.result(report, r!.id), Option.none())
+      yield* startConsumer(spy, Task.dispatcher(
+        Task.implement(report, (n) => Effect.succeed({ total: n * 2, label: "six" })),
+        Task.implement(plain, (n) => Effect.succeed({ n })),
+        Task.implement(quiet, () => Effect.void),
+        Task.implement(huge, () => Effect.succeed("x".repeat(70_000)))
+      ), {})
+      yield* settle
+      assert.strictEqual(spy.of("ack").length, 4)
+
+      const kept = yield* client.result(report, r!.id)
+      assertType<Equals<typeof kept, Option.Option<{ readonly total: number; readonly label: string }>>>()
+      assert.deepStrictEqual(kept, Option.some({ total: 6, label: "six" }))
+      // Stored encoded (the schema's JSON form), with the acked attempt.
+      const [attempt] = yield* spy.inner.attempts(r!.id)
+      assert.deepStrictEqual([attempt!.outcome, attempt!.result], ["acked", { total: "6", label: "six" }])
+      assert.deepStrictEqual(yield* client.resultJson(r!.id), Option.some({ total: "6", label: "six" }))
+      // No success schema, or a void one: nothing kept, no key on the record.
+      for (const id of [p!.id, q!.id]) {
+        const [a] = yield* spy.inner.attempts(id)
+        assert.isFalse("result" in a!)
+        assert.deepStrictEqual(yield* client.resultJson(id), Option.none())
+      }
+      // Over the bound: acked all the same, and the reader says why it has no value.
+      const tooLarge = yield* Effect.flip(client.result(huge, h!.id))
+      assert.instanceOf(tooLarge, ResultUnreadable)
+      assert.strictEqual((tooLarge as ResultUnreadable).reason, "too-large")
+      assert.match(tooLarge.message, /70002 bytes of JSON, over the 65536-byte bound/)
+      // The kept JSON read with a schema it does not match.
+      const mismatch = yield* Effect.flip(client.result(huge, r!.id))
+      assert.strictEqual((mismatch as ResultUnreadable).reason, "schema")
+      assert.match(mismatch.message, /does not decode with the success schema of task "huge"/)
+      // Unknown and malformed ids: nothing.
+      assert.deepStrictEqual(yield* client.resultJson("987654321" as MessageId), Option.none())
+      assert.deepStrictEqual(yield* client.resultJson("abc" as MessageId), Option.none())
+      // The service accessor reads the same.
+      assert.deepStrictEqual(
+        yield* TaskClient.result(report, r!.id).pipe(Effect.provideService(TaskClient.TaskClient, client)),
+        Option.some({ total: 6, label: "six" })
+      )
+    }))
+
   it.effect("a send lands in the store with the payload encoded by the schema", () =>
     Effect.gen(function*() {
       const store = yield* QueueStore

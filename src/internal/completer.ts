@@ -76,7 +76,7 @@ export const sanitize = (action: Outcome.Action): { readonly action: Outcome.Act
 const finishOf = (action: Outcome.Action): Finish => {
   switch (action._tag) {
     case "Ack":
-      return action
+      return ACK
     case "Retry":
       return { _tag: "Retry", delayMs: action.delayMs, error: action.error }
     case "DeadLetter":
@@ -87,6 +87,8 @@ const finishOf = (action: Outcome.Action): Finish => {
       return { _tag: "Forget" }
   }
 }
+
+const ACK: Finish = { _tag: "Ack" }
 
 /** The history's error text of an action. */
 const historyError = (action: Outcome.Action): string | null =>
@@ -302,7 +304,8 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
       consumer: consumerId,
       startedAt: new Date(f.startedAt),
       outcome: Outcome.historyOutcome(f.action, true),
-      error: historyError(f.action)
+      error: historyError(f.action),
+      result: f.action._tag === "Ack" ? f.action.result : undefined
     })
 
     /**

@@ -17,6 +17,7 @@ import type { ConsumerSettings } from "../QueueConfig.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
 import type { Completer } from "./completer.ts"
 import * as Outcome from "./outcome.ts"
+import * as AttemptResult from "./result.ts"
 import * as Span from "./span.ts"
 
 /** One message's place in the consumer: its handler slot, and its place in the drain. */
@@ -99,7 +100,8 @@ export const make = <R>(options: HandleOptions<R>) => {
       Effect.suspend(() => {
         const result = runResult(exit, m.renewer.stopped(m.claim.id))
         // The common case needs no rules: a handler that succeeded is acked.
-        if (result._tag === "Handled" && Exit.isSuccess(result.exit)) return submit(m, ACK)
+        // A task's encoded result rides along with the ack; any other value is not kept.
+        if (result._tag === "Handled" && Exit.isSuccess(result.exit)) return submit(m, ackOf(result.exit.value))
         return Effect.flatMap(decide(m.claim, result), (action) => submit(m, action))
       })
     )
@@ -217,5 +219,9 @@ const runResult = (exit: Exit.Exit<Outcome.RunResult>, stopped: LeaseRenewer.Sto
 }
 
 const ACK: Outcome.Action = { _tag: "Ack" }
+const ackOf = (value: unknown): Outcome.Action => {
+  const result = AttemptResult.jsonOf(value)
+  return result === undefined ? ACK : { _tag: "Ack", result }
+}
 const QUARANTINED: Outcome.RunResult = { _tag: "Quarantined" }
 const EXHAUSTED: Outcome.RunResult = { _tag: "Exhausted" }

@@ -23,7 +23,8 @@ export type RunResult =
 
 /** The finishing write to make. `lost` marks a write that follows a lost lease, for the history. */
 export type Action =
-  | { readonly _tag: "Ack" }
+  /** `result`: the handler's success value as JSON text, kept with the history record. */
+  | { readonly _tag: "Ack"; readonly result?: string | undefined }
   | { readonly _tag: "Retry"; readonly delayMs: number; readonly error: string; readonly lost?: true }
   | { readonly _tag: "DeadLetter"; readonly reason: string; readonly error: string | undefined }
   | { readonly _tag: "Release" }
