@@ -32,6 +32,14 @@ export interface HandlerContext {
   readonly consumerId: string
   /** When the current lease ends as far as this consumer knows (it moves with every renewal). */
   readonly leaseDeadline: Effect.Effect<Date>
+  /**
+   * Aborted when the handler is interrupted, for code outside Effect (a `fetch`, a driver, a child
+   * process) that should stop with it: `reason` is the `LeaseLost` or `MaxRuntimeExceeded` error
+   * when the watchdog stopped it, else an `AbortError` `DOMException` (shutdown). Aborted as the
+   * interruption ends the handler; never aborted when the handler succeeds or fails. Created on
+   * first read, so a handler that never reads it pays nothing.
+   */
+  readonly signal: AbortSignal
 }
 
 /**

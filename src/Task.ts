@@ -384,6 +384,19 @@ const keepSuccess = (task: Any, result: unknown): Effect.Effect<AttemptResult.En
       })
     )
 
+/** The handler's context plus its message; `signal` read through, so it stays lazy (a spread would create it). */
+const taskContext = (context: Consumer.HandlerContext, message: Claim): TaskContext => ({
+  messageId: context.messageId,
+  queue: context.queue,
+  attempt: context.attempt,
+  consumerId: context.consumerId,
+  leaseDeadline: context.leaseDeadline,
+  get signal() {
+    return context.signal
+  },
+  message
+})
+
 /**
  * A consumer dispatcher for `tasks` (implemented: from {@link implement} or
  * {@link make}; a bare declaration is refused with an error): decodes each message's payload through
@@ -426,7 +439,7 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
         const payload = yield* Schema.decodeUnknownEffect(task.payload)(message.payload, decodeAll).pipe(
           Effect.mapError((e) => new DecodeFailed({ task: task.name, message: schemaIssues(e) }))
         )
-        const result = yield* task.handler(payload, { ...context, message }).pipe(
+        const result = yield* task.handler(payload, taskContext(context, message)).pipe(
           Effect.catchIf(
             (e): e is unknown => !(e instanceof Unrecoverable),
             (e) => describeFailure(task, e)

@@ -79,6 +79,8 @@ export const make = <R>(options: HandleOptions<R>) => {
     startedAt: number
     /** Handed to the completer: from then on `settle` is the completer's to run. */
     submitted: boolean
+    /** The handler's abort signal's controller, made when the handler first reads `signal`. */
+    abort: AbortController | undefined
   }
 
   const submit = (m: Running, action: Outcome.Action) => {
@@ -95,6 +97,14 @@ export const make = <R>(options: HandleOptions<R>) => {
    * the completer, which writes and reports it and then settles the message.
    */
   const finish = (m: Running, exit: Exit.Exit<Outcome.RunResult>): Effect.Effect<void> =>
+    Effect.andThen(
+      Effect.sync(() => {
+        if (m.abort !== undefined) abortIfInterrupted(m.abort, exit, m.renewer.stopped(m.claim.id))
+      }),
+      finishing(m, exit)
+    )
+
+  const finishing = (m: Running, exit: Exit.Exit<Outcome.RunResult>): Effect.Effect<void> =>
     Effect.andThen(
       Effect.andThen(m.slot.free, m.renewer.finish(m.claim.id)),
       Effect.suspend(() => {
@@ -122,7 +132,11 @@ export const make = <R>(options: HandleOptions<R>) => {
           queue: claim.queue,
           attempt: claim.attempts,
           consumerId: settings.consumerId,
-          leaseDeadline: Effect.sync(() => new Date(renewer.expiresAt(claim.id)))
+          leaseDeadline: Effect.sync(() => new Date(renewer.expiresAt(claim.id))),
+          // Lazily: most handlers never read it, and an AbortController per message is not free.
+          get signal() {
+            return (m.abort ??= new AbortController()).signal
+          }
         })
       })).pipe(
         // Both histograms in one step once the handler ended (no effect per metric).
@@ -180,7 +194,7 @@ export const make = <R>(options: HandleOptions<R>) => {
    */
   const run = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim, slot: Slot): Effect.Effect<unknown, never, R> =>
     Effect.suspend(() => {
-      const m: Running = { claim, renewer, slot, startedAt: 0, submitted: false }
+      const m: Running = { claim, renewer, slot, startedAt: 0, submitted: false, abort: undefined }
       const annotations = { queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts }
       const body = handled(m).pipe(
         Effect.onExit((exit) => finish(m, exit)),
@@ -216,6 +230,22 @@ const runResult = (exit: Exit.Exit<Outcome.RunResult>, stopped: LeaseRenewer.Sto
   return stopped._tag === "LeaseLost"
     ? { _tag: "LeaseLost", error: stopped }
     : { _tag: "Handled", exit: Exit.fail(stopped) }
+}
+
+/**
+ * Abort a handler's signal when its run ended in an interruption (it stays as it is when the
+ * handler succeeded or failed): with the watchdog's reason, or an `AbortError` for a shutdown.
+ */
+const abortIfInterrupted = (
+  controller: AbortController,
+  exit: Exit.Exit<Outcome.RunResult>,
+  stopped: LeaseRenewer.Stopped | undefined
+): void => {
+  const interrupted = Exit.isFailure(exit)
+    ? Cause.hasInterrupts(exit.cause)
+    : exit.value._tag === "Handled" && Exit.isFailure(exit.value.exit) && Cause.hasInterruptsOnly(exit.value.exit.cause)
+  if (!interrupted) return
+  controller.abort(stopped ?? new DOMException("the handler was interrupted: the consumer is shutting down", "AbortError"))
 }
 
 const ACK: Outcome.Action = { _tag: "Ack" }
