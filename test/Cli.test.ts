@@ -1,7 +1,7 @@
 /**
  * The `leasehold` command (src/bin/leasehold.ts, on effect/cli) as a real process
  * against the shared test server: migrate, send, stats (--json, every queue,
- * --watch until SIGINT), attempts and the dead-letter commands, --help; the
+ * --watch until SIGINT), get, messages, attempts and the dead-letter commands, --help; the
  * read-only commands under a role that may only read, and on a schema not
  * (fully) migrated (exit 1, SchemaNotMigrated); unknown ids (exit 1, UnknownIds,
  * naming them); and how it refuses: a
@@ -293,6 +293,106 @@ describe("leasehold CLI (a real process)", () => {
     assert.strictEqual(bad.stdout, "")
   })
 
+  it("get <id> shows a message's state, fields and history with results, also once finished; messages lists a queue by pages and state", async () => {
+    const schema = await freshSchema(true)
+    const env = envFor(schema)
+    const queue = "pages"
+    const { leased, delayed, ready, done } = await withStore(schema, (store) =>
+      Effect.gen(function*() {
+        const [leased] = yield* store.send(queue, [{ task: "job", payload: { n: 1 } }])
+        const [claim] = yield* store.claim(queue, { lease: "1 minute", limit: 1, consumer: "cli-test" })
+        const [delayed] = yield* store.send(queue, [{ task: "job", payload: { n: 2 }, delay: 3_600_000 }])
+        const [ready] = yield* store.send(queue, [{ task: "job", payload: { n: 3 }, priority: 4 }])
+        // Acked with a kept result: deleted, its history (with the result) stays.
+        const [done] = yield* store.send("elsewhere", [{ task: "report", payload: { n: 4 } }])
+        const [doneClaim] = yield* store.claim("elsewhere", { lease: "1 minute", limit: 1, consumer: "cli-test" })
+        const held = yield* store.complete([{
+          ref: doneClaim!,
+          finish: { _tag: "Ack" },
+          queue: "elsewhere",
+          task: "report",
+          attempt: 1,
+          consumer: "cli-test",
+          startedAt: new Date(),
+          outcome: "acked",
+          error: null,
+          result: JSON.stringify({ total: 42 })
+        }])
+        assert.deepStrictEqual(held, [done!.id])
+        assert.strictEqual(claim!.id, leased!.id)
+        return { leased: leased!.id, delayed: delayed!.id, ready: ready!.id, done: done!.id }
+      }))
+    const [dead] = await makeDeadLetters(schema, queue, 1)
+
+    // Three processes at a time: the machine may be shared.
+    const [inFlight, finished, finishedTable] = await Promise.all([
+      ok(["get", leased, "--json"], env),
+      ok(["get", done, "--json"], env),
+      run(["get", done], env)
+    ])
+    const [unknown, badId, all] = await Promise.all([
+      run(["get", "99999999"], env),
+      run(["get", "abc"], env),
+      ok(["messages", queue, "--json"], env)
+    ])
+    const [deadOnly, firstPage, table] = await Promise.all([
+      ok(["messages", queue, "--state", "dead", "--json"], env),
+      ok(["messages", queue, "--limit", "2", "--json"], env),
+      run(["messages", queue, "--limit", "2"], env)
+    ])
+    assert.strictEqual(inFlight.id, leased)
+    assert.deepStrictEqual(
+      [inFlight.message.state, inFlight.message.leasedBy, inFlight.message.payload, inFlight.message.attempts, inFlight.attempts],
+      ["in-flight", "cli-test", { n: 1 }, 1, []]
+    )
+    assert.isNull(finished.message, "finished: deleted")
+    assert.deepStrictEqual(finished.attempts.map((a: { outcome: string; result: unknown }) => [a.outcome, a.result]), [["acked", { total: 42 }]])
+    assert.strictEqual(finishedTable.code, 0, show(finishedTable))
+    assert.include(finishedTable.stdout, `message ${done}: not in the queue (finished and deleted)`)
+    assert.match(finishedTable.stdout, /RESULT/)
+    assert.include(finishedTable.stdout, `{"total":42}`)
+    assert.strictEqual(unknown.code, 1, show(unknown))
+    assert.strictEqual(unknown.stderr.trim(), "leasehold: UnknownIds: no message and no recorded attempts with id: 99999999")
+    assert.strictEqual(unknown.stdout, "")
+    assert.strictEqual(badId.code, 2, show(badId))
+    assert.include(badId.stderr, "get needs a message id")
+
+    assert.deepStrictEqual(
+      all.map((m: { id: string; state: string }) => [m.id, m.state]),
+      [[leased, "in-flight"], [delayed, "delayed"], [ready, "ready"], [dead, "dead"]]
+    )
+    assert.deepStrictEqual(deadOnly.map((m: { id: string; deadReason: string }) => [m.id, m.deadReason]), [[dead, "poisoned 0"]])
+    assert.deepStrictEqual(firstPage.map((m: { id: string }) => m.id), [leased, delayed])
+    const secondPage = await ok(["messages", queue, "--limit", "2", "--after", delayed, "--json"], env)
+    assert.deepStrictEqual(secondPage.map((m: { id: string }) => m.id), [ready, dead])
+    assert.strictEqual(table.code, 0, show(table))
+    assert.match(table.stdout, /^ID\s+TASK\s+STATE/)
+    assert.strictEqual(table.stdout.trim().split("\n").at(-1), `more: --after ${delayed}`)
+    const table2 = await ok(["messages", queue, "--state", "ready"], env)
+    assert.include(table2, `${ready}  job`)
+    assert.notInclude(table2, "more:")
+
+    // Refused before connecting (exit 2, the flag named); a hostile queue name is the store's InvalidInput (exit 1).
+    const refusals = [
+      ...await Promise.all([
+        run(["messages", queue, "--state", "gone"], env),
+        run(["messages", queue, "--limit", "0"], env),
+        run(["messages", queue, "--after", "x"], env)
+      ]),
+      ...await Promise.all([run(["messages", queue, "--bogus"], env), run(["messages"], env)])
+    ]
+    for (const r of refusals) {
+      assert.strictEqual(r.code, 2, show(r))
+      assert.include(r.stderr, "USAGE")
+      assert.strictEqual(r.stdout, "")
+    }
+    assert.include(refusals[1]!.stderr, "--limit: 0 is out of range")
+    assert.include(refusals[2]!.stderr, `--after: "x" is not a message id`)
+    const hostile = await run(["messages", "a'; drop table x; --"], env)
+    assert.strictEqual(hostile.code, 1, show(hostile))
+    assert.match(hostile.stderr, /^leasehold: InvalidInput: /)
+  }, 120_000)
+
   it("dead-letters purge or redrive with no filter refuses: exit 2 and the usage, before connecting; nothing touched", async () => {
     const schema = await freshSchema(true)
     const env = envFor(schema)
@@ -445,7 +545,7 @@ describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-
     assert.strictEqual(top.stderr, "")
     assert.include(top.stdout, "USAGE")
     assert.include(top.stdout, "leasehold <subcommand>")
-    for (const command of ["migrate", "send", "stats", "attempts", "dead-letters"]) {
+    for (const command of ["migrate", "send", "stats", "get", "messages", "attempts", "dead-letters"]) {
       assert.match(top.stdout, new RegExp(`^  ${command}\\s`, "m"), `${command} listed`)
     }
     assert.include(top.stdout, "LEASEHOLD_DATABASE_URL")
@@ -554,6 +654,9 @@ describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-
         ok(["dead-letters", "list", "--json"], env),
         ok(["attempts", dead!, "--json"], env)
       ])
+      const [got, page] = await Promise.all([ok(["get", dead!, "--json"], env), ok(["messages", "ro", "--json"], env)])
+      assert.strictEqual(got.message.state, "dead")
+      assert.deepStrictEqual(page.map((m: { id: string }) => m.id), [dead])
       assert.deepStrictEqual(stats.map((s: { queue: string; dead: number }) => [s.queue, s.dead]), [["ro", 1]])
       assert.deepStrictEqual(listed.map((d: { id: string }) => d.id), [dead])
       assert.isArray(history)
@@ -573,7 +676,7 @@ describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-
     const unmigrated = await freshSchema(false)
     const partial = await freshSchema(true)
     await query(`DELETE FROM ${partial}.migrations WHERE migration_id = 3`)
-    const readOnly = [["stats", "--json"], ["stats", "q"], ["attempts", "1"], ["dead-letters", "list"]]
+    const readOnly = [["stats", "--json"], ["stats", "q"], ["attempts", "1"], ["dead-letters", "list"], ["get", "1"], ["messages", "q"]]
     const cases = [
       ...readOnly.map((args) => [unmigrated, args, `schema ${unmigrated} has no leasehold tables: run \`leasehold migrate\``] as const),
       ...readOnly.map((args) => [partial, args, `schema ${partial} is not fully migrated (missing 3 consumers): run \`leasehold migrate\``] as const)

@@ -234,15 +234,19 @@ const queuesWithMessages = (sql: SqlClient.SqlClient, schema: string) =>
 const clearScreen = () => (process.stdout.isTTY ? "\x1b[2J\x1b[H" : "")
 const watchHeader = () => `leasehold stats at ${new Date().toISOString()} (every second; Ctrl-C to stop)`
 
-const attempts = Command.make("attempts", {
-  id: Argument.String("message-id").pipe(
+/** The `<message-id>` argument of `command`: a decimal number, refused otherwise before connecting. */
+const messageIdArgument = (command: string) =>
+  Argument.String("message-id").pipe(
     Argument.withDescription("The id of the message"),
     Argument.mapEffect((text) =>
       messageIdPattern.test(text)
         ? Effect.succeed(text as MessageId)
-        : refuse(`attempts needs a message id (a number): ${JSON.stringify(text)} is not one`)
+        : refuse(`${command} needs a message id (a number): ${JSON.stringify(text)} is not one`)
     )
-  ),
+  )
+
+const attempts = Command.make("attempts", {
+  id: messageIdArgument("attempts"),
   json: jsonFlag
 }, (input) =>
   Effect.scoped(Effect.gen(function*() {
@@ -255,6 +259,69 @@ const attempts = Command.make("attempts", {
     }
     yield* print(input.json ? Out.json(history) : Out.attemptsTable(history))
   }))).pipe(Command.withDescription("The attempt history of a message, oldest first"))
+
+const get = Command.make("get", {
+  id: messageIdArgument("get"),
+  json: jsonFlag
+}, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: false })
+    const message = yield* store.get(input.id)
+    // Acked messages are deleted, their history kept (for the retention): still known by it.
+    const history = yield* store.attempts(input.id)
+    if (Option.isNone(message) && history.length === 0) {
+      return yield* Effect.fail(new UnknownIds({ what: "no message and no recorded attempts with id", ids: [input.id] }))
+    }
+    yield* print(
+      input.json
+        ? Out.json({ id: input.id, message: Option.getOrNull(message), attempts: history })
+        : Out.messageDetail(input.id, Option.getOrUndefined(message), history)
+    )
+  }))).pipe(
+    Command.withDescription(
+      "One message: its state, fields and attempt history with results; a finished (deleted) message shows its history"
+    ),
+    Command.withExamples([{ command: "leasehold get 17 --json", description: "For scripts: { id, message (null once finished), attempts }" }])
+  )
+
+const messages = Command.make("messages", {
+  queue: Argument.String("queue").pipe(Argument.withDescription("The queue to list")),
+  state: Flag.Literals("state", ["ready", "delayed", "in-flight", "dead"]).pipe(
+    Flag.withDescription("Only messages in this state"),
+    Flag.optional
+  ),
+  limit: Flag.String("limit").pipe(
+    Flag.withMetavar("N"),
+    Flag.withDescription("At most this many (default 100, at most 10000)"),
+    Flag.mapEffect(wholeNumber("limit", 1, 10_000)),
+    Flag.withDefault(100)
+  ),
+  after: Flag.String("after").pipe(
+    Flag.withMetavar("ID"),
+    Flag.withDescription("Only ids after this one: the last id of the previous page"),
+    Flag.mapEffect((text) =>
+      messageIdPattern.test(text) ? Effect.succeed(text as MessageId) : refuse(`--after: ${JSON.stringify(text)} is not a message id (a number)`)
+    ),
+    Flag.optional
+  ),
+  json: jsonFlag
+}, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: false })
+    const page = yield* store.messages(input.queue, {
+      state: Option.getOrUndefined(input.state),
+      limit: input.limit,
+      // "007" names message 7: the store takes ids as it writes them.
+      after: Option.getOrUndefined(Option.map(input.after, (id) => String(BigInt(id)) as MessageId))
+    })
+    yield* print(input.json ? Out.json(page) : Out.messagesTable(page, input.limit))
+  }))).pipe(
+    Command.withDescription("A page of a queue's messages (live and dead) in id order, with their state"),
+    Command.withExamples([
+      { command: "leasehold messages emails --state dead", description: "The dead letters of a queue" },
+      { command: "leasehold messages emails --limit 50 --after 1200", description: "The next page after id 1200" }
+    ])
+  )
 
 const filterOf = (input: { readonly queue: Option.Option<string>; readonly ids: Option.Option<ReadonlyArray<MessageId>> }): DeadLetterFilter => ({
   queue: Option.getOrUndefined(input.queue),
@@ -337,7 +404,7 @@ export const leasehold = Command.make("leasehold").pipe(
   Command.withDescription(
     "Operate leasehold queues. Connects with LEASEHOLD_DATABASE_URL (required); tables in LEASEHOLD_SCHEMA (default leasehold)"
   ),
-  Command.withSubcommands([migrate, send, stats, attempts, deadLetters])
+  Command.withSubcommands([migrate, send, stats, get, messages, attempts, deadLetters])
 )
 
 // ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@
  */
 import { Duration, Effect } from "effect"
 import type { SqlClient } from "effect/sql"
-import type { Attempt, DeadLetter, QueueStats } from "../Message.ts"
+import { type Attempt, type DeadLetter, isResultTooLarge, type MessageInfo, type QueueStats } from "../Message.ts"
 
 /** JSON of command output: bigint ids as text (they are message ids), dates as ISO text. */
 export const json = (value: unknown, pretty = true): string =>
@@ -44,21 +44,73 @@ export const statsTable = (stats: ReadonlyArray<QueueStats>): string =>
       new Set([1, 2, 3, 4, 5])
     )
 
-export const attemptsTable = (attempts: ReadonlyArray<Attempt>): string =>
-  attempts.length === 0
-    ? "no attempts recorded"
-    : table(
-      ["ATTEMPT", "OUTCOME", "CONSUMER", "STARTED", "TOOK", "ERROR"],
-      attempts.map((a) => [
-        String(a.attempt),
-        a.outcome,
-        a.consumer,
-        iso(a.startedAt),
-        `${Math.max(0, a.endedAt.getTime() - a.startedAt.getTime())}ms`,
-        oneLine(a.error)
-      ]),
-      new Set([0, 4])
-    )
+/** An attempt's kept result on one line: its JSON (cut), a note for one too large to keep, "" for none. */
+const resultCell = (result: unknown): string =>
+  result === undefined ? "" : isResultTooLarge(result) ? `(too large: ${result.bytes} bytes, not kept)` : oneLine(JSON.stringify(result), 40)
+
+export const attemptsTable = (attempts: ReadonlyArray<Attempt>): string => {
+  if (attempts.length === 0) return "no attempts recorded"
+  // A RESULT column only when some attempt kept one.
+  const results = attempts.some((a) => a.result !== undefined)
+  return table(
+    ["ATTEMPT", "OUTCOME", "CONSUMER", "STARTED", "TOOK", ...(results ? ["RESULT"] : []), "ERROR"],
+    attempts.map((a) => [
+      String(a.attempt),
+      a.outcome,
+      a.consumer,
+      iso(a.startedAt),
+      `${Math.max(0, a.endedAt.getTime() - a.startedAt.getTime())}ms`,
+      ...(results ? [resultCell(a.result)] : []),
+      oneLine(a.error)
+    ]),
+    new Set([0, 4])
+  )
+}
+
+/** `get`: the message's fields, one per line (or a line saying it is finished), then its history. */
+export const messageDetail = (id: string, message: MessageInfo | undefined, attempts: ReadonlyArray<Attempt>): string => {
+  const head = message === undefined
+    ? [`message ${id}: not in the queue (finished and deleted); its recorded attempts follow`]
+    : [
+      ["id", message.id],
+      ["queue", message.queue],
+      ["task", message.task],
+      ["state", message.state],
+      ["attempts", `${message.attempts} of ${message.maxAttempts}`],
+      ["priority", String(message.priority)],
+      ["enqueued at", iso(message.enqueuedAt)],
+      [message.state === "in-flight" ? "lease ends" : "visible at", message.visibleAt === null ? "-" : iso(message.visibleAt)],
+      ["leased by", message.leasedBy ?? "-"],
+      ["dedup key", message.dedupKey ?? "-"],
+      ["lease expiries", String(message.leaseExpiries)],
+      ["dead at", message.deadAt === null ? "-" : iso(message.deadAt)],
+      ["dead reason", oneLine(message.deadReason, 200) || "-"],
+      ["last error", oneLine(message.lastError, 200) || "-"],
+      ["headers", json(message.headers, false)],
+      ["payload", oneLine(json(message.payload, false), 200)]
+    ].map(([key, value]) => `${`${key}:`.padEnd(16)}${value}`)
+  return `${head.join("\n")}\n\n${attemptsTable(attempts)}`
+}
+
+/** `messages`: one row per message; a last line naming the next page when this one is full. */
+export const messagesTable = (page: ReadonlyArray<MessageInfo>, limit: number): string => {
+  if (page.length === 0) return "no messages"
+  const rows = table(
+    ["ID", "TASK", "STATE", "ATTEMPTS", "PRIORITY", "ENQUEUED", "VISIBLE/LEASE END", "LAST ERROR"],
+    page.map((m) => [
+      m.id,
+      m.task,
+      m.state,
+      `${m.attempts}/${m.maxAttempts}`,
+      String(m.priority),
+      iso(m.enqueuedAt),
+      m.visibleAt === null ? "-" : iso(m.visibleAt),
+      oneLine(m.state === "dead" ? (m.deadReason ?? m.lastError) : m.lastError)
+    ]),
+    new Set([0, 3, 4])
+  )
+  return page.length < limit ? rows : `${rows}\nmore: --after ${page.at(-1)!.id}`
+}
 
 export const deadLettersTable = (dead: ReadonlyArray<DeadLetter>): string =>
   dead.length === 0
