@@ -13,6 +13,7 @@ import type { MessageId } from "../src/Message.ts"
 import { InvalidInput } from "../src/QueueError.ts"
 import { QueueStore, type QueueStoreShape } from "../src/QueueStore.ts"
 import * as Task from "../src/Task.ts"
+import * as Testing from "../src/Testing.ts"
 import { captureLogs, makeSpy, startConsumer, type Spy } from "./support/ConsumerHarness.ts"
 
 const Email = Schema.Struct({ to: Schema.String, count: Schema.NumberFromString })
@@ -20,6 +21,9 @@ const Email = Schema.Struct({ to: Schema.String, count: Schema.NumberFromString 
 const settle = Effect.gen(function*() {
   for (let i = 0; i < 20; i++) yield* Effect.yieldNow
 })
+
+/** Let the consumer run every message of `default` to the end, moving the TestClock as needed (bounded). */
+const idle = (spy: Spy) => Testing.awaitIdle({ queues: ["default"] }).pipe(Effect.provideService(QueueStore, spy.inner))
 
 /** Provide the spy's store to a producer-side effect. */
 const withStore = (spy: Spy) => Effect.provide(Layer.succeed(QueueStore, spy.store))
@@ -45,7 +49,7 @@ describe("Task (memory store, TestClock)", () => {
       assert.deepStrictEqual(raw!.payload, { to: "ada@example.com", count: "3" })
       assert.isTrue(yield* spy.inner.release(raw!))
       yield* startConsumer(spy, Task.dispatcher(email), {})
-      yield* settle
+      yield* idle(spy)
       assert.deepStrictEqual(seen, [{ to: "ada@example.com", count: 3 }])
       assert.deepStrictEqual(spy.of("ack").map((c) => c.ids[0]), [sent.id])
     }))
@@ -133,7 +137,7 @@ describe("Task (memory store, TestClock)", () => {
       })
       const sent = yield* Task.send(doomed, "acct-9").pipe(withStore(spy))
       yield* startConsumer(spy, Task.dispatcher(doomed), {})
-      yield* settle
+      yield* idle(spy)
       const [dead] = yield* spy.inner.deadLetters({})
       assert.strictEqual(dead!.id, sent.id)
       assert.strictEqual(dead!.reason, "unrecoverable: account acct-9 is closed")
@@ -150,7 +154,7 @@ describe("Task (memory store, TestClock)", () => {
       const [bad] = yield* spy.store.send("default", [{ task: "email.send", payload: { to: 42 } }])
       const [nul] = yield* spy.store.send("default", [{ task: "email.send", payload: null }])
       yield* startConsumer(spy, Task.dispatcher(email), {})
-      yield* settle
+      yield* idle(spy)
       assert.strictEqual(runs, 0)
       const dead = yield* spy.inner.deadLetters({})
       assert.deepStrictEqual(dead.map((d) => d.id).sort(), [bad!.id, nul!.id].sort())
@@ -193,7 +197,7 @@ describe("Task (memory store, TestClock)", () => {
         yield* TestClock.adjust("2 seconds")
       }
       yield* startConsumer(spy, Task.dispatcher(killer), { quarantineAfter: 2 })
-      yield* settle
+      yield* idle(spy)
       assert.strictEqual(runs, 0)
       const [dead] = yield* spy.inner.deadLetters({})
       assert.strictEqual(dead!.id, sent.id)
@@ -217,7 +221,7 @@ describe("Task (memory store, TestClock)", () => {
         yield* TestClock.adjust("2 seconds")
       }
       yield* startConsumer(spy, Task.dispatcher(killer), { quarantineAfter: 2 })
-      yield* settle
+      yield* idle(spy)
       const [dead] = yield* spy.inner.deadLetters({})
       assert.match(dead!.reason, /suspected worker-killer/)
       assert.deepStrictEqual([dead!.attempts, dead!.maxAttempts], [2, 2])
@@ -238,7 +242,7 @@ describe("Task (memory store, TestClock)", () => {
       })
       yield* Task.send(charge, 100).pipe(withStore(spy))
       yield* startConsumer(spy, Task.dispatcher(charge), {})
-      yield* settle
+      yield* idle(spy)
       const [dead] = yield* spy.inner.deadLetters({})
       assert.include(dead!.lastError ?? "", `charge failed: {"_tag":"PaymentDeclined","code":"insufficient_funds"}`)
     }))
@@ -256,7 +260,7 @@ describe("Task (memory store, TestClock)", () => {
       yield* Task.send(sum, [1, 2]).pipe(withStore(spy))
       yield* Task.send(sum, []).pipe(withStore(spy))
       yield* startConsumer(spy, Task.dispatcher(sum), {}, logs)
-      yield* settle
+      yield* idle(spy)
       assert.strictEqual(spy.of("ack").length, 2)
       const errors = logs.entries.filter((e) => e.level === "Error" && /does not match its success schema/.test(e.message))
       assert.strictEqual(errors.length, 1)
@@ -351,7 +355,7 @@ describe("Task (memory store, TestClock)", () => {
       const [two] = yield* spy.store.send("default", [{ task: "email.send", payload: { to: 42, count: 7 } }])
       const [many] = yield* spy.store.send("default", [{ task: "wide", payload: {} }])
       yield* startConsumer(spy, Task.dispatcher(email, wide), {})
-      yield* settle
+      yield* idle(spy)
       const dead = yield* spy.inner.deadLetters({})
       const reason = (id: MessageId) => dead.find((d) => d.id === id)!.reason
       // Both issues, not only the first.
@@ -390,7 +394,7 @@ describe("Task (memory store, TestClock)", () => {
       const [bad] = yield* spy.store.send("default", [{ task: "failing", payload: "not a number" }])
       const [boom] = yield* spy.store.send("default", [{ task: "failing", payload: 1, maxAttempts: 1 }])
       yield* startConsumer(spy, Task.dispatcher(failing), {})
-      yield* settle
+      yield* idle(spy)
       const dead = yield* spy.inner.deadLetters({})
       const lastError = (id: MessageId) => dead.find((d) => d.id === id)!.lastError ?? ""
       const frames = (text: string) => text.split("\n").filter((line) => /^\s+at /.test(line))

@@ -25,7 +25,8 @@ import { InvalidInput, ResultUnreadable } from "../src/QueueError.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as Task from "../src/Task.ts"
 import * as TaskClient from "../src/TaskClient.ts"
-import { makeSpy, startConsumer } from "./support/ConsumerHarness.ts"
+import * as Testing from "../src/Testing.ts"
+import { makeSpy, type Spy, startConsumer } from "./support/ConsumerHarness.ts"
 
 /** Exactly the same type (not merely assignable either way). */
 type Equals<X, Y> = (<T>() => T extends X ? 1 : 2) extends (<T>() => T extends Y ? 1 : 2) ? true : false
@@ -35,10 +36,9 @@ const assertType = <_T extends true>() => {}
 const Welcome = Schema.Struct({ to: Schema.String, visits: Schema.NumberFromString })
 const welcome = Task.define({ name: "user.welcome", queue: "emails", payload: Welcome, maxAttempts: 3 })
 
-/** Drain the scheduler without moving the clock. */
-const settle = Effect.gen(function*() {
-  for (let i = 0; i < 20; i++) yield* Effect.yieldNow
-})
+/** Let the consumer run every message of `queues` to the end, moving the TestClock as needed (bounded). */
+const idle = (spy: Spy, queues: ReadonlyArray<string>) =>
+  Testing.awaitIdle({ queues }).pipe(Effect.provideService(QueueStore, spy.inner))
 
 // --- An HTTP API whose handler sends a task (the type test) ---
 
@@ -105,7 +105,7 @@ describe("Task.define / Task.implement", () => {
       const dispatcher = Task.dispatcher(welcomeImpl)
       assert.deepStrictEqual(dispatcher.queues, ["emails"])
       yield* startConsumer(spy, dispatcher, {})
-      yield* settle
+      yield* idle(spy, ["emails"])
       assert.deepStrictEqual(seen, [{ to: "ada@example.com", visits: 4, attempt: 1 }])
       assert.deepStrictEqual(spy.of("ack").map((c) => c.ids[0]), [sent.id])
     }))
@@ -160,7 +160,7 @@ describe("TaskClient", () => {
         Task.implement(quiet, () => Effect.void),
         Task.implement(huge, () => Effect.succeed("x".repeat(70_000)))
       ), {})
-      yield* settle
+      yield* idle(spy, ["reports"])
       assert.strictEqual(spy.of("ack").length, 4)
 
       const kept = yield* client.result(report, r!.id)
