@@ -68,7 +68,9 @@ export type AnyDeclaration = Declaration<string, any, any>
  * {@link implement} (from a {@link Declaration}) or {@link make} (in one step).
  * It is also a declaration, so it can be sent.
  */
-export interface Task<Name extends string, A, I, E, R> extends Declaration<Name, A, I> {
+export interface Task<Name extends string, A, I, E, R, S extends Schema.Top | undefined = Schema.Top | undefined>
+  extends Declaration<Name, A, I, S>
+{
   readonly handler: (payload: A, context: TaskContext) => Effect.Effect<unknown, E | Unrecoverable, R>
 }
 
@@ -189,10 +191,10 @@ export const define = <const Name extends string, A, I, S extends Schema.Top | u
  * what {@link dispatcher} takes. The handler gets the payload decoded through the
  * declaration's schema; its services are the worker's, never the producer's.
  */
-export const implement = <Name extends string, A, I, E = never, R = never>(
-  declaration: Declaration<Name, A, I>,
+export const implement = <Name extends string, A, I, E = never, R = never, S extends Schema.Top | undefined = Schema.Top | undefined>(
+  declaration: Declaration<Name, A, I, S>,
   handler: (payload: A, context: TaskContext) => Effect.Effect<unknown, E | Unrecoverable, R>
-): Task<Name, A, I, E, R> => ({
+): Task<Name, A, I, E, R, S> => ({
   name: declaration.name,
   queue: declaration.queue,
   payload: declaration.payload,
@@ -211,11 +213,11 @@ export const implement = <Name extends string, A, I, E = never, R = never>(
  *
  * @throws InvalidInput when the definition breaks a rule (see {@link define}).
  */
-export const make = <const Name extends string, A, I, E = never, R = never>(
-  definition: DeclarationOptions<Name, A, I> & {
+export const make = <const Name extends string, A, I, E = never, R = never, S extends Schema.Top | undefined = undefined>(
+  definition: DeclarationOptions<Name, A, I, S> & {
     readonly handler: (payload: A, context: TaskContext) => Effect.Effect<unknown, E | Unrecoverable, R>
   }
-): Task<Name, A, I, E, R> => implement(define(definition), definition.handler)
+): Task<Name, A, I, E, R, S> => implement(define(definition), definition.handler)
 
 /** Decode reporting every issue, not only the first: a dead letter's reason lists them all. */
 const decodeAll = { errors: "all" } as const

@@ -188,6 +188,13 @@ describe("TaskClient", () => {
       // Unknown and malformed ids: nothing.
       assert.deepStrictEqual(yield* client.resultJson("987654321" as MessageId), Option.none())
       assert.deepStrictEqual(yield* client.resultJson("abc" as MessageId), Option.none())
+      // A task made in one step keeps its success schema's type too.
+      const made = Task.make({ name: "made", payload: Schema.Number, success: Report, handler: () => Effect.succeed({ total: 1, label: "x" }) })
+      const fromMade = client.result(made, r!.id)
+      assertType<Equals<typeof fromMade, Effect.Effect<Option.Option<{ readonly total: number; readonly label: string }>, ResultUnreadable | import("../src/QueueError.ts").StoreError>>>()
+      assert.deepStrictEqual(yield* fromMade, Option.some({ total: 6, label: "six" }))
+      // @ts-expect-error: a task without a success schema has no typed result (resultJson reads it)
+      void client.result(plain, p!.id)
       // The service accessor reads the same.
       assert.deepStrictEqual(
         yield* TaskClient.result(report, r!.id).pipe(Effect.provideService(TaskClient.TaskClient, client)),
