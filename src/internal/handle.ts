@@ -92,18 +92,19 @@ export const make = <R>(options: HandleOptions<R>) => {
   }
 
   /**
-   * Finish one run: the slot goes to the next claim at once, the renewer lets go of the message
+   * Finish one run: first the handler's signal, if it was read, is aborted when the run was
+   * interrupted; then the slot goes to the next claim at once, the renewer lets go of the message
    * (the last message of a claim stops the renewer, bounded), then the decided outcome goes to
    * the completer, which writes and reports it and then settles the message.
    */
-  const finish = (m: Running, exit: Exit.Exit<Outcome.RunResult>): Effect.Effect<void> =>
-    Effect.andThen(
-      Effect.sync(() => {
-        if (m.abort !== undefined) abortIfInterrupted(m.abort, exit, m.renewer.stopped(m.claim.id))
-      }),
-      finishing(m, exit)
-    )
+  const finish = (m: Running, exit: Exit.Exit<Outcome.RunResult>): Effect.Effect<void> => {
+    // Read when the run has ended: a handler that never read its signal costs no step here.
+    const abort = m.abort
+    if (abort === undefined) return finishing(m, exit)
+    return Effect.andThen(Effect.sync(() => abortIfInterrupted(abort, exit, m.renewer.stopped(m.claim.id))), finishing(m, exit))
+  }
 
+  /** {@link finish} after the signal. */
   const finishing = (m: Running, exit: Exit.Exit<Outcome.RunResult>): Effect.Effect<void> =>
     Effect.andThen(
       Effect.andThen(m.slot.free, m.renewer.finish(m.claim.id)),
