@@ -1,7 +1,7 @@
 /**
  * Typed tasks on real PostgreSQL, in real time: sends that join the caller's
  * transaction, malformed rows and failing handlers that end as dead letters
- * with a reason, attempt history, quarantine of suspected worker-killers, and
+ * with a reason, attempt history, kept results, quarantine of suspected worker-killers, and
  * the invariant over a mixed load of 205 messages on two consumers (5 of them
  * orphaned by a worker that died holding them): every message sent is acked,
  * dead-lettered or still waiting; nothing vanishes, nothing runs after its
@@ -522,6 +522,34 @@ describe("Task on PostgreSQL (real time)", () => {
   // -------------------------------------------------------------------------------------------
   // e. quarantine
   // -------------------------------------------------------------------------------------------
+  it.live("results: a task's value is kept with its acked attempt by the batched finishing write, read back typed; void keeps nothing", () =>
+    inFreshSchema((schema) =>
+      Effect.gen(function*() {
+        const QUEUE = "results"
+        const Total = Schema.Struct({ total: Schema.NumberFromString })
+        const sum = Task.define({ name: "sum", queue: QUEUE, payload: Schema.Array(Schema.Number), success: Total })
+        const ping = Task.define({ name: "ping", queue: QUEUE, payload: Schema.Number, success: Schema.Void })
+        const client = yield* TaskClient.make
+        const sums = yield* client.sendMany(sum, [[1, 2], [3, 4, 5], []])
+        const [pinged] = yield* client.sendMany(ping, [1])
+        const consumer = yield* startConsumer(Task.dispatcher(
+          Task.implement(sum, (ns) => Effect.succeed({ total: ns.reduce((a, b) => a + b, 0) })),
+          Task.implement(ping, () => Effect.void)
+        ), { queues: [QUEUE], consumerId: "results-consumer" })
+        for (const sent of [...sums, pinged!]) yield* waitHistory(sent.id, "acked")
+        yield* consumer.stop
+        const totals = yield* Effect.forEach(sums, (sent) => client.result(sum, sent.id))
+        assert.deepStrictEqual(totals, [Option.some({ total: 3 }), Option.some({ total: 12 }), Option.some({ total: 0 })])
+        // Stored encoded, in the attempts table's jsonb column; a void result is a NULL there.
+        const sql = yield* SqlClient.SqlClient
+        const rows = yield* sql<{ message_id: string; result: unknown }>`
+          SELECT message_id::text AS message_id, result FROM ${sql(`${schema}.attempts`)} ORDER BY id`
+        const byId = new Map(rows.map((r) => [r.message_id, r.result]))
+        assert.deepStrictEqual(byId.get(sums[1]!.id), { total: "12" })
+        assert.isNull(byId.get(pinged!.id))
+        assert.deepStrictEqual(yield* client.resultJson(pinged!.id), Option.none())
+      })))
+
   it.live("a message whose lease expired quarantineAfter (2) times is dead-lettered as a suspected worker-killer, unrun", () =>
     inFreshSchema(() =>
       Effect.gen(function*() {
