@@ -35,8 +35,8 @@ export interface HandlerContext {
   /**
    * Aborted when the handler is interrupted, for code outside Effect (a `fetch`, a driver, a child
    * process) that should stop with it: `reason` is the `LeaseLost` or `MaxRuntimeExceeded` error
-   * when the watchdog stopped it, else an `AbortError` `DOMException` (shutdown). Aborted as the
-   * interruption ends the handler; never aborted when the handler succeeds or fails. Created on
+   * when the watchdog stopped it, else an `AbortError` `DOMException` (shutdown). Aborted once the
+   * interruption has ended the handler (after its own finalizers); never when it succeeds or fails. Created on
    * first read, so a handler that never reads it pays nothing.
    */
   readonly signal: AbortSignal
