@@ -10,7 +10,7 @@
  * context update per message.
  */
 import { Cause, Clock, Context, Effect, Exit, Random, References, Tracer } from "effect"
-import type { Dispatcher } from "../Consumer.ts"
+import type { Dispatcher, HandlerContext } from "../Consumer.ts"
 import type * as LeaseRenewer from "../LeaseRenewer.ts"
 import type { Claim } from "../Message.ts"
 import type { ConsumerSettings } from "../QueueConfig.ts"
@@ -128,17 +128,7 @@ export const make = <R>(options: HandleOptions<R>) => {
       // or its max runtime is over (`runResult` tells that from a shutdown).
       return Effect.exit(Effect.withFiber((fiber) => {
         renewer.watch(claim.id, fiber, startedAt)
-        return dispatcher.handle(claim, {
-          messageId: claim.id,
-          queue: claim.queue,
-          attempt: claim.attempts,
-          consumerId: settings.consumerId,
-          leaseDeadline: Effect.sync(() => new Date(renewer.expiresAt(claim.id))),
-          // Lazily: most handlers never read it, and an AbortController per message is not free.
-          get signal() {
-            return (m.abort ??= new AbortController()).signal
-          }
-        })
+        return dispatcher.handle(claim, new MessageContext(m, settings.consumerId))
       })).pipe(
         // Both histograms in one step once the handler ended (no effect per metric).
         Effect.flatMap((exit) =>
@@ -211,6 +201,32 @@ export const make = <R>(options: HandleOptions<R>) => {
     })
 
   return { run }
+}
+
+/**
+ * What a handler gets besides its message. `signal` is a getter on the prototype, made on first
+ * read (most handlers never read it, and an AbortController per message is not free); a class,
+ * since an object literal with a getter costs about a microsecond to create.
+ */
+class MessageContext implements HandlerContext {
+  readonly messageId: Claim["id"]
+  readonly queue: string
+  readonly attempt: number
+  readonly consumerId: string
+  readonly leaseDeadline: Effect.Effect<Date>
+  readonly #running: { abort: AbortController | undefined }
+  constructor(m: { readonly claim: Claim; readonly renewer: LeaseRenewer.LeaseRenewer; abort: AbortController | undefined }, consumerId: string) {
+    const { claim, renewer } = m
+    this.messageId = claim.id
+    this.queue = claim.queue
+    this.attempt = claim.attempts
+    this.consumerId = consumerId
+    this.leaseDeadline = Effect.sync(() => new Date(renewer.expiresAt(claim.id)))
+    this.#running = m
+  }
+  get signal(): AbortSignal {
+    return (this.#running.abort ??= new AbortController()).signal
+  }
 }
 
 /**
