@@ -169,7 +169,7 @@ export const start = (
         const startedAt = yield* Clock.currentTimeMillis
         const result = yield* renewStatement(sent.map((e) => e.ref))
         if (result._tag === "Success") {
-          const held = new Set(result.success)
+          const held = new Set(result.success.held)
           lastSuccess.at = startedAt
           lastSuccess.escalated = false
           for (const e of sent) if (held.has(e.ref.id)) e.renewedAt = startedAt

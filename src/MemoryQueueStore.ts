@@ -7,7 +7,18 @@
  * @since 0.1.0
  */
 import { Clock, Duration, Effect, Latch, Layer, Option } from "effect"
-import type { Attempt, Claim, DeadLetter, MessageId, MessageInfo, MessageState, QueueStats, SendResult } from "./Message.ts"
+import type {
+  Attempt,
+  CancelResult,
+  Claim,
+  DeadLetter,
+  MessageId,
+  MessageInfo,
+  MessageState,
+  QueueInfo,
+  QueueStats,
+  SendResult
+} from "./Message.ts"
 import type { InvalidInput } from "./QueueError.ts"
 import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Validate from "./internal/validate.ts"
@@ -43,6 +54,8 @@ interface Row {
   lastError: string | null
   deadReason: string | null
   deadAt: number | null
+  /** When a cancel of this message, while running, was asked for. */
+  cancelRequestedAt: number | null
 }
 
 const message = (row: Row) => ({
@@ -74,6 +87,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
     /** Subscribers per queue, woken by sends of messages ready now. */
     const listeners = new Map<string, Set<Latch.Latch>>()
     const history: Array<Attempt> = []
+    /** Queues ever paused (a resumed one stays, unpaused), with when they were paused. */
+    const pauses = new Map<string, { paused: boolean; pausedAt: number | null }>()
     let nextId = 1n
     const limits: Validate.SendLimits = {
       maxPayloadBytes: options.maxPayloadBytes ?? defaults.maxPayloadBytes,
@@ -139,7 +154,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             dedupKey: m.dedupKey,
             lastError: null,
             deadReason: null,
-            deadAt: null
+            deadAt: null,
+            cancelRequestedAt: null
           })
           return { id: String(id) as MessageId, deduplicated: false }
         })
@@ -156,6 +172,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         const limit = yield* Validate.positiveInt("limit", options.limit, 10_000)
         const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
         const now = yield* Clock.currentTimeMillis
+        if (pauses.get(queue)?.paused === true) return []
         const picked = live(queue).filter((r) => r.visibleAt <= now).sort(claimOrder).slice(0, limit)
         // Same rule as SQL: a suspect (lease expired now or before) is claimed alone.
         const suspect = (r: Row) => r.leaseExpiries > 0 || r.leaseToken !== null
@@ -195,12 +212,16 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       Effect.gen(function*() {
         const leaseMs = yield* Validate.durationMs("lease", lease, { min: defaults.minLeaseMs }).pipe(Effect.orDie)
         const now = yield* Clock.currentTimeMillis
-        return claims.flatMap((c) => {
+        const held_: Array<MessageId> = []
+        const cancelling: Array<MessageId> = []
+        for (const c of claims) {
           const row = held(c.id, c.leaseToken)
-          if (row === undefined) return []
+          if (row === undefined) continue
           row.visibleAt = now + leaseMs
-          return [c.id]
-        })
+          held_.push(c.id)
+          if (row.cancelRequestedAt !== null) cancelling.push(c.id)
+        }
+        return { held: held_, cancelling }
       })
 
     const ack: QueueStoreShape["ack"] = (ref) =>
@@ -252,6 +273,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             ? yield* deadLetter(c.ref, { reason: f.reason, error: f.error })
             : f._tag === "Release"
             ? yield* release(c.ref)
+            : f._tag === "Cancel"
+            ? yield* ack(c.ref)
             : false
           if (landed) held.push(c.ref.id)
           pushAttempt({
@@ -311,6 +334,71 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
           reason: row.deadReason ?? "",
           deadAt: new Date(row.deadAt ?? 0)
         }))
+      )
+
+    const pause: QueueStoreShape["pause"] = (queue) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        if (pauses.get(queue)?.paused !== true) pauses.set(queue, { paused: true, pausedAt: now })
+      })
+
+    const resume: QueueStoreShape["resume"] = (queue) =>
+      Effect.sync(() => {
+        const entry = pauses.get(queue)
+        if (entry?.paused !== true) return
+        pauses.set(queue, { paused: false, pausedAt: null })
+        // Idle consumers claim at once, as after a send.
+        for (const latch of listeners.get(queue) ?? []) latch.openUnsafe()
+      })
+
+    const queues: QueueStoreShape["queues"] = () =>
+      Effect.gen(function*() {
+        const names = new Set<string>([...pauses.keys()])
+        for (const row of rows.values()) names.add(row.queue)
+        for (const a of history) names.add(a.queue)
+        const out: Array<QueueInfo> = []
+        for (const queue of [...names].sort()) {
+          const counts = yield* Effect.orDie(stats(queue))
+          const entry = pauses.get(queue)
+          out.push({
+            ...counts,
+            paused: entry?.paused === true,
+            pausedAt: entry?.pausedAt == null ? null : new Date(entry.pausedAt)
+          })
+        }
+        return out
+      })
+
+    /** Cancel the given rows, in id order: flag the running ones, delete the others with a history row. */
+    const cancelRows = (targets: ReadonlyArray<Row>) =>
+      Effect.map(Clock.currentTimeMillis, (now) =>
+        [...targets].sort((a, b) => (a.id < b.id ? -1 : 1)).map((row): CancelResult => {
+          const id = String(row.id) as MessageId
+          if (stateOf(row, now) === "in-flight") {
+            row.cancelRequestedAt ??= now
+            return { id, result: "cancelling" }
+          }
+          rows.delete(row.id)
+          history.push({
+            messageId: id,
+            queue: row.queue,
+            task: row.task,
+            attempt: row.attemptBase + row.attempts,
+            consumer: "",
+            startedAt: new Date(now),
+            endedAt: new Date(now),
+            outcome: "cancelled",
+            error: null
+          })
+          return { id, result: "cancelled" }
+        }))
+
+    // Ids checked by `fromOperations`: valid and distinct.
+    const cancel: QueueStoreShape["cancel"] = (ids) =>
+      Effect.suspend(() => cancelRows(ids.flatMap((id) => rows.get(BigInt(id)) ?? [])))
+
+    const cancelWhere: QueueStoreShape["cancelWhere"] = (filter) =>
+      Effect.suspend(() =>
+        cancelRows([...rows.values()].filter((r) => r.queue === filter.queue && (filter.task === undefined || r.task === filter.task)))
       )
 
     const attemptBaseOf = (id: MessageId): number => rows.get(BigInt(id))?.attemptBase ?? 0
@@ -430,6 +518,11 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       redrive,
       purge,
       deadLetters,
+      pause,
+      resume,
+      queues,
+      cancel,
+      cancelWhere,
       get,
       messages,
       recordAttempt,
