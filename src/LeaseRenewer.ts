@@ -2,14 +2,15 @@
  * The renewer of one claim: a fiber that keeps the leases of every unfinished
  * message of the claim alive, in one fenced statement every lease/3, and a
  * watchdog that stops each handler when its lease is lost (or about to be:
- * the local deadline) or when it runs past its max runtime. One of each per
- * claim, however many messages it holds.
+ * the local deadline) or when it runs past its max runtime. A renewal that
+ * answers a message as cancelled by an operator stops its handler too. One of
+ * each per claim, however many messages it holds.
  *
  * @since 0.1.0
  */
 import { Cause, Clock, Effect, Exit, Fiber, Metric, Option, type Scope } from "effect"
 import type { Claim, ClaimRef, MessageId } from "./Message.ts"
-import { LeaseLost, MaxRuntimeExceeded, QueryFailed } from "./QueueError.ts"
+import { LeaseLost, MaxRuntimeExceeded, MessageCancelled, QueryFailed } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
 import { QueueStore } from "./QueueStore.ts"
 import * as Abandon from "./internal/abandon.ts"
@@ -31,8 +32,8 @@ export interface RenewerOptions {
   readonly maxRuntimeMs: (claim: Claim) => number
 }
 
-/** Why the watchdog stopped a handler. */
-export type Stopped = LeaseLost | MaxRuntimeExceeded
+/** Why the renewer or its watchdog stopped a handler. */
+export type Stopped = LeaseLost | MaxRuntimeExceeded | MessageCancelled
 
 /** A running renewer, as the consumer sees it. */
 export interface LeaseRenewer {
@@ -173,6 +174,14 @@ export const start = (
           lastSuccess.at = startedAt
           lastSuccess.escalated = false
           for (const e of sent) if (held.has(e.ref.id)) e.renewedAt = startedAt
+          // An operator cancelled these: stop their handlers (still renewed until they finish, so
+          // the lease holds while their finalizers run and the cancel is written).
+          for (const id of result.success.cancelling) {
+            const e = entries.get(id)
+            if (e !== undefined && !e.finished) {
+              stopHandler(e, new MessageCancelled({ messageId: id, message: "cancelled by an operator while running; handler interrupted" }))
+            }
+          }
           // A message finished while the renewal was in flight is no longer ours to renew: its finishing
           // write cleared or deleted its token, so its absence from the answer is no double run.
           const missing = sent.filter((e) => !held.has(e.ref.id) && !e.finished)

@@ -260,12 +260,16 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
     /** Each completion as its single write would do it, then its history record; as one step. */
     const complete: QueueStoreShape["complete"] = (completions) =>
       Effect.gen(function*() {
-        const held: Array<MessageId> = []
+        const landedIds: Array<MessageId> = []
         for (const c of completions) {
           const f = c.finish
           // Read before the write (an ack deletes the row).
           const base = attemptBaseOf(c.ref.id)
-          const landed = f._tag === "Ack"
+          // Same rule as SQL: a retry, release or dead letter of a message flagged for cancel is a cancel.
+          const flagged = held(c.ref.id, c.ref.leaseToken)?.cancelRequestedAt != null &&
+            (f._tag === "Retry" || f._tag === "DeadLetter" || f._tag === "Release")
+          const cancelled = flagged || f._tag === "Cancel"
+          const landed = f._tag === "Ack" || cancelled
             ? yield* ack(c.ref)
             : f._tag === "Retry"
             ? yield* retry(c.ref, { delay: f.delayMs, error: f.error })
@@ -273,10 +277,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             ? yield* deadLetter(c.ref, { reason: f.reason, error: f.error })
             : f._tag === "Release"
             ? yield* release(c.ref)
-            : f._tag === "Cancel"
-            ? yield* ack(c.ref)
             : false
-          if (landed) held.push(c.ref.id)
+          if (landed) landedIds.push(c.ref.id)
           pushAttempt({
             messageId: c.ref.id,
             queue: c.queue,
@@ -285,11 +287,11 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             consumer: c.consumer,
             startedAt: c.startedAt,
             endedAt: new Date(yield* Clock.currentTimeMillis),
-            outcome: landed ? c.outcome : "lease-lost",
+            outcome: !landed ? "lease-lost" : cancelled ? "cancelled" : c.outcome,
             error: c.error
           })
         }
-        return held
+        return landedIds
       })
 
     const redrive: QueueStoreShape["redrive"] = (filter) =>

@@ -593,9 +593,13 @@ export const make = (
               ${textArray(error)}
             ) AS i(id, token, kind, delay_ms, last_error, reason, queue, task, attempt, consumer, started_at, outcome, error)
           ), acked AS (
+            -- A retry, release or dead letter of a message whose cancel was asked for while it ran
+            -- (the handler ended before the flag reached it) is a cancel: deleted, never run again.
             DELETE FROM ${table} AS m USING items AS i
-            WHERE i.kind IN ('Ack', 'Cancel') AND m.id = i.id AND m.lease_token = i.token
-            RETURNING m.id
+            WHERE m.id = i.id AND m.lease_token = i.token
+              AND (i.kind IN ('Ack', 'Cancel')
+                   OR (i.kind IN ('Retry', 'DeadLetter', 'Release') AND m.cancel_requested_at IS NOT NULL))
+            RETURNING m.id, i.kind <> 'Ack' AS cancelled
           ), updated AS (
             UPDATE ${table} AS m SET
               visible_at  = CASE WHEN i.kind IN ('Retry', 'Release')
@@ -611,6 +615,7 @@ export const make = (
               lease_token = NULL, leased_by = NULL, leased_at = NULL
             FROM items AS i
             WHERE i.kind IN ('Retry', 'DeadLetter', 'Release') AND m.id = i.id AND m.lease_token = i.token
+              AND m.cancel_requested_at IS NULL
             RETURNING m.id
           ), held AS (
             SELECT id FROM acked UNION ALL SELECT id FROM updated
@@ -620,7 +625,8 @@ export const make = (
                    -- Numbered on after a redrive (the row as it was before this statement).
                    i.attempt + coalesce((SELECT b.attempt_base FROM ${table} AS b WHERE b.id = i.id), 0),
                    i.consumer, i.started_at, coalesce(${now}::timestamptz, now()),
-                   CASE WHEN i.id IN (SELECT id FROM held) THEN i.outcome ELSE 'lease-lost' END, i.error
+                   CASE WHEN i.id IN (SELECT id FROM acked WHERE cancelled) THEN 'cancelled'
+                        WHEN i.id IN (SELECT id FROM held) THEN i.outcome ELSE 'lease-lost' END, i.error
             FROM items AS i
           )
           SELECT id FROM held`

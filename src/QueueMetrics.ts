@@ -30,6 +30,8 @@ export const renewalFailures = Metric.counter("leasehold_lease_renewal_failures"
 export const leasesLost = Metric.counter("leasehold_leases_lost", { description: "Leases lost, by reason" })
 /** The lease-lost counter for one reason. */
 export const leaseLostBy = (reason: string) => Metric.withAttributes(leasesLost, { reason })
+/** Running messages stopped because an operator cancelled them (their handlers interrupted). */
+export const cancelled = Metric.counter("leasehold_messages_cancelled", { description: "Running messages cancelled by an operator" })
 /** Acks that found the lease gone: another consumer ran or is running the message. */
 export const doubleRuns = Metric.counter("leasehold_double_runs", { description: "Acks that found the lease taken" })
 /** Renewers that did not stop within the stop timeout. */

@@ -812,6 +812,37 @@ export const conformance = (
         assert.deepStrictEqual(yield* store.cancel([running!.id]), [], "finished: unknown now")
       }))
 
+    it.effect("cancel of a running message: a retry, release or dead letter of it is a cancel; an ack stays an ack", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("cancel-race")
+        const sent = yield* sendAll(queue, [msg("retry"), msg("release"), msg("dead"), msg("ack")])
+        const claims = yield* claimAll(queue)
+        assert.deepStrictEqual((yield* store.cancel(sent.map((s) => s.id))).map((r) => r.result), Array(4).fill("cancelling"))
+        const finishes = [
+          { _tag: "Retry", delayMs: 0, error: "boom" },
+          { _tag: "Release" },
+          { _tag: "DeadLetter", reason: "r" },
+          { _tag: "Ack" }
+        ] as const
+        const outcomes = ["retried", "released", "dead-lettered", "acked"] as const
+        const held = yield* store.complete(claims.map((c, k) => ({
+          ref: c,
+          finish: finishes[k]!,
+          queue,
+          task: "job",
+          attempt: 1,
+          consumer: "c1",
+          startedAt: new Date(0),
+          outcome: outcomes[k]!,
+          error: null
+        })))
+        assert.deepStrictEqual([...held].sort(), sent.map((s) => s.id).sort())
+        assert.deepStrictEqual(yield* store.messages(queue), [], "every one deleted")
+        const history = yield* Effect.forEach(sent, (s) => Effect.map(store.attempts(s.id), (h) => h.map((a) => a.outcome)))
+        assert.deepStrictEqual(history, [["cancelled"], ["cancelled"], ["cancelled"], ["acked"]])
+      }))
+
     it.effect("cancelWhere: every message of a queue, or of one task in it; other queues untouched", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore

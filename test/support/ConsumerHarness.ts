@@ -36,7 +36,7 @@ export interface Spy {
 }
 
 /** The single write a completion stands for (a `Forget` writes nothing). */
-const opOf: Record<string, string | undefined> = { Ack: "ack", Retry: "retry", DeadLetter: "deadLetter", Release: "release" }
+const opOf: Record<string, string | undefined> = { Ack: "ack", Retry: "retry", DeadLetter: "deadLetter", Release: "release", Cancel: "cancel" }
 
 export const makeSpy: Effect.Effect<Spy> = Effect.gen(function*() {
   const inner = yield* MemoryQueueStore.make()
