@@ -3,8 +3,8 @@
  * each, `--json` for scripts. Every argument is parsed and checked by the
  * command's flags before its handler runs, so a bad one is refused (exit 2,
  * naming the flag and the rule) before anything connects; unknown flags are
- * refused too. Only `migrate`, `send`, `dead-letters redrive` and
- * `dead-letters purge` may migrate the schema; the read-only commands work with
+ * refused too. Only `migrate`, `send`, `dead-letters redrive`,
+ * `dead-letters purge`, `queues pause|resume` and `cancel` may migrate the schema; the read-only commands work with
  * a read-only role, and on a schema not (fully) migrated they fail with
  * `SchemaNotMigrated` (exit 1). Message ids that match nothing fail with
  * `UnknownIds` (exit 1).
@@ -327,6 +327,89 @@ const purge = Command.make("purge", writingFilter, (input) =>
     Command.withDescription("Delete dead letters for good; prints the ids as JSON")
   )
 
+const queueArgument = Argument.String("queue").pipe(Argument.withDescription("The queue"))
+
+const queuesList = Command.make("list", { json: jsonFlag }, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: false })
+    const queues = yield* store.queues()
+    yield* print(input.json ? Out.json(queues) : Out.queuesTable(queues))
+  }))).pipe(
+    Command.withDescription("Every queue with messages, history or a pause: its counts and whether it is paused")
+  )
+
+const pause = Command.make("pause", { queue: queueArgument }, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: true })
+    yield* store.pause(input.queue)
+    yield* print(Out.json({ paused: input.queue }))
+  }))).pipe(
+    Command.withDescription("Stop every consumer claiming from a queue (sends still accepted; running messages finish)")
+  )
+
+const resume = Command.make("resume", { queue: queueArgument }, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: true })
+    yield* store.resume(input.queue)
+    yield* print(Out.json({ resumed: input.queue }))
+  }))).pipe(Command.withDescription("Let consumers claim from a paused queue again; idle ones wake at once"))
+
+const queues = Command.make("queues").pipe(
+  Command.withDescription("List queues, pause or resume one"),
+  Command.withSubcommands([queuesList, pause, resume])
+)
+
+const cancel = Command.make("cancel", {
+  ids: Argument.String("message-id").pipe(
+    Argument.withDescription("Ids of the messages to cancel"),
+    Argument.mapEffect((text) =>
+      messageIdPattern.test(text)
+        ? Effect.succeed(text as MessageId)
+        : refuse(`cancel needs message ids (numbers): ${JSON.stringify(text)} is not one`)
+    ),
+    Argument.variadic()
+  ),
+  queue: Flag.String("queue").pipe(
+    Flag.withMetavar("QUEUE"),
+    Flag.withDescription("Cancel every message of this queue (instead of ids)"),
+    Flag.optional
+  ),
+  task: Flag.String("task").pipe(
+    Flag.withMetavar("TASK"),
+    Flag.withDescription("With --queue: only the messages of this task"),
+    Flag.optional
+  ),
+  json: jsonFlag
+}, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: true })
+    const results = Option.isSome(input.queue)
+      ? yield* store.cancelWhere({ queue: input.queue.value, task: Option.getOrUndefined(input.task) })
+      : yield* store.cancel(input.ids)
+    yield* print(input.json ? Out.json(results) : Out.cancelTable(results))
+    // Ids that matched no message fail the command, named, after the others were cancelled.
+    const seen = new Set(results.map((r) => String(r.id)))
+    const missing = [...new Set(input.ids.map((id) => String(BigInt(id))))].filter((id) => !seen.has(id)) as Array<MessageId>
+    if (missing.length > 0) return yield* Effect.fail(new UnknownIds({ what: "no message with id", ids: missing }))
+  }))).pipe(
+    Command.validate((input) =>
+      Option.isSome(input.queue)
+        ? input.ids.length > 0 ? refuse("cancel takes message ids or --queue, not both") : Effect.void
+        : input.ids.length === 0
+        ? refuse("say which messages: cancel ID... or cancel --queue Q [--task T]")
+        : Option.isSome(input.task)
+        ? refuse("--task needs --queue")
+        : Effect.void
+    ),
+    Command.withDescription(
+      "Cancel messages: a ready, delayed or dead one is deleted at once; a running one is flagged and its consumer interrupts its handler at the next lease renewal"
+    ),
+    Command.withExamples([
+      { command: "leasehold cancel 17 18", description: "Two messages" },
+      { command: "leasehold cancel --queue emails --task send-newsletter", description: "Every message of one task of a queue" }
+    ])
+  )
+
 const deadLetters = Command.make("dead-letters").pipe(
   Command.withDescription("List, redrive or purge dead letters"),
   Command.withSubcommands([list, redrive, purge])
@@ -337,7 +420,7 @@ export const leasehold = Command.make("leasehold").pipe(
   Command.withDescription(
     "Operate leasehold queues. Connects with LEASEHOLD_DATABASE_URL (required); tables in LEASEHOLD_SCHEMA (default leasehold)"
   ),
-  Command.withSubcommands([migrate, send, stats, attempts, deadLetters])
+  Command.withSubcommands([migrate, send, stats, attempts, deadLetters, queues, cancel])
 )
 
 // ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@
  */
 import { Duration, Effect } from "effect"
 import type { SqlClient } from "effect/sql"
-import type { Attempt, DeadLetter, QueueStats } from "../Message.ts"
+import type { Attempt, CancelResult, DeadLetter, QueueInfo, QueueStats } from "../Message.ts"
 
 /** JSON of command output: bigint ids as text (they are message ids), dates as ISO text. */
 export const json = (value: unknown, pretty = true): string =>
@@ -43,6 +43,28 @@ export const statsTable = (stats: ReadonlyArray<QueueStats>): string =>
       stats.map((s) => [s.queue, String(s.ready), String(s.delayed), String(s.inFlight), String(s.dead), age(s.oldestReadyAgeMs)]),
       new Set([1, 2, 3, 4, 5])
     )
+
+export const queuesTable = (queues: ReadonlyArray<QueueInfo>): string =>
+  queues.length === 0
+    ? "no queues"
+    : table(
+      ["QUEUE", "READY", "DELAYED", "IN FLIGHT", "DEAD", "OLDEST READY", "PAUSED"],
+      queues.map((q) => [
+        q.queue,
+        String(q.ready),
+        String(q.delayed),
+        String(q.inFlight),
+        String(q.dead),
+        age(q.oldestReadyAgeMs),
+        q.pausedAt === null ? (q.paused ? "yes" : "-") : `since ${iso(q.pausedAt)}`
+      ]),
+      new Set([1, 2, 3, 4, 5])
+    )
+
+export const cancelTable = (results: ReadonlyArray<CancelResult>): string =>
+  results.length === 0
+    ? "nothing to cancel"
+    : table(["ID", "RESULT"], results.map((r) => [String(r.id), r.result === "cancelled" ? "cancelled" : "cancelling (running: its consumer stops it at its next renewal)"]), new Set([0]))
 
 export const attemptsTable = (attempts: ReadonlyArray<Attempt>): string =>
   attempts.length === 0

@@ -1,0 +1,191 @@
+/**
+ * Pause, resume and cancel across real processes: a worker (test/fixtures/worker.ts) on the
+ * shared test server, steered by the `leasehold` command (src/bin/leasehold.ts) as an operator
+ * would. A running message cancelled from the CLI has its handler interrupted (its finalizer
+ * runs) within the renew interval and is deleted, never run again, while the worker's other
+ * messages run on; a queue paused from the CLI is not claimed, and resuming it wakes the idle
+ * worker at once (NOTIFY), well before its poll interval.
+ */
+import { spawn } from "node:child_process"
+import { resolve } from "node:path"
+import { Effect } from "effect"
+import { afterAll, afterEach, assert, beforeAll, describe, it } from "vitest"
+import type { MessageId } from "../src/Message.ts"
+import * as Migrations from "../src/Migrations.ts"
+import * as PgQueueStore from "../src/PgQueueStore.ts"
+import * as PgTest from "./support/PgTest.ts"
+import { waitForAsync as waitFor } from "./support/Wait.ts"
+import { dumpOnFailure, killAll, spawnWorker, sqlRuntime, waitExit, waitReady, type Worker } from "./support/WorkerProcess.ts"
+
+const QUEUE = "steered"
+
+let db: ReturnType<typeof sqlRuntime>
+let workers: Array<Worker> = []
+const schemas: Array<string> = []
+
+beforeAll(() => {
+  db = sqlRuntime()
+})
+
+afterEach(async () => {
+  const done = workers
+  workers = []
+  await killAll(done)
+})
+
+afterAll(async () => {
+  for (const schema of schemas) await db.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined)
+  await db?.dispose()
+})
+
+const freshSchema = async () => {
+  const schema = PgTest.uniqueSchema("steer")
+  schemas.push(schema)
+  await db.runPromise(Migrations.run({ schema }))
+  await db.query(`CREATE TABLE ${schema}.ledger (message_id text, consumer text, event text, at timestamptz DEFAULT clock_timestamp())`)
+  return schema
+}
+
+const send = (schema: string, messages: ReadonlyArray<{ readonly task: string; readonly payload: unknown }>) =>
+  db.runPromise(Effect.scoped(Effect.gen(function*() {
+    const store = yield* PgQueueStore.make({ schema, migrate: false, leasePool: false })
+    return (yield* store.send(QUEUE, messages)).map((r) => r.id)
+  })))
+
+interface LedgerRow {
+  readonly message_id: string
+  readonly event: string
+  readonly at: Date
+}
+
+const ledger = (schema: string) => db.query<LedgerRow>(`SELECT message_id, event, at FROM ${schema}.ledger ORDER BY at`)
+const eventsOf = (rows: ReadonlyArray<LedgerRow>, id: MessageId) => rows.filter((r) => r.message_id === id).map((r) => r.event)
+
+/** The `leasehold` command as a real process: exit code, output, and when it exited (ms, this machine's clock). */
+const cli = (args: ReadonlyArray<string>, schema: string) =>
+  new Promise<{ code: number | null; stdout: string; stderr: string; exitedAt: number }>((done, fail) => {
+    const env: NodeJS.ProcessEnv = {}
+    for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("LEASEHOLD_")) env[key] = value
+    const proc = spawn(process.execPath, [resolve("src/bin/leasehold.ts"), ...args], {
+      env: { ...env, LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), LEASEHOLD_SCHEMA: schema },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let stdout = ""
+    let stderr = ""
+    proc.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")))
+    proc.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")))
+    const timer = setTimeout(() => proc.kill("SIGKILL"), 20_000)
+    proc.on("error", fail)
+    proc.on("close", (code) => {
+      clearTimeout(timer)
+      done({ code, stdout, stderr, exitedAt: Date.now() })
+    })
+  })
+
+const worker = (schema: string, env: Record<string, string>) =>
+  spawnWorker("W", { LEASEHOLD_SCHEMA: schema, LEASEHOLD_QUEUES: QUEUE, LEASEHOLD_SHUTDOWN_GRACE: "1000ms", ...env }, workers)
+
+describe("pause, resume and cancel from the CLI, with a real worker", () => {
+  it("cancel of a running message interrupts its handler within the renew interval; the others run on", async () => {
+    dumpOnFailure(workers)
+    const LEASE_MS = 6_000
+    const RENEW_EVERY_MS = LEASE_MS / 3
+    const schema = await freshSchema()
+    const [doomed, short, later] = await send(schema, [
+      { task: "cancellable", payload: { ms: 60_000 } },
+      { task: "sleep", payload: { ms: 3_000 } },
+      { task: "cancellable", payload: { ms: 60_000 } }
+    ])
+    const w = worker(schema, { LEASEHOLD_LEASE: `${LEASE_MS}ms`, LEASEHOLD_POLL_INTERVAL: "200ms" })
+    await waitReady(w)
+    await waitFor("all three to start", async () => {
+      const rows = await ledger(schema)
+      return [doomed!, short!, later!].every((id) => eventsOf(rows, id).includes("start")) ? true : undefined
+    })
+
+    // An id of no message is named (exit 1) after the known one was acted on.
+    const cancelled = await cli(["cancel", doomed!, "987654321", "--json"], schema)
+    assert.strictEqual(cancelled.code, 1, cancelled.stderr)
+    assert.deepStrictEqual(JSON.parse(cancelled.stdout), [{ id: doomed!, result: "cancelling" }])
+    assert.match(cancelled.stderr, /UnknownIds: no message with id: 987654321/)
+
+    const interrupted = await waitFor("the cancelled handler to be interrupted", async () => {
+      const row = (await ledger(schema)).find((r) => r.message_id === doomed && r.event === "interrupted")
+      return row
+    }, { timeoutMs: 3 * RENEW_EVERY_MS + 5_000 })
+    // From the command's exit (the cancel committed before it) to the handler's finalizer.
+    const tookMs = interrupted.at.getTime() - cancelled.exitedAt
+    console.log(`cancel of a running message: handler interrupted ${tookMs} ms after the command exited (renew interval ${RENEW_EVERY_MS} ms)`)
+    assert.isAtMost(tookMs, RENEW_EVERY_MS + 1_000, "within the renew interval (plus a second for a loaded machine)")
+
+    await waitFor("the cancelled message to be deleted", async () => {
+      const rows = await db.query(`SELECT 1 FROM ${schema}.messages WHERE id = $1::bigint`, [doomed])
+      return rows.length === 0 ? true : undefined
+    })
+    const history = await db.query<{ outcome: string; consumer: string; error: string | null }>(
+      `SELECT outcome, consumer, error FROM ${schema}.attempts WHERE message_id = $1::bigint ORDER BY id`,
+      [doomed]
+    )
+    assert.deepStrictEqual(history.map((h) => [h.outcome, h.consumer]), [["cancelled", w.consumerId]])
+    assert.match(w.output.join("\n"), /cancelled while running/)
+
+    // The others were not touched: the short one finishes and is acked, the long one still runs.
+    await waitFor("the short message to be acked", async () => {
+      const rows = await db.query(`SELECT 1 FROM ${schema}.messages WHERE id = $1::bigint`, [short])
+      return rows.length === 0 && eventsOf(await ledger(schema), short!).includes("end") ? true : undefined
+    })
+    const [stillRunning] = await db.query<{ leased_by: string | null }>(
+      `SELECT leased_by FROM ${schema}.messages WHERE id = $1::bigint`,
+      [later]
+    )
+    assert.strictEqual(stillRunning?.leased_by, w.consumerId)
+    assert.deepStrictEqual(eventsOf(await ledger(schema), later!), ["start"], "not interrupted")
+
+    // Bulk cancel by queue and task: the long one is stopped the same way.
+    const bulk = await cli(["cancel", "--queue", QUEUE, "--task", "cancellable", "--json"], schema)
+    assert.strictEqual(bulk.code, 0, bulk.stderr)
+    assert.deepStrictEqual(JSON.parse(bulk.stdout), [{ id: later!, result: "cancelling" }])
+    await waitFor("the second cancelled handler to be interrupted", async () =>
+      eventsOf(await ledger(schema), later!).includes("interrupted") ? true : undefined, { timeoutMs: 3 * RENEW_EVERY_MS + 5_000 })
+    await waitFor("the queue to be empty", async () => {
+      const [n] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${schema}.messages`)
+      return n!.n === 0 ? true : undefined
+    })
+
+    // Never run again: one start each, no end for the cancelled ones; the worker shuts down cleanly.
+    const rows = await ledger(schema)
+    assert.deepStrictEqual(eventsOf(rows, doomed!), ["start", "interrupted"])
+    assert.deepStrictEqual(eventsOf(rows, short!), ["start", "end"])
+    assert.deepStrictEqual(eventsOf(rows, later!), ["start", "interrupted"])
+    w.proc.kill("SIGTERM")
+    assert.strictEqual((await waitExit(w, 15_000)).code, 0)
+  })
+
+  it("a queue paused from the CLI is not claimed; resume wakes the idle worker at once, not at its next poll", async () => {
+    dumpOnFailure(workers)
+    const schema = await freshSchema()
+    const paused = await cli(["queues", "pause", QUEUE], schema)
+    assert.strictEqual(paused.code, 0, paused.stderr)
+    // Polls every 30 s: only a notification wakes it sooner.
+    const w = worker(schema, { LEASEHOLD_LEASE: "6000ms", LEASEHOLD_POLL_INTERVAL: "30s" })
+    await waitReady(w)
+    // The send's notification wakes the worker, whose claim finds the queue paused: for two seconds, nothing starts.
+    const [id] = await send(schema, [{ task: "sleep", payload: { ms: 0 } }])
+    const observedUntil = Date.now() + 2_000
+    while (Date.now() < observedUntil) {
+      assert.deepStrictEqual(eventsOf(await ledger(schema), id!), [], "not claimed while paused")
+      await new Promise((r) => setTimeout(r, 100))
+    }
+    const listed = await cli(["queues", "list", "--json"], schema)
+    assert.strictEqual(listed.code, 0, listed.stderr)
+    assert.deepInclude(JSON.parse(listed.stdout)[0], { queue: QUEUE, ready: 1, paused: true })
+
+    const resumed = await cli(["queues", "resume", QUEUE], schema)
+    assert.strictEqual(resumed.code, 0, resumed.stderr)
+    const started = await waitFor("the message to run after the resume", async () =>
+      (await ledger(schema)).find((r) => r.message_id === id && r.event === "end"), { timeoutMs: 10_000 })
+    const tookMs = started.at.getTime() - resumed.exitedAt
+    console.log(`resume: the paused message ran ${tookMs} ms after the command exited (poll interval 30 s)`)
+    assert.isAtMost(tookMs, 5_000, "woken by the resume, not by a poll 30 s later")
+  })
+})
