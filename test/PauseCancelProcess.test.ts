@@ -6,13 +6,12 @@
  * messages run on; a queue paused from the CLI is not claimed, and resuming it wakes the idle
  * worker at once (NOTIFY), well before its poll interval.
  */
-import { spawn } from "node:child_process"
-import { resolve } from "node:path"
 import { Effect } from "effect"
 import { afterAll, afterEach, assert, beforeAll, describe, it } from "vitest"
 import type { MessageId } from "../src/Message.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
+import { cli } from "./support/CliProcess.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitForAsync as waitFor } from "./support/Wait.ts"
 import { dumpOnFailure, killAll, spawnWorker, sqlRuntime, waitExit, waitReady, type Worker } from "./support/WorkerProcess.ts"
@@ -61,27 +60,6 @@ interface LedgerRow {
 const ledger = (schema: string) => db.query<LedgerRow>(`SELECT message_id, event, at FROM ${schema}.ledger ORDER BY at`)
 const eventsOf = (rows: ReadonlyArray<LedgerRow>, id: MessageId) => rows.filter((r) => r.message_id === id).map((r) => r.event)
 
-/** The `leasehold` command as a real process: exit code, output, and when it exited (ms, this machine's clock). */
-const cli = (args: ReadonlyArray<string>, schema: string) =>
-  new Promise<{ code: number | null; stdout: string; stderr: string; exitedAt: number }>((done, fail) => {
-    const env: NodeJS.ProcessEnv = {}
-    for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("LEASEHOLD_")) env[key] = value
-    const proc = spawn(process.execPath, [resolve("src/bin/leasehold.ts"), ...args], {
-      env: { ...env, LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), LEASEHOLD_SCHEMA: schema },
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    proc.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")))
-    proc.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")))
-    const timer = setTimeout(() => proc.kill("SIGKILL"), 20_000)
-    proc.on("error", fail)
-    proc.on("close", (code) => {
-      clearTimeout(timer)
-      done({ code, stdout, stderr, exitedAt: Date.now() })
-    })
-  })
-
 const worker = (schema: string, env: Record<string, string>) =>
   spawnWorker("W", { LEASEHOLD_SCHEMA: schema, LEASEHOLD_QUEUES: QUEUE, LEASEHOLD_SHUTDOWN_GRACE: "1000ms", ...env }, workers)
 
@@ -116,7 +94,7 @@ describe("pause, resume and cancel from the CLI, with a real worker", () => {
     // From the command's exit (the cancel committed before it) to the handler's finalizer.
     const tookMs = interrupted.at.getTime() - cancelled.exitedAt
     console.log(`cancel of a running message: handler interrupted ${tookMs} ms after the command exited (renew interval ${RENEW_EVERY_MS} ms)`)
-    assert.isAtMost(tookMs, RENEW_EVERY_MS + 1_000, "within the renew interval (plus a second for a loaded machine)")
+    assert.isAtMost(tookMs, RENEW_EVERY_MS + 2_000, "within the renew interval (plus two seconds for a loaded machine)")
 
     await waitFor("the cancelled message to be deleted", async () => {
       const rows = await db.query(`SELECT 1 FROM ${schema}.messages WHERE id = $1::bigint`, [doomed])
