@@ -8,7 +8,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Clock, Effect, Exit, Fiber, Metric, Option, type Scope } from "effect"
+import { Cause, Clock, Effect, Exit, Fiber, Latch, Metric, Option, type Scope } from "effect"
 import type { Claim, ClaimRef, MessageId } from "./Message.ts"
 import { LeaseLost, MaxRuntimeExceeded, MessageCancelled, QueryFailed } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
@@ -61,6 +61,12 @@ export interface LeaseRenewer {
   readonly watch: (id: MessageId, fiber: Fiber.Fiber<unknown, unknown>, startedAt: number) => void
   /** Why the watchdog stopped the handler of `id`, if it did. */
   readonly stopped: (id: MessageId) => Stopped | undefined
+  /**
+   * Renew now instead of at the next tick (the interval then counts from this renewal): an
+   * operator cancelled a message of this consumer's queues, and the renewal answer says
+   * whether it is one of this claim's. Safe to call at any time.
+   */
+  readonly renewNow: () => void
 }
 
 interface Entry {
@@ -222,10 +228,14 @@ export const start = (
         }
       })
 
+    /** Opened by `renewNow`: cuts the wait for the next renewal short. */
+    const early = Latch.makeUnsafe(false)
     const loop = Effect.gen(function*() {
       const lastSuccess = { at: options.claimedAt, escalated: false }
+      const interval = Effect.sleep(Math.max(1, Math.floor(leaseMs / 3)))
       while (true) {
-        yield* Effect.sleep(Math.max(1, Math.floor(leaseMs / 3)))
+        yield* Effect.raceFirst(interval, early.await)
+        early.closeUnsafe()
         yield* renewOnce(lastSuccess)
       }
     }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
@@ -328,6 +338,9 @@ export const start = (
         if (e.stopped !== undefined) fiber.interruptUnsafe()
       },
       stopped: (id) => entry(id).stopped,
+      renewNow: () => {
+        early.openUnsafe()
+      },
       claimedAt: options.claimedAt,
       expiresAt: (id) => entry(id).renewedAt + leaseMs,
       loseAll: (reason, message) => markLost([...entries.values()].filter((e) => !e.finished), reason, message),

@@ -86,6 +86,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
     const rows = new Map<bigint, Row>()
     /** Subscribers per queue, woken by sends of messages ready now. */
     const listeners = new Map<string, Set<Latch.Latch>>()
+    /** Subscribers per queue, woken by cancels of running messages. */
+    const cancelListeners = new Map<string, Set<Latch.Latch>>()
     const history: Array<Attempt> = []
     /** Queues ever paused (a resumed one stays, unpaused), with when they were paused. */
     const pauses = new Map<string, { paused: boolean; pausedAt: number | null }>()
@@ -377,6 +379,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
           const id = String(row.id) as MessageId
           if (stateOf(row, now) === "in-flight") {
             row.cancelRequestedAt ??= now
+            for (const latch of cancelListeners.get(row.queue) ?? []) latch.openUnsafe()
             return { id, result: "cancelling" }
           }
           rows.delete(row.id)
@@ -424,17 +427,22 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         return removed
       })
 
-    const sends: QueueStoreShape["sends"] = (queues) =>
+    /** A latch opened by what `registry` hears about `queues`, for the life of the current scope. */
+    const subscribe = (registry: Map<string, Set<Latch.Latch>>, queues: ReadonlyArray<string>) =>
       Effect.gen(function*() {
         const latch = yield* Latch.make(false)
         for (const queue of queues) {
-          const set = listeners.get(queue) ?? new Set()
+          const set = registry.get(queue) ?? new Set()
           set.add(latch)
-          listeners.set(queue, set)
+          registry.set(queue, set)
         }
-        yield* Effect.addFinalizer(() => Effect.sync(() => queues.forEach((q) => listeners.get(q)?.delete(latch))))
+        yield* Effect.addFinalizer(() => Effect.sync(() => queues.forEach((q) => registry.get(q)?.delete(latch))))
         return Effect.andThen(latch.await, latch.close)
       })
+
+    const sends: QueueStoreShape["sends"] = (queues) => subscribe(listeners, queues)
+
+    const cancels: QueueStoreShape["cancels"] = (queues) => subscribe(cancelListeners, queues)
 
     /** Where a row stands at `now`, as `stats` counts it. */
     const stateOf = (row: Row, now: number): MessageState =>
@@ -531,6 +539,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       attempts,
       pruneAttempts,
       sends,
+      cancels,
       stats,
       depths,
       nextVisibleAt

@@ -256,6 +256,8 @@ export const make = (
     const table = sql(`${schema}.messages`)
     const attemptsTable = sql(`${schema}.attempts`)
     const queuesTable = sql(`${schema}.queues`)
+    /** Subscribers of `cancels`, per queue: opened by the `sends` listeners of this store. */
+    const cancelListeners = new Map<string, Set<Latch.Latch>>()
     const leaseSql = (yield* makeLeaseClient(options.leasePool)) ?? sql
     const pg = yield* Effect.serviceOption(PgClient.PgClient)
     const channel = notifyChannel(schema)
@@ -767,7 +769,10 @@ export const make = (
           ), flagged AS (
             UPDATE ${table} AS m SET cancel_requested_at = coalesce(m.cancel_requested_at, coalesce(${now}::timestamptz, now()))
             FROM items AS i WHERE m.id = i.id AND i.running
-            RETURNING m.id
+            RETURNING m.id, m.queue
+          ), announced AS (
+            -- Consumers renew at once on hearing it (delivered at commit; see cancels).
+            SELECT count(pg_notify(${channel}, 'cancel ' || queue)) AS n FROM (SELECT DISTINCT queue FROM flagged) AS q
           ), recorded AS (
             INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
             SELECT id, queue, task, attempt, '', coalesce(${now}::timestamptz, now()), coalesce(${now}::timestamptz, now()),
@@ -776,7 +781,7 @@ export const make = (
           )
           SELECT id, 'cancelled' AS result FROM removed
           UNION ALL
-          SELECT id, 'cancelling' AS result FROM flagged
+          SELECT id, 'cancelling' AS result FROM flagged CROSS JOIN announced
           ORDER BY id`
         return rows.map((row): CancelResult => ({ id: String(row.id) as MessageId, result: row.result }))
       }))
@@ -884,6 +889,7 @@ export const make = (
         if (pg._tag === "None") return Effect.never // no LISTEN without a PgClient: consumers poll
         const wanted = new Set(queues)
         const listening = yield* Deferred.make<void>()
+        const cancelPrefix = "cancel "
         // One connection of its own per subscription, not one held from the main pool (a small
         // pool would lose a slot for good). When it dies, listen again after a pause; meanwhile
         // consumers poll.
@@ -897,6 +903,12 @@ export const make = (
           while (true) {
             const notification = yield* Queue.take(notifications)
             if (wanted.has(notification.payload)) yield* latch.open
+            // A cancel of running messages, announced on the same channel (queue names have no spaces).
+            else if (notification.payload.startsWith(cancelPrefix)) {
+              for (const cancelled of cancelListeners.get(notification.payload.slice(cancelPrefix.length)) ?? []) {
+                cancelled.openUnsafe()
+              }
+            }
           }
         })).pipe(
           Effect.catchCause((cause) =>
@@ -911,6 +923,19 @@ export const make = (
         yield* Effect.addFinalizer(() => Effect.asVoid(Abandon.within(Fiber.interrupt(listener), 1_000)))
         // Sends made after this returns must be heard: wait (boundedly) until LISTEN is in place.
         yield* Deferred.await(listening).pipe(Effect.timeoutOption(5_000))
+        return Effect.andThen(latch.await, latch.close)
+      })
+
+    // Heard by the listener of `sends`, which opens these latches on a `cancel <queue>` payload.
+    const cancels: QueueStoreShape["cancels"] = (queues) =>
+      Effect.gen(function*() {
+        const latch = yield* Latch.make(false)
+        for (const queue of queues) {
+          const set = cancelListeners.get(queue) ?? new Set()
+          set.add(latch)
+          cancelListeners.set(queue, set)
+        }
+        yield* Effect.addFinalizer(() => Effect.sync(() => queues.forEach((q) => cancelListeners.get(q)?.delete(latch))))
         return Effect.andThen(latch.await, latch.close)
       })
 
@@ -1034,6 +1059,7 @@ export const make = (
       attempts,
       pruneAttempts,
       sends,
+      cancels,
       stats,
       depths,
       nextVisibleAt

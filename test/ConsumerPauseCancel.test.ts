@@ -1,8 +1,9 @@
 /**
  * Pause, resume and cancel as a consumer lives them, on the memory store with TestClock: a
  * paused queue is not claimed and runs again at once on resume; a running message cancelled
- * by an operator has its handler interrupted at the next renewal (finalizers run), and is
- * deleted with a `cancelled` history row, never retried; the other messages run on.
+ * by an operator has its handler interrupted (finalizers run) at once when the consumer hears
+ * of the cancel, else at the next renewal, and is deleted with a `cancelled` history row,
+ * never retried; the other messages run on.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Clock, Deferred, Effect, Metric, Option, Ref } from "effect"
@@ -10,7 +11,7 @@ import { TestClock } from "effect/testing"
 import type * as Consumer from "../src/Consumer.ts"
 import type { MessageId } from "../src/Message.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
-import { captureLogs, makeSpy, startConsumer } from "./support/ConsumerHarness.ts"
+import { captureLogs, makeSpy, type Spy, startConsumer } from "./support/ConsumerHarness.ts"
 
 const queue = "default"
 const lease = "30 seconds"
@@ -89,7 +90,7 @@ describe("Consumer: pause, resume and cancel (memory store, TestClock)", () => {
       assert.deepStrictEqual((yield* Ref.get(h.started)).map((s) => s.id), [first!.id, second!.id])
     }))
 
-  it.effect("cancel of a running message interrupts its handler at the next renewal; deleted as cancelled; the others run on", () =>
+  it.effect("cancel of a running message wakes the renewer: its handler is interrupted at once; deleted as cancelled; the others run on", () =>
     Effect.gen(function*() {
       const spy = yield* makeSpy
       const logs = captureLogs()
@@ -101,12 +102,10 @@ describe("Consumer: pause, resume and cancel (memory store, TestClock)", () => {
       assert.deepStrictEqual((yield* Ref.get(h.started)).map((s) => s.id), [doomed!.id, other!.id])
       yield* TestClock.adjust("3 seconds")
       assert.deepStrictEqual(yield* spy.store.cancel([doomed!.id]), [{ id: doomed!.id, result: "cancelling" }])
-      // Renewals run every lease/3 = 10 s: the first after the cancel, at 10 s, carries the flag.
-      yield* TestClock.adjust("6 seconds")
-      assert.deepStrictEqual(yield* Ref.get(h.finalized), [], "not before the renewal")
-      yield* TestClock.adjust("1 second")
+      // No time passes: the cancel's notification makes the claim renew now, and the answer carries the flag.
       yield* settle
-      assert.deepStrictEqual(yield* Ref.get(h.finalized), [{ id: doomed!.id, at: 10_000 }], "interrupted, its finalizer ran")
+      assert.deepStrictEqual(yield* Ref.get(h.finalized), [{ id: doomed!.id, at: 3_000 }], "interrupted, its finalizer ran")
+      assert.deepStrictEqual(spy.of("renew").map((c) => c.at), [3_000])
       assert.deepStrictEqual(spy.of("cancel").map((c) => c.ids), [[doomed!.id]])
       assert.isTrue(Option.isNone(yield* spy.inner.get(doomed!.id)), "deleted")
       const history = yield* spy.inner.attempts(doomed!.id)
@@ -114,6 +113,9 @@ describe("Consumer: pause, resume and cancel (memory store, TestClock)", () => {
       assert.match(history[0]!.error ?? "", /cancelled by an operator/)
       assert.strictEqual((yield* counter(QueueMetrics.cancelled)) - cancelledBefore, 1)
       assert.isTrue(logs.entries.some((e) => e.level === "Warn" && e.message.startsWith("cancelled while running")))
+      // The renewals go on every lease/3 from the early one.
+      yield* TestClock.adjust("10 seconds")
+      assert.deepStrictEqual(spy.of("renew").map((c) => c.at), [3_000, 13_000])
       // Not retried, not dead-lettered: nothing of it left anywhere, a long time later.
       yield* TestClock.adjust("10 minutes")
       assert.strictEqual(spy.of("retry").length + spy.of("deadLetter").length + spy.of("release").length, 0)
@@ -125,6 +127,25 @@ describe("Consumer: pause, resume and cancel (memory store, TestClock)", () => {
       assert.deepStrictEqual(spy.of("ack").map((c) => c.ids), [[other!.id]])
       const stats = yield* spy.inner.stats(queue)
       assert.deepStrictEqual([stats.ready, stats.delayed, stats.inFlight, stats.dead], [0, 0, 0, 0])
+    }))
+
+  it.effect("without the cancel notification, the next renewal carries the flag: interrupted within the renew interval", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const h = yield* gatedHandler()
+      const deaf: Spy = { ...spy, store: { ...spy.store, cancels: () => Effect.succeed(Effect.never) } }
+      const [doomed] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      yield* startConsumer(deaf, h.handler, { lease })
+      yield* settle
+      yield* TestClock.adjust("3 seconds")
+      yield* spy.store.cancel([doomed!.id])
+      // Renewals run every lease/3 = 10 s: the first after the cancel, at 10 s, carries the flag.
+      yield* TestClock.adjust("6 seconds")
+      assert.deepStrictEqual(yield* Ref.get(h.finalized), [], "not before the renewal")
+      yield* TestClock.adjust("1 second")
+      yield* settle
+      assert.deepStrictEqual(yield* Ref.get(h.finalized), [{ id: doomed!.id, at: 10_000 }])
+      assert.deepStrictEqual((yield* spy.inner.attempts(doomed!.id)).map((a) => a.outcome), ["cancelled"])
     }))
 
   it.effect("a handler that fails just as it is cancelled is not retried: its retry becomes the cancel", () =>

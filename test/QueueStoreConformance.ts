@@ -843,6 +843,23 @@ export const conformance = (
         assert.deepStrictEqual(history, [["cancelled"], ["cancelled"], ["cancelled"], ["acked"]])
       }))
 
+    it.effect("cancels: a cancel of a running message wakes a subscriber of its queue", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("cancels")
+        // On PostgreSQL cancels are heard by the listener of a sends subscription (a consumer has one).
+        yield* store.sends([queue])
+        const next = yield* store.cancels([queue])
+        yield* sendAll(queue, [msg(1)])
+        const [running] = yield* claimAll(queue)
+        const waiter = yield* Effect.forkChild(next)
+        yield* store.cancel([running!.id])
+        yield* Fiber.join(waiter)
+        // Heard before anyone awaits: the signal is kept.
+        yield* store.cancelWhere({ queue })
+        yield* next
+      }))
+
     it.effect("cancelWhere: every message of a queue, or of one task in it; other queues untouched", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
