@@ -228,8 +228,12 @@ export const start = (
         }
       })
 
-    /** Opened by `renewNow`: cuts the wait for the next renewal short. */
-    const early = Latch.makeUnsafe(false)
+    /**
+     * Opened by `renewNow`: cuts the wait for the next renewal short. Open from the start for a
+     * claim of a message whose previous holder died (its lease expired or was reaped): a cancel
+     * asked for while that holder ran is heard at once, not after the handler ran for lease/3.
+     */
+    const early = Latch.makeUnsafe(claims.some((c) => c.leaseExpiries > 0))
     const loop = Effect.gen(function*() {
       const lastSuccess = { at: options.claimedAt, escalated: false }
       const interval = Effect.sleep(Math.max(1, Math.floor(leaseMs / 3)))

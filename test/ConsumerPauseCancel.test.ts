@@ -148,6 +148,26 @@ describe("Consumer: pause, resume and cancel (memory store, TestClock)", () => {
       assert.deepStrictEqual((yield* spy.inner.attempts(doomed!.id)).map((a) => a.outcome), ["cancelled"])
     }))
 
+  it.effect("a message cancelled while its holder died is cancelled at once by the consumer that claims it next", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const h = yield* gatedHandler()
+      const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      // Claimed by a consumer that then dies: flagged while its lease still runs, never finished.
+      yield* spy.inner.claim(queue, { lease: "5 seconds", limit: 1, consumer: "dead" })
+      assert.deepStrictEqual(yield* spy.store.cancel([sent!.id]), [{ id: sent!.id, result: "cancelling" }])
+      yield* TestClock.adjust("6 seconds")
+      yield* startConsumer(spy, h.handler, { lease })
+      yield* settle
+      // The claim of a message whose lease expired renews at once, and hears the flag.
+      assert.deepStrictEqual(yield* Ref.get(h.started), [{ id: sent!.id, at: 6_000 }])
+      assert.deepStrictEqual(yield* Ref.get(h.finalized), [{ id: sent!.id, at: 6_000 }])
+      assert.deepStrictEqual((yield* spy.inner.attempts(sent!.id)).map((a) => [a.outcome, a.consumer]), [
+        ["lease-expired", "dead"],
+        ["cancelled", "test-consumer"]
+      ])
+    }))
+
   it.effect("a handler that fails just as it is cancelled is not retried: its retry becomes the cancel", () =>
     Effect.gen(function*() {
       const spy = yield* makeSpy
