@@ -179,7 +179,8 @@ export interface QueueStoreShape {
   /**
    * Cancel messages by id: a ready, delayed or dead one is deleted at once (`cancelled`,
    * recorded in its history); a running one is flagged (`cancelling`), and its consumer
-   * stops the handler at its next renewal and deletes it. Ids of no message (finished,
+   * stops the handler when a renewal answers the flag (at once when it hears of the cancel
+   * through {@link QueueStoreShape.cancels}, else at its next renewal) and deletes it. Ids of no message (finished,
    * never sent, malformed) are simply absent from the answer, which is in id order.
    * Cancelling a message already `cancelling` answers `cancelling` again.
    */

@@ -74,8 +74,28 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
       yield* store.pause(queue)
       assert.lengthOf(yield* store.claim(queue, { lease: "30 seconds", limit: 10, consumer: "c" }), 0)
     }))
-})
 
+  it.effect("queues() finds the queue names by index skip scans: no sequential scan of messages or attempts", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const sql = yield* SqlClient.SqlClient
+      yield* store.send("listed", [{ task: "t", payload: 1 }])
+      const { spans, tracer } = collecting()
+      yield* store.queues().pipe(Effect.provideService(Tracer.Tracer, tracer))
+      const texts = spans.map((s) => s.attributes.get("db.query.text")).filter((t): t is string => typeof t === "string")
+      const names = texts.find((t) => t.includes("WITH RECURSIVE"))
+      assert.isDefined(names, "the statement listing the names")
+      // Tiny tables make a sequential scan the cheapest: forbid it, to see whether an index can serve every part.
+      const plan = yield* sql.withTransaction(Effect.gen(function*() {
+        yield* sql`SET LOCAL enable_seqscan = off`
+        const rows = yield* sql.unsafe<{ "QUERY PLAN": string }>(`EXPLAIN (COSTS OFF) ${names!}`)
+        return rows.map((r) => r["QUERY PLAN"]).join("\n")
+      }))
+      console.log(`queues() names plan:\n${plan}`)
+      assert.notMatch(plan, /Seq Scan/)
+      for (const index of ["messages_visible_idx", "messages_dead_idx", "attempts_queue_idx", "queues_pkey"]) assert.include(plan, index)
+    }))
+})
 
 /**
  * The statement with its parameters written in, for EXPLAIN: `$n::timestamptz` (the store's
