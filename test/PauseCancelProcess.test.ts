@@ -2,9 +2,10 @@
  * Pause, resume and cancel across real processes: a worker (test/fixtures/worker.ts) on the
  * shared test server, steered by the `leasehold` command (src/bin/leasehold.ts) as an operator
  * would. A running message cancelled from the CLI has its handler interrupted (its finalizer
- * runs) within the renew interval (at once: the worker hears of the cancel and renews) and is
- * deleted, never run again, while the worker's other messages run on; a queue paused from the CLI is not claimed, and resuming it wakes the idle
- * worker at once (NOTIFY), well before its poll interval.
+ * runs) within the renew interval (at once: the worker hears of the cancel and renews; and by
+ * the next renewal when no notification comes) and is deleted, never run again, while the
+ * worker's other messages run on; a queue paused from the CLI is not claimed, and resuming it
+ * wakes the idle worker at once (NOTIFY), well before its poll interval.
  */
 import { Effect } from "effect"
 import { afterAll, afterEach, assert, beforeAll, describe, it } from "vitest"
@@ -84,16 +85,17 @@ describe("pause, resume and cancel from the CLI, with a real worker", () => {
     const LEASE_MS = 6_000
     const RENEW_EVERY_MS = LEASE_MS / 3
     const schema = await freshSchema()
-    const [doomed, short, later] = await send(schema, [
+    const [doomed, short, later, quiet] = await send(schema, [
       { task: "cancellable", payload: { ms: 60_000 } },
       { task: "sleep", payload: { ms: 3_000 } },
+      { task: "cancellable", payload: { ms: 60_000 } },
       { task: "cancellable", payload: { ms: 60_000 } }
     ])
     const w = worker(schema, { LEASEHOLD_LEASE: `${LEASE_MS}ms`, LEASEHOLD_POLL_INTERVAL: "200ms" })
     await waitReady(w)
-    await waitFor("all three to start", async () => {
+    await waitFor("all four to start", async () => {
       const rows = await ledger(schema)
-      return [doomed!, short!, later!].every((id) => eventsOf(rows, id).includes("start")) ? true : undefined
+      return [doomed!, short!, later!, quiet!].every((id) => eventsOf(rows, id).includes("start")) ? true : undefined
     })
 
     // An id of no message is named (exit 1) after the known one was acted on.
@@ -135,6 +137,17 @@ describe("pause, resume and cancel from the CLI, with a real worker", () => {
     assert.strictEqual(stillRunning?.leased_by, w.consumerId)
     assert.deepStrictEqual(eventsOf(await ledger(schema), later!), ["start"], "not flagged, not interrupted")
 
+    // A flag set without the notification (as if it were lost): the next renewal carries it.
+    await db.query(`UPDATE ${schema}.messages SET cancel_requested_at = now() WHERE id = $1::bigint`, [quiet])
+    const quietStop = await waitFor("the handler flagged without a notification to be interrupted", async () => {
+      const rows = (await ledger(schema)).filter((r) => r.message_id === quiet)
+      const stop = rows.find((r) => r.event === "interrupted")
+      return stop && { flaggedAt: rows.find((r) => r.event === "cancel-flagged")!.at, at: stop.at }
+    }, { timeoutMs: 3 * RENEW_EVERY_MS + 5_000 })
+    const quietMs = quietStop.at.getTime() - quietStop.flaggedAt.getTime()
+    console.log(`cancel without its notification: handler interrupted ${quietMs} ms after the flag (renew interval ${RENEW_EVERY_MS} ms)`)
+    assert.isAtMost(quietMs, RENEW_EVERY_MS + 2_000, "by the next renewal (plus two seconds for a loaded machine)")
+
     // Bulk cancel by queue and task: the long one is stopped the same way.
     const bulk = await cli(["cancel", "--queue", QUEUE, "--task", "cancellable", "--json"], schema)
     assert.strictEqual(bulk.code, 0, bulk.stderr)
@@ -151,6 +164,7 @@ describe("pause, resume and cancel from the CLI, with a real worker", () => {
     assert.deepStrictEqual(eventsOf(rows, doomed!), ["start", "cancel-flagged", "interrupted"])
     assert.deepStrictEqual(eventsOf(rows, short!), ["start", "end"])
     assert.deepStrictEqual(eventsOf(rows, later!), ["start", "cancel-flagged", "interrupted"])
+    assert.deepStrictEqual(eventsOf(rows, quiet!), ["start", "cancel-flagged", "interrupted"])
     w.proc.kill("SIGTERM")
     assert.strictEqual((await waitExit(w, 15_000)).code, 0)
   })
