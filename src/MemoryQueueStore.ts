@@ -214,16 +214,16 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       Effect.gen(function*() {
         const leaseMs = yield* Validate.durationMs("lease", lease, { min: defaults.minLeaseMs }).pipe(Effect.orDie)
         const now = yield* Clock.currentTimeMillis
-        const held_: Array<MessageId> = []
+        const stillHeld: Array<MessageId> = []
         const cancelling: Array<MessageId> = []
         for (const c of claims) {
           const row = held(c.id, c.leaseToken)
           if (row === undefined) continue
           row.visibleAt = now + leaseMs
-          held_.push(c.id)
+          stillHeld.push(c.id)
           if (row.cancelRequestedAt !== null) cancelling.push(c.id)
         }
-        return { held: held_, cancelling }
+        return { held: stillHeld, cancelling }
       })
 
     const ack: QueueStoreShape["ack"] = (ref) =>
