@@ -96,6 +96,7 @@ describe("Consumer: pause, resume and cancel (memory store, TestClock)", () => {
       const logs = captureLogs()
       const h = yield* gatedHandler()
       const cancelledBefore = yield* counter(QueueMetrics.cancelled)
+      const taskCancelledBefore = yield* counter(QueueMetrics.forTask(queue, "t").cancelled)
       const [doomed, other] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }, { task: "t", payload: 2 }])
       yield* startConsumer(spy, h.handler, { lease }, logs)
       yield* settle
@@ -112,6 +113,7 @@ describe("Consumer: pause, resume and cancel (memory store, TestClock)", () => {
       assert.deepStrictEqual(history.map((a) => [a.attempt, a.outcome, a.consumer]), [[1, "cancelled", "test-consumer"]])
       assert.match(history[0]!.error ?? "", /cancelled by an operator/)
       assert.strictEqual((yield* counter(QueueMetrics.cancelled)) - cancelledBefore, 1)
+      assert.strictEqual((yield* counter(QueueMetrics.forTask(queue, "t").cancelled)) - taskCancelledBefore, 1)
       assert.isTrue(logs.entries.some((e) => e.level === "Warn" && e.message.startsWith("cancelled while running")))
       // The renewals go on every lease/3 from the early one.
       yield* TestClock.adjust("10 seconds")

@@ -294,6 +294,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
           case "Cancel":
             if (held === true) {
               yield* Metric.update(QueueMetrics.cancelled, 1)
+              yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).cancelled, 1)
               yield* Effect.logWarning(`cancelled while running: ${action.error}`)
             }
             break
