@@ -182,6 +182,8 @@ export const MessageInfo = Schema.Struct({
   visibleAt: Schema.NullOr(Schema.Date),
   /** The consumer holding the lease, while in flight; `null` otherwise. */
   leasedBy: Schema.NullOr(Schema.String),
+  /** When the current claim was taken, while in flight (how long it has run); `null` otherwise. */
+  leasedAt: Schema.NullOr(Schema.Date),
   /** Why it was dead-lettered, when dead. */
   deadReason: Schema.NullOr(Schema.String),
   /** When it was dead-lettered, when dead. */

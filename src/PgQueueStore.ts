@@ -85,6 +85,7 @@ interface MessageRow {
   readonly visible_at: Date
   readonly lease_token: string | null
   readonly leased_by: string | null
+  readonly leased_at: Date | null
   readonly dedup_key: string | null
   readonly last_error: string | null
   readonly dead_reason: string | null
@@ -123,6 +124,7 @@ const toInfo = (row: InfoRow): MessageInfo => ({
   state: row.view_state,
   visibleAt: row.view_state === "dead" ? null : row.visible_at,
   leasedBy: row.view_state === "in-flight" ? row.leased_by : null,
+  leasedAt: row.view_state === "in-flight" ? row.leased_at : null,
   deadReason: row.dead_reason,
   deadAt: row.dead_at
 })
