@@ -13,6 +13,7 @@
  * - a database failure is a 503 whose message carries no password.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { spawn } from "node:child_process"
 import { ConfigProvider, Context, Effect, Exit, Layer, Option, Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Http from "../src/Http.ts"
@@ -23,6 +24,7 @@ import { PgQueueStoreSettings } from "../src/PgQueueStore.ts"
 import { QueryFailed } from "../src/QueueError.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { waitForAsync } from "./support/Wait.ts"
 
 const token = "s3cret-admin-token-0123456789"
 
@@ -298,4 +300,38 @@ describe("Admin API on real PostgreSQL", () => {
       assert.notInclude(reply.text, "hunter2")
       assert.include(reply.text, "postgres://***@db:5432/jobs")
     })))
+
+  it.live("`leasehold serve`: a real process serves the API and the page; Ctrl-C stops it with exit 0", () =>
+    Effect.gen(function*() {
+      const context = yield* Layer.build(PgTest.storeLayer({ clock: "database" }))
+      const store = Context.get(context, QueueStore)
+      const schema = Option.getOrThrow(Option.map(Context.getOption(context, PgQueueStoreSettings), (s) => s.schema))
+      yield* store.send("mail", [{ task: "send", payload: {} }])
+      const output: Array<string> = []
+      const proc = spawn(process.execPath, ["src/bin/leasehold.ts", "serve", "--port", "0"], {
+        env: { ...process.env, LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), LEASEHOLD_SCHEMA: schema, LEASEHOLD_ADMIN_TOKEN: token },
+        stdio: ["ignore", "pipe", "pipe"]
+      })
+      let exit: number | null | undefined
+      proc.on("exit", (code) => {
+        exit = code
+      })
+      proc.stdout.on("data", (chunk: Buffer) => output.push(chunk.toString()))
+      proc.stderr.on("data", (chunk: Buffer) => output.push(chunk.toString()))
+      yield* Effect.addFinalizer(() => Effect.sync(() => exit === undefined && proc.kill("SIGKILL")))
+      const base = yield* Effect.promise(() =>
+        waitForAsync("serve to print its address", () => /dashboard at (http:\/\/127\.0\.0\.1:\d+)\//.exec(output.join(""))?.[1], {
+          timeoutMs: 30_000,
+          describe: () => output.join("")
+        })
+      )
+      const queues = yield* request(base, "GET", "/api/queues")
+      assert.deepInclude((queues.body as Array<any>).find((q) => q.queue === "mail"), { ready: 1, paused: false })
+      assert.strictEqual((yield* request(base, "POST", "/api/queues/mail/pause", { auth: bearer(token) })).status, 200)
+      assert.isTrue((yield* store.queues()).find((q) => q.queue === "mail")!.paused, "paused in the database")
+      assert.strictEqual((yield* request(base, "GET", "/")).status, 200)
+      proc.kill("SIGINT")
+      const code = yield* Effect.promise(() => waitForAsync("serve to exit", () => exit, { timeoutMs: 15_000, describe: () => output.join("") }))
+      assert.strictEqual(code, 0, output.join(""))
+    }).pipe(Effect.scoped), { timeout: 60_000 })
 })

@@ -14,6 +14,7 @@ import { Cause, Console, Context, Data, Effect, Exit, Layer, Option, Runtime } f
 import { Argument, CliConfig, CliError, CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
 import { SqlClient } from "effect/sql"
 import type { MessageId, QueueStats } from "../Message.ts"
+import * as Http from "../Http.ts"
 import * as Migrations from "../Migrations.ts"
 import * as PgQueueStore from "../PgQueueStore.ts"
 import * as QueueConfig from "../QueueConfig.ts"
@@ -112,11 +113,11 @@ export class UnknownIds extends Data.TaggedError("UnknownIds")<{
  * The store (and its SQL client and validated schema) from LEASEHOLD_DATABASE_URL and
  * LEASEHOLD_SCHEMA, for the current scope. `migrate` only for the commands that write.
  */
-const connect = (options: { readonly migrate: boolean }) =>
+const connect = (options: { readonly migrate: boolean; readonly maxConnections?: number }) =>
   Effect.gen(function*() {
     const schema = yield* QueueConfig.schemaFromEnv
     const layer = PgQueueStore.layer({ schema, leasePool: false, migrate: options.migrate }).pipe(
-      Layer.provideMerge(QueueConfig.pgLayerFromEnv({ maxConnections: 2, applicationName: "leasehold-cli" }))
+      Layer.provideMerge(QueueConfig.pgLayerFromEnv({ maxConnections: options.maxConnections ?? 2, applicationName: "leasehold-cli" }))
     )
     const context = yield* Layer.build(layer)
     const sql = Context.get(context, SqlClient.SqlClient)
@@ -125,7 +126,7 @@ const connect = (options: { readonly migrate: boolean }) =>
       const pending = yield* Effect.provideService(Migrations.pending({ schema: validated }), SqlClient.SqlClient, sql)
       if (pending.length > 0) return yield* Effect.fail(new SchemaNotMigrated({ schema: validated, pending }))
     }
-    return { store: Context.get(context, QueueStore), sql, schema: validated }
+    return { store: Context.get(context, QueueStore), sql, schema: validated, context }
   })
 
 const print = (text: string) => Console.log(text)
@@ -184,7 +185,7 @@ const send = Command.make("send", {
     ])
   )
 
-/** Set while `stats --watch` refreshes: Ctrl-C then ends the command normally (exit 0). */
+/** Set while `stats --watch` refreshes or `serve` serves: Ctrl-C then ends the command normally (exit 0). */
 let watching = false
 
 const stats = Command.make("stats", {
@@ -410,6 +411,40 @@ const cancel = Command.make("cancel", {
     ])
   )
 
+/** Port `leasehold serve` listens on when neither --port nor LEASEHOLD_HTTP_PORT says. */
+const defaultServePort = 9464
+
+const serve = Command.make("serve", {
+  port: intFlag("port", `Port to listen on (default LEASEHOLD_HTTP_PORT, else ${defaultServePort}; 0 picks a free one)`, 0, 65_535),
+  host: Flag.String("host").pipe(
+    Flag.withMetavar("HOST"),
+    Flag.withDescription("Interface to bind (default LEASEHOLD_HTTP_HOST, else 127.0.0.1: this machine only)"),
+    Flag.optional
+  )
+}, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const fromEnv = yield* QueueConfig.httpFromEnv
+    const port = Option.getOrElse(input.port, () => Option.match(fromEnv, { onNone: () => defaultServePort, onSome: (a) => a.port }))
+    const host = Option.getOrElse(input.host, () => Option.match(fromEnv, { onNone: () => QueueConfig.defaultHttpHost, onSome: (a) => a.host }))
+    // A few connections: the dashboard asks five routes at once every 2 s.
+    const { context } = yield* connect({ migrate: false, maxConnections: 4 })
+    const served = yield* Layer.build(Http.layerAdminServer({ port, host }).pipe(Layer.provide(Layer.succeedContext(context))))
+    const url = Context.get(served, Http.Listening).url
+    const token = yield* QueueConfig.adminTokenFromEnv
+    yield* print(`leasehold: dashboard at ${url}/ , API reference at ${url}/docs (Ctrl-C to stop)`)
+    if (Option.isNone(token)) yield* Console.error(`leasehold: ${QueueConfig.adminVariables.token} is not set: pause, resume, cancel, redrive and purge answer 403`)
+    // Ctrl-C ends the server normally (exit 0).
+    watching = true
+    return yield* Effect.never
+  }))).pipe(
+    Command.withDescription(
+      "Serve the admin API and the dashboard against LEASEHOLD_DATABASE_URL; changes need Authorization: Bearer LEASEHOLD_ADMIN_TOKEN"
+    ),
+    Command.withExamples([
+      { command: "LEASEHOLD_ADMIN_TOKEN=$(openssl rand -hex 24) leasehold serve --port 8080", description: "Dashboard on http://127.0.0.1:8080/" }
+    ])
+  )
+
 const deadLetters = Command.make("dead-letters").pipe(
   Command.withDescription("List, redrive or purge dead letters"),
   Command.withSubcommands([list, redrive, purge])
@@ -420,7 +455,7 @@ export const leasehold = Command.make("leasehold").pipe(
   Command.withDescription(
     "Operate leasehold queues. Connects with LEASEHOLD_DATABASE_URL (required); tables in LEASEHOLD_SCHEMA (default leasehold)"
   ),
-  Command.withSubcommands([migrate, send, stats, attempts, deadLetters, queues, cancel])
+  Command.withSubcommands([migrate, send, stats, attempts, deadLetters, queues, cancel, serve])
 )
 
 // ---------------------------------------------------------------------------

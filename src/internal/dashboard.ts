@@ -219,6 +219,7 @@ export const html = `<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>leasehold</title>
+<link rel="icon" href="data:,">
 <style>${style}</style>
 </head>
 <body>
