@@ -1,7 +1,7 @@
 /**
  * leasehold's admin API: see and steer queues over HTTP, on the same server as
- * health and metrics (`Http.layer({ admin: ... })`) or standalone
- * (`leasehold serve`). An `effect/http-api` group ({@link AdminGroup}) under
+ * health and metrics (`Http.layerWithAdmin`) or standalone (`leasehold serve`,
+ * `Http.layerAdminServer`). An `effect/http-api` group ({@link AdminGroup}) under
  * `/api`, described by an OpenAPI document (`/openapi.json`, browsable at
  * `/docs`), behind the dashboard page at `/`.
  *
@@ -431,7 +431,7 @@ export interface AdminOptions {
 /**
  * Everything {@link AdminGroup} needs to be served: its handlers and both
  * middlewares. Give it to `HttpApiBuilder.layer` of an API holding the group;
- * `Http.layer({ admin: {} })` and `leasehold serve` do.
+ * `Http.layerWithAdmin` and `Http.layerAdminServer` do.
  */
 export const layer = (
   options: AdminOptions = {}
