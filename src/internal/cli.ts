@@ -14,7 +14,6 @@ import { Cause, Console, Context, Data, Effect, Exit, Layer, Option, Runtime } f
 import { Argument, CliConfig, CliError, CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
 import { SqlClient } from "effect/sql"
 import type { MessageId, QueueStats } from "../Message.ts"
-import * as Http from "../Http.ts"
 import * as Migrations from "../Migrations.ts"
 import * as PgQueueStore from "../PgQueueStore.ts"
 import * as QueueConfig from "../QueueConfig.ts"
@@ -426,6 +425,8 @@ const serve = Command.make("serve", {
     const fromEnv = yield* QueueConfig.httpFromEnv
     const port = Option.getOrElse(input.port, () => Option.match(fromEnv, { onNone: () => defaultServePort, onSome: (a) => a.port }))
     const host = Option.getOrElse(input.host, () => Option.match(fromEnv, { onNone: () => QueueConfig.defaultHttpHost, onSome: (a) => a.host }))
+    // Loaded here, not at the top: the other commands start without the HTTP stack.
+    const Http = yield* Effect.promise(() => import("../Http.ts"))
     // A few connections: the dashboard asks five routes at once every 2 s.
     const { context } = yield* connect({ migrate: false, maxConnections: 4 })
     const served = yield* Layer.build(Http.layerAdminServer({ port, host }).pipe(Layer.provide(Layer.succeedContext(context))))
