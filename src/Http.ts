@@ -12,7 +12,9 @@
  *   `Observability.layerPrometheus()` is provided; 404 otherwise.
  *
  * The routes are an `HttpApi` ({@link Api}) built with `effect/http-api`, so
- * an application (or a later admin API) can add groups to the same API. No
+ * an application can add groups to the same API. {@link layerWithAdmin} adds
+ * the admin API (`Admin`), the dashboard at `/` and the OpenAPI document;
+ * {@link layerAdminServer} serves those without a consumer. No
  * response and no log line carries the database URL: every error detail goes
  * through the same redaction as leasehold's errors.
  *

@@ -14,7 +14,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { spawn } from "node:child_process"
-import { ConfigProvider, Context, Effect, Exit, Layer, Option, Scope } from "effect"
+import { ConfigProvider, Context, Effect, Exit, Layer, Metric, Option, Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Http from "../src/Http.ts"
 import { nameRule } from "../src/internal/validate.ts"
@@ -22,6 +22,7 @@ import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
 import { claimRef } from "../src/Message.ts"
 import { PgQueueStoreSettings } from "../src/PgQueueStore.ts"
 import { QueryFailed } from "../src/QueueError.ts"
+import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitForAsync } from "./support/Wait.ts"
@@ -282,6 +283,24 @@ describe("Admin API on real PostgreSQL", () => {
       assert.include(text, "at least 16 characters")
       assert.notInclude(text, "short-one")
     }))
+
+  it.live("counters: leases lost by reason, double runs and claims reaped from this process's metrics", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { base } = yield* serve(MemoryQueueStore.layer())
+      const before = (yield* request(base, "GET", "/api/counters")).body
+      yield* Metric.update(QueueMetrics.leaseLostBy("reclaimed"), 2)
+      yield* Metric.update(QueueMetrics.leaseLostBy("local-deadline"), 1)
+      // The per-task family is another series: not counted twice.
+      yield* Metric.update(QueueMetrics.forTask("q", "t").leaseLost("reclaimed"), 5)
+      yield* Metric.update(QueueMetrics.doubleRuns, 3)
+      yield* Metric.update(QueueMetrics.reaped, 4)
+      const after = (yield* request(base, "GET", "/api/counters")).body
+      const lost = (body: any, reason: string) => body.leasesLost[reason] ?? 0
+      assert.strictEqual(lost(after, "reclaimed") - lost(before, "reclaimed"), 2)
+      assert.strictEqual(lost(after, "local-deadline") - lost(before, "local-deadline"), 1)
+      assert.strictEqual(after.doubleRuns - before.doubleRuns, 3)
+      assert.strictEqual(after.reaped - before.reaped, 4)
+    })))
 
   it.live("a database failure is a 503 without the URL's password", () =>
     Effect.scoped(Effect.gen(function*() {

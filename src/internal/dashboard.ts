@@ -144,6 +144,9 @@ const flightRow = (m, now) => {
   const leaseEnd = m.visibleAt ? Date.parse(m.visibleAt) : null;
   tr.append(cell(m.id, "num"), cell(m.queue), cell(m.task), cell(m.leasedBy), cell(m.attempts + " of " + m.maxAttempts, "num"),
     cell(leasedAt === null ? "-" : age(now - leasedAt), "num"), cell(leaseEnd === null ? "-" : age(leaseEnd - now), "num"));
+  const actions = document.createElement("td");
+  actions.appendChild(button("cancel", () => change("/api/messages/cancel", { ids: [m.id] }, "cancel " + m.id)));
+  tr.appendChild(actions);
   return tr;
 };
 
@@ -182,7 +185,7 @@ async function refresh() {
     const now = Date.now();
     fill("queues", queues.map(queueRow), 8, "no queue has messages");
     fill("consumers", consumers.map(consumerRow), 6, "no consumer registered (session liveness off, or none running)");
-    fill("in-flight", flight.map((m) => flightRow(m, now)), 7, "nothing in flight");
+    fill("in-flight", flight.map((m) => flightRow(m, now)), 8, "nothing in flight");
     fill("dead-letters", dead.map(deadRow), 7, "no dead letters");
     const box = $("counters");
     box.replaceChildren();
@@ -242,7 +245,7 @@ export const html = `<!doctype html>
 </table>
 <h2>In flight</h2>
 <table>
-  <thead><tr><th class="num">id</th><th>queue</th><th>task</th><th>consumer</th><th class="num">attempt</th><th class="num">running for</th><th class="num">lease left</th></tr></thead>
+  <thead><tr><th class="num">id</th><th>queue</th><th>task</th><th>consumer</th><th class="num">attempt</th><th class="num">running for</th><th class="num">lease left</th><th></th></tr></thead>
   <tbody id="in-flight"></tbody>
 </table>
 <h2>Dead letters</h2>
