@@ -7,6 +7,7 @@
  * - the pause button (with the token typed into the page) stops claiming: the
  *   running messages finish, the ready ones stay ready, in the page and in the
  *   database, until resume;
+ * - a running message's cancel button interrupts its handler and deletes it;
  * - a dead letter is listed and its redrive button sends it back to run;
  * - a screenshot is saved to .tmp/dashboard.png.
  *
@@ -20,6 +21,7 @@ import { type Browser, chromium, type Page } from "playwright-core"
 import * as Consumer from "../src/Consumer.ts"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
 import * as Http from "../src/Http.ts"
+import type { MessageId } from "../src/Message.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitForAsync } from "./support/Wait.ts"
@@ -60,7 +62,7 @@ const waitPage = <A>(what: string, check: () => Promise<A | undefined>) =>
   Effect.promise(() => waitForAsync(what, check, { timeoutMs: 20_000, intervalMs: 100 }))
 
 describe("Dashboard in headless Chromium on a real worker and PostgreSQL", () => {
-  it.live.skipIf(!runs)("counts move, pause stops claiming until resume, a dead letter is redriven; screenshot saved", () =>
+  it.live.skipIf(!runs)("counts move, pause stops claiming until resume, cancel interrupts a running handler, a dead letter is redriven; screenshot saved", () =>
     Effect.gen(function*() {
       // The handler: "work" waits for the gate (so messages stay in flight while the page looks);
       // "flaky" fails until `healed` (its message has one attempt: dead-lettered at once).
@@ -122,20 +124,29 @@ describe("Dashboard in headless Chromium on a real worker and PostgreSQL", () =>
       yield* waitRow(page, "emails", "emails paused", (r) => r.paused === "paused")
       assert.isTrue((yield* store.queues()).find((q) => q.queue === "emails")!.paused, "paused in the database")
       yield* Effect.promise(() => page.screenshot({ path: screenshotPath(), fullPage: true }))
+      // Cancel one of the two running from the page: its handler is interrupted, the message deleted.
+      const running = yield* Effect.promise(() => page.$$eval("#in-flight tr[data-message]", (rows) => rows.map((r: any) => r.dataset.message as string)))
+      const cancelled = running[0]!
+      yield* Effect.promise(() => page.click(`#in-flight tr[data-message="${cancelled}"] button[data-action="cancel"]`))
+      yield* waitPage("the cancelled message gone from the page", () =>
+        page.$(`#in-flight tr[data-message="${cancelled}"]`).then((e) => e === null ? true : undefined))
+      assert.isTrue(Option.isNone(yield* store.get(cancelled as MessageId)), "cancelled: deleted")
+      assert.strictEqual((yield* store.attempts(cancelled as MessageId)).at(-1)?.outcome, "cancelled")
+      assert.include(yield* Effect.promise(() => page.textContent("#notice")), `cancel ${cancelled}: done`)
       yield* Deferred.succeed(gate, undefined)
-      yield* waitRow(page, "emails", "the running two finished, three still ready", (r) => r.inFlight === "0" && r.ready === "3")
+      yield* waitRow(page, "emails", "the running one finished, three still ready", (r) => r.inFlight === "0" && r.ready === "3")
       // Claiming stopped: over several refreshes (2 s each) and many polls (100 ms), nothing more ran.
       const paused = Date.now()
       yield* waitPage("3 s of pause", async () => Date.now() - paused >= 3_000 ? true : undefined)
       const row = yield* Effect.promise(() => queueRow(page, "emails"))
       assert.deepInclude(row, { ready: "3", inFlight: "0", paused: "paused" })
       assert.strictEqual((yield* store.stats("emails")).ready, 3, "the database agrees: nothing claimed while paused")
-      assert.strictEqual(handled.filter((id) => work.some((w) => w.id === id)).length, 2)
+      assert.deepStrictEqual(handled.filter((id) => work.some((w) => w.id === id)), running.filter((id) => id !== cancelled))
 
       // Resume from the page: the rest runs.
       yield* Effect.promise(() => page.click(`#queues tr[data-queue="emails"] button[data-action="resume"]`))
       yield* waitRow(page, "emails", "emails drained after resume", (r) => r.paused === "no" && r.ready === "0" && r.inFlight === "0")
-      assert.sameMembers(handled.filter((id) => work.some((w) => w.id === id)), work.map((w) => w.id))
+      assert.sameMembers(handled.filter((id) => work.some((w) => w.id === id)), work.map((w) => w.id).filter((id) => id !== cancelled))
 
       // Redrive the dead letter from the page; healed, it runs and is gone.
       healed = true
@@ -147,8 +158,8 @@ describe("Dashboard in headless Chromium on a real worker and PostgreSQL", () =>
       const notice = yield* Effect.promise(() => page.textContent("#notice"))
       assert.include(notice, `redrive ${flaky!.id}: done`)
 
-      // The counters come from this process's metrics: six messages acked (the page refreshes every 2 s).
-      yield* waitPage("the acked counter at 6", async () => Number(await page.textContent(`[data-counter="acked"]`)) >= 6 ? true : undefined)
+      // The counters come from this process's metrics: five messages acked (the page refreshes every 2 s).
+      yield* waitPage("the acked counter at 5", async () => Number(await page.textContent(`[data-counter="acked"]`)) >= 5 ? true : undefined)
       assert.strictEqual(yield* Effect.promise(() => page.textContent(`[data-counter="doubleRuns"]`)), "0")
       assert.deepStrictEqual(problems, [], "no script errors in the page")
     }).pipe(Effect.scoped), { timeout: 60_000 })
