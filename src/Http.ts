@@ -291,16 +291,18 @@ export interface AdminHttpOptions extends HttpOptions, Admin.AdminOptions {}
 export const layerWithAdmin = (
   options: AdminHttpOptions
 ): Layer.Layer<Listening, ConfigInvalid | HttpServerError.ServeError, Consumer | QueueStore> =>
-  Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) =>
-    serveRoutes(
-      address,
-      Layer.merge(
-        HttpApiBuilder.layer(ApiWithAdmin, { openapiPath: "/openapi.json" }).pipe(
-          Layer.provide([healthHandlers(options), metricsHandlers, Admin.layer(options)])
-        ),
-        adminPages(ApiWithAdmin)
-      )
-    )))
+  Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) => serveWithAdmin(address, options)))
+
+const serveWithAdmin = (address: QueueConfig.HttpAddress, options: ProbeOptions & Admin.AdminOptions) =>
+  serveRoutes(
+    address,
+    Layer.merge(
+      HttpApiBuilder.layer(ApiWithAdmin, { openapiPath: "/openapi.json" }).pipe(
+        Layer.provide([healthHandlers(options), metricsHandlers, Admin.layer(options)])
+      ),
+      adminPages(ApiWithAdmin)
+    )
+  )
 
 /**
  * The admin API, the dashboard, the OpenAPI document and `/metrics` without a
@@ -348,4 +350,18 @@ export const layerFromEnv = (
   Layer.unwrap(Effect.map(QueueConfig.httpFromEnv, Option.match({
     onNone: (): Layer.Layer<never, HttpServerError.ServeError, Consumer> => Layer.empty,
     onSome: (address) => serve(address, options)
+  })))
+
+/**
+ * {@link layerWithAdmin} configured like {@link layerFromEnv} (`LEASEHOLD_HTTP_PORT`,
+ * `LEASEHOLD_HTTP_HOST`; no server while the port is unset), the token from
+ * `LEASEHOLD_ADMIN_TOKEN`. Use it in a worker whose deployment decides
+ * whether operators get the admin API and the dashboard.
+ */
+export const layerWithAdminFromEnv = (
+  options: ProbeOptions = {}
+): Layer.Layer<never, ConfigInvalid | HttpServerError.ServeError, Consumer | QueueStore> =>
+  Layer.unwrap(Effect.map(QueueConfig.httpFromEnv, Option.match({
+    onNone: (): Layer.Layer<never, HttpServerError.ServeError, Consumer | QueueStore> => Layer.empty,
+    onSome: (address) => serveWithAdmin(address, options)
   })))

@@ -16,6 +16,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { spawn } from "node:child_process"
 import { ConfigProvider, Context, Effect, Exit, Layer, Metric, Option, Scope } from "effect"
 import { SqlClient } from "effect/sql"
+import * as Consumer from "../src/Consumer.ts"
 import * as Http from "../src/Http.ts"
 import { nameRule } from "../src/internal/validate.ts"
 import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
@@ -300,6 +301,31 @@ describe("Admin API on real PostgreSQL", () => {
       assert.strictEqual(lost(after, "local-deadline") - lost(before, "local-deadline"), 1)
       assert.strictEqual(after.doubleRuns - before.doubleRuns, 3)
       assert.strictEqual(after.reaped - before.reaped, 4)
+    })))
+
+  it.live("Http.layerWithAdminFromEnv in a worker: health and the admin API on one server; no server without a port", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const worker = (env: Record<string, string>) =>
+        Http.layerWithAdminFromEnv().pipe(
+          Layer.provideMerge(Consumer.layer(() => Effect.void, { queues: ["mail"], pollInterval: "50 millis", shutdownGrace: "1 second" })),
+          Layer.provideMerge(MemoryQueueStore.layer()),
+          Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env })))
+        )
+      const context = yield* Layer.build(worker({ LEASEHOLD_HTTP_PORT: "0", LEASEHOLD_ADMIN_TOKEN: token }))
+      const base = Option.getOrThrow(Context.getOption(context as Context.Context<never>, Http.Listening)).url
+      const store = Context.get(context, QueueStore)
+      assert.strictEqual((yield* request(base, "GET", "/healthz")).status, 200)
+      yield* store.send("mail", [{ task: "send", payload: {} }])
+      yield* Effect.promise(() =>
+        waitForAsync("the message processed", async () => {
+          const reply = await Effect.runPromise(request(base, "GET", "/api/counters"))
+          return reply.body.acked >= 1 ? true : undefined
+        }, 15_000)
+      )
+      assert.strictEqual((yield* request(base, "POST", "/api/queues/mail/pause", { auth: bearer(token) })).status, 200)
+      assert.isTrue((yield* store.queues()).find((q) => q.queue === "mail")!.paused)
+      const off = yield* Layer.build(worker({ LEASEHOLD_ADMIN_TOKEN: token }))
+      assert.isTrue(Option.isNone(Context.getOption(off as Context.Context<never>, Http.Listening)), "no port: no server")
     })))
 
   it.live("a database failure is a 503 without the URL's password", () =>
