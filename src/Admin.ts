@@ -142,7 +142,9 @@ export const Counters = Schema.Struct({
   acked: Schema.Number,
   retried: Schema.Number,
   deadLettered: Schema.Number,
-  released: Schema.Number
+  released: Schema.Number,
+  /** Running messages whose handlers were interrupted by an operator's cancel. */
+  cancelled: Schema.Number
 })
 
 // ---------------------------------------------------------------------------
@@ -329,7 +331,8 @@ export const counters: Effect.Effect<typeof Counters.Type> = Effect.map(Metric.s
     acked: count(QueueMetrics.acked),
     retried: count(QueueMetrics.retried),
     deadLettered: count(QueueMetrics.deadLettered),
-    released: count(QueueMetrics.released)
+    released: count(QueueMetrics.released),
+    cancelled: count(QueueMetrics.cancelled)
   }
 })
 

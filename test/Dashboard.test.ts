@@ -161,6 +161,7 @@ describe("Dashboard in headless Chromium on a real worker and PostgreSQL", () =>
       // The counters come from this process's metrics: five messages acked (the page refreshes every 2 s).
       yield* waitPage("the acked counter at 5", async () => Number(await page.textContent(`[data-counter="acked"]`)) >= 5 ? true : undefined)
       assert.strictEqual(yield* Effect.promise(() => page.textContent(`[data-counter="doubleRuns"]`)), "0")
+      assert.isAtLeast(Number(yield* Effect.promise(() => page.textContent(`[data-counter="cancelled"]`))), 1)
       assert.deepStrictEqual(problems, [], "no script errors in the page")
     }).pipe(Effect.scoped), { timeout: 60_000 })
 

@@ -200,7 +200,8 @@ async function refresh() {
       counter("claimed", counters.claimed, "claimed"),
       counter("acked", counters.acked, "acked"),
       counter("retried", counters.retried, "retried"),
-      counter("dead-lettered", counters.deadLettered, "deadLettered")
+      counter("dead-lettered", counters.deadLettered, "deadLettered"),
+      counter("cancelled while running", counters.cancelled, "cancelled")
     );
     $("status").textContent = "updated " + new Date(now).toLocaleTimeString() + " (every 2 s)";
     $("status").className = "";
