@@ -183,6 +183,8 @@ describe("Admin API on real PostgreSQL", () => {
       assert.strictEqual(openapi.status, 200)
       assert.property(openapi.body.paths, "/api/queues/{queue}/pause")
       assert.property(openapi.body.paths, "/api/dead-letters/redrive")
+      assert.match(openapi.body.paths["/api/queues/{queue}/pause"].post.summary, /needs the admin token/)
+      assert.property(openapi.body.paths["/api/queues/{queue}/pause"].post.responses, "401")
       const docs = yield* request(base, "GET", "/docs")
       assert.strictEqual(docs.status, 200)
       assert.match(docs.contentType ?? "", /text\/html/)
