@@ -28,6 +28,7 @@ import {
   HttpApiSecurity,
   OpenApi
 } from "effect/http-api"
+import { HttpServerRequest } from "effect/http"
 import { SqlClient } from "effect/sql"
 import * as SchemaIssue from "effect/SchemaIssue"
 import { createHash, timingSafeEqual } from "node:crypto"
@@ -312,24 +313,35 @@ const tokenMatches = (token: Redacted.Redacted, given: string): boolean =>
 
 /**
  * The {@link AdminAuth} middleware over `token`: none refuses every changing
- * route with 403; a token admits only requests bearing it.
+ * route with 403; a token admits only requests bearing it. Each change is
+ * logged (INFO, method and path) before it runs, each refusal at WARN; never
+ * the token.
  */
 export const authLayer = (token: Option.Option<Redacted.Redacted>): Layer.Layer<AdminAuth> =>
   Layer.succeed(AdminAuth, {
-    bearer: (handler, { credential }) => {
-      if (Option.isNone(token)) {
-        return Effect.fail(
-          new Forbidden({
-            message: `changes over HTTP are off: no admin token is set (set ${QueueConfig.adminVariables.token} to enable them)`
-          })
-        )
-      }
-      const given = Redacted.value(credential)
-      if (given === "") {
-        return Effect.fail(new Unauthorized({ message: `this route changes something: send Authorization: Bearer <${QueueConfig.adminVariables.token}>` }))
-      }
-      return tokenMatches(token.value, given) ? handler : Effect.fail(new Unauthorized({ message: "wrong admin token" }))
-    }
+    bearer: (handler, { credential }) =>
+      Effect.gen(function*() {
+        const request = yield* HttpServerRequest.HttpServerRequest
+        const what = `${request.method} ${request.url}`
+        const refuse = (error: Unauthorized | Forbidden) =>
+          Effect.andThen(Effect.logWarning(`admin: ${what} refused: ${error.message}`), Effect.fail(error))
+        if (Option.isNone(token)) {
+          return yield* refuse(
+            new Forbidden({
+              message: `changes over HTTP are off: no admin token is set (set ${QueueConfig.adminVariables.token} to enable them)`
+            })
+          )
+        }
+        const given = Redacted.value(credential)
+        if (given === "") {
+          return yield* refuse(
+            new Unauthorized({ message: `this route changes something: send Authorization: Bearer <${QueueConfig.adminVariables.token}>` })
+          )
+        }
+        if (!tokenMatches(token.value, given)) return yield* refuse(new Unauthorized({ message: "wrong admin token" }))
+        yield* Effect.logInfo(`admin: ${what}`)
+        return yield* handler
+      })
   })
 
 /** The {@link InputErrors} middleware. */

@@ -14,7 +14,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { spawn } from "node:child_process"
-import { ConfigProvider, Context, Effect, Exit, Layer, Metric, Option, Scope } from "effect"
+import { ConfigProvider, Context, Effect, Exit, Layer, Logger, Metric, Option, Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Consumer from "../src/Consumer.ts"
 import * as Http from "../src/Http.ts"
@@ -60,13 +60,21 @@ const request = (base: string, method: "GET" | "POST", path: string, options: { 
   })
 
 /** Serve the admin API over `store` (in the returned context), for the length of the test's scope. */
-const serve = <E>(storeLayer: Layer.Layer<QueueStore, E>, options: { readonly token?: string; readonly env?: Record<string, string> } = {}) =>
+const serve = <E>(
+  storeLayer: Layer.Layer<QueueStore, E>,
+  options: { readonly token?: string; readonly env?: Record<string, string>; readonly logs?: Array<string> } = {}
+) =>
   Effect.gen(function*() {
     const scope = yield* Scope.make()
     yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
+    const logs = options.logs ?? []
+    const logger = Logger.make<unknown, void>(({ logLevel, message }) => {
+      logs.push(`${logLevel} ${Array.isArray(message) ? message.map(String).join(" ") : String(message)}`)
+    })
     const layer = Http.layerAdminServer({ port: 0, token: options.token }).pipe(
       Layer.provideMerge(storeLayer),
-      Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: options.env ?? {} })))
+      Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: options.env ?? {} }))),
+      Layer.provide(Logger.layer([logger], { mergeWithExisting: true }))
     )
     const context = yield* Layer.buildWithScope(layer, scope)
     const base = Context.get(context, Http.Listening).url
@@ -226,7 +234,8 @@ describe("Admin API on real PostgreSQL", () => {
 
   it.live("security: 401 without or with a wrong token, 403 with none configured; nothing written on refusal", () =>
     Effect.scoped(Effect.gen(function*() {
-      const { base, store } = yield* serve(pgStore(), { token })
+      const logs: Array<string> = []
+      const { base, store } = yield* serve(pgStore(), { token, logs })
       const [live] = yield* store.send("mail", [{ task: "send", payload: {} }])
       const [dead] = yield* store.send("reports", [{ task: "render", payload: {} }])
       const [claim] = yield* store.claim("reports", { lease: "1 minute", limit: 1, consumer: "c" })
@@ -258,6 +267,11 @@ describe("Admin API on real PostgreSQL", () => {
         assert.strictEqual(badBody.status, 401)
       }
       yield* untouched
+      // Every refusal logged at WARN with the route, never the token; a change at INFO.
+      assert.include(logs, "Warn admin: POST /api/queues/mail/pause refused: wrong admin token")
+      assert.isFalse(logs.some((line) => line.includes(token)), "the token is never logged")
+      assert.strictEqual((yield* request(base, "POST", "/api/queues/mail/resume", { auth: bearer(token) })).status, 200)
+      assert.include(logs, "Info admin: POST /api/queues/mail/resume")
       // Reading needs no token.
       assert.strictEqual((yield* request(base, "GET", "/api/queues")).status, 200)
 
