@@ -22,7 +22,7 @@
  */
 import { Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { HttpRouter, HttpServer, type HttpServerError, HttpServerResponse } from "effect/http"
-import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiScalar, HttpApiSchema } from "effect/http-api"
+import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiScalar, HttpApiSchema, OpenApi } from "effect/http-api"
 import { SqlClient } from "effect/sql"
 import { createServer } from "node:http"
 import * as Admin from "./Admin.ts"
@@ -265,11 +265,16 @@ const serveRoutes = <E, R>(address: QueueConfig.HttpAddress, routes: Layer.Layer
 const serve = (address: QueueConfig.HttpAddress, options: ProbeOptions) =>
   serveRoutes(address, HttpApiBuilder.layer(Api).pipe(Layer.provide([healthHandlers(options), metricsHandlers])))
 
+const apiDescription = "Operate leasehold queues: the admin routes under /api (changing ones need Authorization: Bearer " +
+  "LEASEHOLD_ADMIN_TOKEN), and the worker's health and metrics where it serves them."
+
 /** {@link Api} with the admin routes: what {@link layerWithAdmin} serves. */
-export const ApiWithAdmin = Api.add(Admin.AdminGroup)
+export const ApiWithAdmin = Api.add(Admin.AdminGroup).annotate(OpenApi.Title, "leasehold").annotate(OpenApi.Description, apiDescription)
 
 /** The API of a server without a consumer (`leasehold serve`): metrics and the admin routes. */
 export const AdminServerApi = HttpApi.make("leasehold").add(MetricsGroup, Admin.AdminGroup)
+  .annotate(OpenApi.Title, "leasehold")
+  .annotate(OpenApi.Description, apiDescription)
 
 /** The dashboard at `/`, the OpenAPI document at `/openapi.json` and its reference page at `/docs`. */
 const adminPages = <Groups extends HttpApiGroup.Constraint>(api: HttpApi.HttpApi<"leasehold", Groups>) =>

@@ -189,6 +189,7 @@ describe("Admin API on real PostgreSQL", () => {
 
       const openapi = yield* request(base, "GET", "/openapi.json")
       assert.strictEqual(openapi.status, 200)
+      assert.strictEqual(openapi.body.info.title, "leasehold")
       assert.property(openapi.body.paths, "/api/queues/{queue}/pause")
       assert.property(openapi.body.paths, "/api/dead-letters/redrive")
       assert.match(openapi.body.paths["/api/queues/{queue}/pause"].post.summary, /needs the admin token/)
