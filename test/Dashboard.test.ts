@@ -9,7 +9,8 @@
  *   database, until resume;
  * - a running message's cancel button interrupts its handler and deletes it;
  * - a dead letter is listed and its redrive button sends it back to run;
- * - a screenshot is saved to .tmp/dashboard.png.
+ * - a screenshot is saved to .tmp/dashboard.png;
+ * - the API reference at /docs renders with every request kept on the server.
  *
  * Skipped, saying why, only when /usr/bin/chromium is missing outside CI
  * (`.ci/run` installs it and sets CI, so there it always runs).
@@ -165,7 +166,7 @@ describe("Dashboard in headless Chromium on a real worker and PostgreSQL", () =>
       assert.deepStrictEqual(problems, [], "no script errors in the page")
     }).pipe(Effect.scoped), { timeout: 60_000 })
 
-  it.live.skipIf(!runs)("a wrong token: the page says 401 and nothing is paused", () =>
+  it.live.skipIf(!runs)("a wrong token: the page says 401 and nothing is paused; the API reference renders offline", () =>
     Effect.gen(function*() {
       const context = yield* Layer.build(
         Http.layerAdminServer({ port: 0, token }).pipe(Layer.provideMerge(PgTest.storeLayer({ clock: "database" })))
@@ -191,6 +192,21 @@ describe("Dashboard in headless Chromium on a real worker and PostgreSQL", () =>
       // The token survives a reload (sessionStorage), as the page promises.
       yield* Effect.promise(() => page.reload())
       assert.strictEqual(yield* Effect.promise(() => page.inputValue("#token")), "not-the-token-at-all")
+
+      // The API reference renders offline: every request it makes stays on this server.
+      const external: Array<string> = []
+      yield* Effect.promise(() =>
+        page.route("**/*", (route) => {
+          const url = route.request().url()
+          if (url.startsWith(base)) return route.continue()
+          external.push(url)
+          return route.abort()
+        })
+      )
+      yield* Effect.promise(() => page.goto(`${base}/docs`))
+      // Rendered by the inline script: visible text, not the script's source.
+      yield* Effect.promise(() => page.getByText("Download OpenAPI Document").first().waitFor({ state: "visible", timeout: 20_000 }))
+      assert.deepStrictEqual(external, [], "no request left the server")
     }).pipe(Effect.scoped), { timeout: 60_000 })
 })
 
