@@ -208,6 +208,11 @@ export const make = <R>(
     /** The renewers of the claims in progress, so a presence watchdog can stop them all. */
     const renewers = new Set<LeaseRenewer.LeaseRenewer>()
 
+    // An operator cancelled a running message of our queues: every claim renews at once, and the
+    // one holding it hears so in the answer (instead of at its next renewal, up to lease/3 later).
+    const cancelled = yield* store.cancels(settings.queues)
+    yield* Effect.forkScoped(Effect.forever(Effect.andThen(cancelled, Effect.sync(() => renewers.forEach((r) => r.renewNow())))))
+
     /** Process one claim: its renewer lives exactly as long as the claim's scope. */
     const processClaim = (claims: ReadonlyArray<Claim>, claimedAt: number) =>
       Effect.scoped(Effect.gen(function*() {

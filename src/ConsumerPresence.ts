@@ -179,6 +179,63 @@ export const defaults = {
 const POOLED_BACKEND_AGE_MS = 10_000
 
 
+/** A registered consumer as an operator sees it (the admin API's consumers route). */
+export interface ConsumerInfo {
+  readonly id: string
+  readonly host: string
+  readonly pid: number
+  readonly startedAt: Date
+  readonly heartbeatAt: Date
+  /** Milliseconds since its last heartbeat, on the database's clock. */
+  readonly heartbeatAgeMs: number
+  /** Messages it holds now: leased by it, lease not expired. */
+  readonly inFlight: number
+  /** Whether it advertises a presence lock (session liveness); `false`: lease expiry only. */
+  readonly sessionLiveness: boolean
+}
+
+/**
+ * Every consumer registered in `schema` (validated here), by id, with its
+ * heartbeat age and how many messages it holds. Use it to show live workers;
+ * a consumer with session liveness off registers no row and is not listed.
+ */
+export const listConsumers = (
+  client: SqlClient.SqlClient,
+  schema: string
+): Effect.Effect<ReadonlyArray<ConsumerInfo>, InvalidInput | StoreError> =>
+  Effect.gen(function*() {
+    const sql = client.withoutTransforms()
+    const valid = yield* Validate.schemaName(schema)
+    // One statement; the in-flight count per consumer reads the partial leased_by index
+    // (leased rows only). Ages on the database's clock, like every lease.
+    const rows = yield* sql<{
+      id: string
+      host: string
+      pid: number
+      started_at: Date
+      heartbeat_at: Date
+      heartbeat_age_ms: number
+      in_flight: number
+      lock_key: number | null
+    }>`
+      SELECT c.id, c.host, c.pid, c.started_at, c.heartbeat_at, c.lock_key,
+             greatest(0, extract(epoch FROM now() - c.heartbeat_at) * 1000)::float8 AS heartbeat_age_ms,
+             (SELECT count(*)::int FROM ${sql(`${valid}.messages`)} AS m
+               WHERE m.leased_by = c.id AND m.lease_token IS NOT NULL AND m.visible_at > now()) AS in_flight
+        FROM ${sql(`${valid}.consumers`)} AS c
+       ORDER BY c.id`.pipe(classify("list consumers"))
+    return rows.map((r) => ({
+      id: r.id,
+      host: r.host,
+      pid: r.pid,
+      startedAt: r.started_at,
+      heartbeatAt: r.heartbeat_at,
+      heartbeatAgeMs: Math.round(r.heartbeat_age_ms),
+      inFlight: r.in_flight,
+      sessionLiveness: r.lock_key !== null
+    }))
+  })
+
 /**
  * The first key of every presence lock: a hash of the schema, so leasehold
  * installations in different schemas of one database never see each other's

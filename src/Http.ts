@@ -12,19 +12,23 @@
  *   `Observability.layerPrometheus()` is provided; 404 otherwise.
  *
  * The routes are an `HttpApi` ({@link Api}) built with `effect/http-api`, so
- * an application (or a later admin API) can add groups to the same API. No
+ * an application can add groups to the same API. {@link layerWithAdmin} adds
+ * the admin API (`Admin`), the dashboard at `/` and the OpenAPI document;
+ * {@link layerAdminServer} serves those without a consumer. No
  * response and no log line carries the database URL: every error detail goes
  * through the same redaction as leasehold's errors.
  *
  * @since 0.1.0
  */
 import { Context, Duration, Effect, Layer, Option, Schema } from "effect"
-import { HttpRouter, HttpServer, type HttpServerError } from "effect/http"
-import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
+import { HttpRouter, HttpServer, type HttpServerError, HttpServerResponse } from "effect/http"
+import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiScalar, HttpApiSchema, OpenApi } from "effect/http-api"
 import { SqlClient } from "effect/sql"
 import { createServer } from "node:http"
+import * as Admin from "./Admin.ts"
 import { Consumer } from "./Consumer.ts"
 import { ConsumerPresence } from "./ConsumerPresence.ts"
+import * as Dashboard from "./internal/dashboard.ts"
 import { seconds } from "./internal/format.ts"
 import { redactSecrets } from "./internal/redact.ts"
 import * as Migrations from "./Migrations.ts"
@@ -32,6 +36,7 @@ import { Prometheus, prometheusContentType } from "./Observability.ts"
 import { PgQueueStoreSettings } from "./PgQueueStore.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, type ConfigInvalid } from "./QueueError.ts"
+import type { QueueStore } from "./QueueStore.ts"
 
 /** `GET /healthz` 200: the claim loop is making progress. */
 export const Live = Schema.Struct({
@@ -237,14 +242,14 @@ export const metricsHandlers = HttpApiBuilder.group(Api, "metrics", (handlers) =
         : Effect.fail(new MetricsOff({ message: "Prometheus export is off: provide Observability.layerPrometheus()" })))
   }))
 
-const serve = (address: QueueConfig.HttpAddress, options: ProbeOptions) => {
+/** Serve `routes` on `address`, providing {@link Listening}. */
+const serveRoutes = <E, R>(address: QueueConfig.HttpAddress, routes: Layer.Layer<never, E, R>) => {
   // Loaded on first use: @effect/platform-node's HTTP server (and what it imports) costs a worker
   // that serves no HTTP ~30 MB of RSS when imported up front.
   const server = Layer.unwrap(Effect.map(
     Effect.promise(() => import("@effect/platform-node/NodeHttpServer")),
     (NodeHttpServer) => NodeHttpServer.layer(() => createServer(), { port: address.port, host: address.host })
   ))
-  const routes = HttpApiBuilder.layer(Api).pipe(Layer.provide([healthHandlers(options), metricsHandlers]))
   const listening = Layer.effect(
     Listening,
     Effect.map(HttpServer.HttpServer, (http) =>
@@ -256,6 +261,72 @@ const serve = (address: QueueConfig.HttpAddress, options: ProbeOptions) => {
   // No request log: probes and scrapes every few seconds would drown the worker's own lines.
   return Layer.merge(HttpRouter.serve(routes, { disableLogger: true }), listening).pipe(Layer.provide(server))
 }
+
+const serve = (address: QueueConfig.HttpAddress, options: ProbeOptions) =>
+  serveRoutes(address, HttpApiBuilder.layer(Api).pipe(Layer.provide([healthHandlers(options), metricsHandlers])))
+
+const apiDescription = "Operate leasehold queues: the admin routes under /api (changing ones need Authorization: Bearer " +
+  "LEASEHOLD_ADMIN_TOKEN), and the worker's health and metrics where it serves them."
+
+/** {@link Api} with the admin routes: what {@link layerWithAdmin} serves. */
+export const ApiWithAdmin = Api.add(Admin.AdminGroup).annotate(OpenApi.Title, "leasehold").annotate(OpenApi.Description, apiDescription)
+
+/** The API of a server without a consumer (`leasehold serve`): metrics and the admin routes. */
+export const AdminServerApi = HttpApi.make("leasehold").add(MetricsGroup, Admin.AdminGroup)
+  .annotate(OpenApi.Title, "leasehold")
+  .annotate(OpenApi.Description, apiDescription)
+
+/** The dashboard at `/`, the OpenAPI document at `/openapi.json` and its reference page at `/docs`. */
+const adminPages = <Groups extends HttpApiGroup.Constraint>(api: HttpApi.HttpApi<"leasehold", Groups>) =>
+  Layer.mergeAll(
+    HttpRouter.add("GET", "/", HttpServerResponse.html(Dashboard.html)),
+    HttpApiScalar.layer(api, { path: "/docs", scalar: { withDefaultFonts: false } })
+  )
+
+/** Where and how to serve the admin API too. */
+export interface AdminHttpOptions extends HttpOptions, Admin.AdminOptions {}
+
+/**
+ * {@link layer} plus the admin API (`/api/...`, see `Admin`), the dashboard
+ * page at `/`, the OpenAPI document at `/openapi.json` and its reference at
+ * `/docs`, on one server. Use it in a worker an operator should see and steer.
+ * Needs the `QueueStore` besides the `Consumer`; the changing routes need the
+ * admin token (`token`, else `LEASEHOLD_ADMIN_TOKEN`; neither: they answer 403).
+ */
+export const layerWithAdmin = (
+  options: AdminHttpOptions
+): Layer.Layer<Listening, ConfigInvalid | HttpServerError.ServeError, Consumer | QueueStore> =>
+  Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) => serveWithAdmin(address, options)))
+
+const serveWithAdmin = (address: QueueConfig.HttpAddress, options: ProbeOptions & Admin.AdminOptions) =>
+  serveRoutes(
+    address,
+    Layer.merge(
+      HttpApiBuilder.layer(ApiWithAdmin, { openapiPath: "/openapi.json" }).pipe(
+        Layer.provide([healthHandlers(options), metricsHandlers, Admin.layer(options)])
+      ),
+      adminPages(ApiWithAdmin)
+    )
+  )
+
+/**
+ * The admin API, the dashboard, the OpenAPI document and `/metrics` without a
+ * consumer: what `leasehold serve` runs against a database. Needs only the
+ * `QueueStore` (consumers are listed when it is `PgQueueStore`).
+ */
+export const layerAdminServer = (
+  options: AdminHttpOptions
+): Layer.Layer<Listening, ConfigInvalid | HttpServerError.ServeError, QueueStore> =>
+  Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) =>
+    serveRoutes(
+      address,
+      Layer.merge(
+        HttpApiBuilder.layer(AdminServerApi, { openapiPath: "/openapi.json" }).pipe(
+          Layer.provide([metricsHandlers, Admin.layer(options)])
+        ),
+        adminPages(AdminServerApi)
+      )
+    )))
 
 /**
  * Serve `/healthz`, `/readyz` and `/metrics` on `port` (bound to `host`,
@@ -284,4 +355,18 @@ export const layerFromEnv = (
   Layer.unwrap(Effect.map(QueueConfig.httpFromEnv, Option.match({
     onNone: (): Layer.Layer<never, HttpServerError.ServeError, Consumer> => Layer.empty,
     onSome: (address) => serve(address, options)
+  })))
+
+/**
+ * {@link layerWithAdmin} configured like {@link layerFromEnv} (`LEASEHOLD_HTTP_PORT`,
+ * `LEASEHOLD_HTTP_HOST`; no server while the port is unset), the token from
+ * `LEASEHOLD_ADMIN_TOKEN`. Use it in a worker whose deployment decides
+ * whether operators get the admin API and the dashboard.
+ */
+export const layerWithAdminFromEnv = (
+  options: ProbeOptions = {}
+): Layer.Layer<never, ConfigInvalid | HttpServerError.ServeError, Consumer | QueueStore> =>
+  Layer.unwrap(Effect.map(QueueConfig.httpFromEnv, Option.match({
+    onNone: (): Layer.Layer<never, HttpServerError.ServeError, Consumer | QueueStore> => Layer.empty,
+    onSome: (address) => serveWithAdmin(address, options)
   })))

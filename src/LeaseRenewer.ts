@@ -2,14 +2,15 @@
  * The renewer of one claim: a fiber that keeps the leases of every unfinished
  * message of the claim alive, in one fenced statement every lease/3, and a
  * watchdog that stops each handler when its lease is lost (or about to be:
- * the local deadline) or when it runs past its max runtime. One of each per
- * claim, however many messages it holds.
+ * the local deadline) or when it runs past its max runtime. A renewal that
+ * answers a message as cancelled by an operator stops its handler too. One of
+ * each per claim, however many messages it holds.
  *
  * @since 0.1.0
  */
-import { Cause, Clock, Effect, Exit, Fiber, Metric, Option, type Scope } from "effect"
+import { Cause, Clock, Effect, Exit, Fiber, Latch, Metric, Option, type Scope } from "effect"
 import type { Claim, ClaimRef, MessageId } from "./Message.ts"
-import { LeaseLost, MaxRuntimeExceeded, QueryFailed } from "./QueueError.ts"
+import { LeaseLost, MaxRuntimeExceeded, MessageCancelled, QueryFailed } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
 import { QueueStore } from "./QueueStore.ts"
 import * as Abandon from "./internal/abandon.ts"
@@ -31,8 +32,8 @@ export interface RenewerOptions {
   readonly maxRuntimeMs: (claim: Claim) => number
 }
 
-/** Why the watchdog stopped a handler. */
-export type Stopped = LeaseLost | MaxRuntimeExceeded
+/** Why the renewer or its watchdog stopped a handler. */
+export type Stopped = LeaseLost | MaxRuntimeExceeded | MessageCancelled
 
 /** A running renewer, as the consumer sees it. */
 export interface LeaseRenewer {
@@ -60,6 +61,12 @@ export interface LeaseRenewer {
   readonly watch: (id: MessageId, fiber: Fiber.Fiber<unknown, unknown>, startedAt: number) => void
   /** Why the watchdog stopped the handler of `id`, if it did. */
   readonly stopped: (id: MessageId) => Stopped | undefined
+  /**
+   * Renew now instead of at the next tick (the interval then counts from this renewal): an
+   * operator cancelled a message of this consumer's queues, and the renewal answer says
+   * whether it is one of this claim's. Safe to call at any time.
+   */
+  readonly renewNow: () => void
 }
 
 interface Entry {
@@ -169,10 +176,18 @@ export const start = (
         const startedAt = yield* Clock.currentTimeMillis
         const result = yield* renewStatement(sent.map((e) => e.ref))
         if (result._tag === "Success") {
-          const held = new Set(result.success)
+          const held = new Set(result.success.held)
           lastSuccess.at = startedAt
           lastSuccess.escalated = false
           for (const e of sent) if (held.has(e.ref.id)) e.renewedAt = startedAt
+          // An operator cancelled these: stop their handlers (still renewed until they finish, so
+          // the lease holds while their finalizers run and the cancel is written).
+          for (const id of result.success.cancelling) {
+            const e = entries.get(id)
+            if (e !== undefined && !e.finished) {
+              stopHandler(e, new MessageCancelled({ messageId: id, message: "cancelled by an operator while running; handler interrupted" }))
+            }
+          }
           // A message finished while the renewal was in flight is no longer ours to renew: its finishing
           // write cleared or deleted its token, so its absence from the answer is no double run.
           const missing = sent.filter((e) => !held.has(e.ref.id) && !e.finished)
@@ -213,10 +228,18 @@ export const start = (
         }
       })
 
+    /**
+     * Opened by `renewNow`: cuts the wait for the next renewal short. Open from the start for a
+     * claim of a message whose previous holder died (its lease expired or was reaped): a cancel
+     * asked for while that holder ran is heard at once, not after the handler ran for lease/3.
+     */
+    const early = Latch.makeUnsafe(claims.some((c) => c.leaseExpiries > 0))
     const loop = Effect.gen(function*() {
       const lastSuccess = { at: options.claimedAt, escalated: false }
+      const interval = Effect.sleep(Math.max(1, Math.floor(leaseMs / 3)))
       while (true) {
-        yield* Effect.sleep(Math.max(1, Math.floor(leaseMs / 3)))
+        yield* Effect.raceFirst(interval, early.await)
+        early.closeUnsafe()
         yield* renewOnce(lastSuccess)
       }
     }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
@@ -319,6 +342,9 @@ export const start = (
         if (e.stopped !== undefined) fiber.interruptUnsafe()
       },
       stopped: (id) => entry(id).stopped,
+      renewNow: () => {
+        early.openUnsafe()
+      },
       claimedAt: options.claimedAt,
       expiresAt: (id) => entry(id).renewedAt + leaseMs,
       loseAll: (reason, message) => markLost([...entries.values()].filter((e) => !e.finished), reason, message),

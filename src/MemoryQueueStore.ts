@@ -7,7 +7,18 @@
  * @since 0.1.0
  */
 import { Clock, Duration, Effect, Latch, Layer, Option } from "effect"
-import type { Attempt, Claim, DeadLetter, MessageId, MessageInfo, MessageState, QueueStats, SendResult } from "./Message.ts"
+import type {
+  Attempt,
+  CancelResult,
+  Claim,
+  DeadLetter,
+  MessageId,
+  MessageInfo,
+  MessageState,
+  QueueInfo,
+  QueueStats,
+  SendResult
+} from "./Message.ts"
 import type { InvalidInput } from "./QueueError.ts"
 import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as AttemptResult from "./internal/result.ts"
@@ -44,6 +55,8 @@ interface Row {
   lastError: string | null
   deadReason: string | null
   deadAt: number | null
+  /** When a cancel of this message, while running, was asked for. */
+  cancelRequestedAt: number | null
 }
 
 const message = (row: Row) => ({
@@ -74,7 +87,11 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
     const rows = new Map<bigint, Row>()
     /** Subscribers per queue, woken by sends of messages ready now. */
     const listeners = new Map<string, Set<Latch.Latch>>()
+    /** Subscribers per queue, woken by cancels of running messages. */
+    const cancelListeners = new Map<string, Set<Latch.Latch>>()
     const history: Array<Attempt> = []
+    /** Queues ever paused (a resumed one stays, unpaused), with when they were paused. */
+    const pauses = new Map<string, { paused: boolean; pausedAt: number | null }>()
     let nextId = 1n
     const limits: Validate.SendLimits = {
       maxPayloadBytes: options.maxPayloadBytes ?? defaults.maxPayloadBytes,
@@ -140,7 +157,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             dedupKey: m.dedupKey,
             lastError: null,
             deadReason: null,
-            deadAt: null
+            deadAt: null,
+            cancelRequestedAt: null
           })
           return { id: String(id) as MessageId, deduplicated: false }
         })
@@ -157,6 +175,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         const limit = yield* Validate.positiveInt("limit", options.limit, 10_000)
         const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
         const now = yield* Clock.currentTimeMillis
+        if (pauses.get(queue)?.paused === true) return []
         const picked = live(queue).filter((r) => r.visibleAt <= now).sort(claimOrder).slice(0, limit)
         // Same rule as SQL: a suspect (lease expired now or before) is claimed alone.
         const suspect = (r: Row) => r.leaseExpiries > 0 || r.leaseToken !== null
@@ -196,12 +215,16 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       Effect.gen(function*() {
         const leaseMs = yield* Validate.durationMs("lease", lease, { min: defaults.minLeaseMs }).pipe(Effect.orDie)
         const now = yield* Clock.currentTimeMillis
-        return claims.flatMap((c) => {
+        const stillHeld: Array<MessageId> = []
+        const cancelling: Array<MessageId> = []
+        for (const c of claims) {
           const row = held(c.id, c.leaseToken)
-          if (row === undefined) return []
+          if (row === undefined) continue
           row.visibleAt = now + leaseMs
-          return [c.id]
-        })
+          stillHeld.push(c.id)
+          if (row.cancelRequestedAt !== null) cancelling.push(c.id)
+        }
+        return { held: stillHeld, cancelling }
       })
 
     const ack: QueueStoreShape["ack"] = (ref) =>
@@ -240,12 +263,16 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
     /** Each completion as its single write would do it, then its history record; as one step. */
     const complete: QueueStoreShape["complete"] = (completions) =>
       Effect.gen(function*() {
-        const held: Array<MessageId> = []
+        const landedIds: Array<MessageId> = []
         for (const c of completions) {
           const f = c.finish
           // Read before the write (an ack deletes the row).
           const base = attemptBaseOf(c.ref.id)
-          const landed = f._tag === "Ack"
+          // Same rule as SQL: a retry, release or dead letter of a message flagged for cancel is a cancel.
+          const flagged = held(c.ref.id, c.ref.leaseToken)?.cancelRequestedAt != null &&
+            (f._tag === "Retry" || f._tag === "DeadLetter" || f._tag === "Release")
+          const cancelled = flagged || f._tag === "Cancel"
+          const landed = f._tag === "Ack" || cancelled
             ? yield* ack(c.ref)
             : f._tag === "Retry"
             ? yield* retry(c.ref, { delay: f.delayMs, error: f.error })
@@ -254,7 +281,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             : f._tag === "Release"
             ? yield* release(c.ref)
             : false
-          if (landed) held.push(c.ref.id)
+          if (landed) landedIds.push(c.ref.id)
           pushAttempt({
             messageId: c.ref.id,
             queue: c.queue,
@@ -263,12 +290,12 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             consumer: c.consumer,
             startedAt: c.startedAt,
             endedAt: new Date(yield* Clock.currentTimeMillis),
-            outcome: landed ? c.outcome : "lease-lost",
+            outcome: !landed ? "lease-lost" : cancelled ? "cancelled" : c.outcome,
             error: c.error,
             ...(c.result === undefined ? {} : { result: JSON.parse(c.result) })
           })
         }
-        return held
+        return landedIds
       })
 
     const redrive: QueueStoreShape["redrive"] = (filter) =>
@@ -315,6 +342,72 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         }))
       )
 
+    const pause: QueueStoreShape["pause"] = (queue) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        if (pauses.get(queue)?.paused !== true) pauses.set(queue, { paused: true, pausedAt: now })
+      })
+
+    const resume: QueueStoreShape["resume"] = (queue) =>
+      Effect.sync(() => {
+        const entry = pauses.get(queue)
+        if (entry?.paused !== true) return
+        pauses.set(queue, { paused: false, pausedAt: null })
+        // Idle consumers claim at once, as after a send.
+        for (const latch of listeners.get(queue) ?? []) latch.openUnsafe()
+      })
+
+    const queues: QueueStoreShape["queues"] = () =>
+      Effect.gen(function*() {
+        const names = new Set<string>([...pauses.keys()])
+        for (const row of rows.values()) names.add(row.queue)
+        for (const a of history) names.add(a.queue)
+        const out: Array<QueueInfo> = []
+        for (const queue of [...names].sort()) {
+          const counts = yield* Effect.orDie(stats(queue))
+          const entry = pauses.get(queue)
+          out.push({
+            ...counts,
+            paused: entry?.paused === true,
+            pausedAt: entry?.pausedAt == null ? null : new Date(entry.pausedAt)
+          })
+        }
+        return out
+      })
+
+    /** Cancel the given rows, in id order: flag the running ones, delete the others with a history row. */
+    const cancelRows = (targets: ReadonlyArray<Row>) =>
+      Effect.map(Clock.currentTimeMillis, (now) =>
+        [...targets].sort((a, b) => (a.id < b.id ? -1 : 1)).map((row): CancelResult => {
+          const id = String(row.id) as MessageId
+          if (stateOf(row, now) === "in-flight") {
+            row.cancelRequestedAt ??= now
+            for (const latch of cancelListeners.get(row.queue) ?? []) latch.openUnsafe()
+            return { id, result: "cancelling" }
+          }
+          rows.delete(row.id)
+          history.push({
+            messageId: id,
+            queue: row.queue,
+            task: row.task,
+            attempt: row.attemptBase + row.attempts,
+            consumer: "",
+            startedAt: new Date(now),
+            endedAt: new Date(now),
+            outcome: "cancelled",
+            error: null
+          })
+          return { id, result: "cancelled" }
+        }))
+
+    // Ids checked by `fromOperations`: valid and distinct.
+    const cancel: QueueStoreShape["cancel"] = (ids) =>
+      Effect.suspend(() => cancelRows(ids.flatMap((id) => rows.get(BigInt(id)) ?? [])))
+
+    const cancelWhere: QueueStoreShape["cancelWhere"] = (filter) =>
+      Effect.suspend(() =>
+        cancelRows([...rows.values()].filter((r) => r.queue === filter.queue && (filter.task === undefined || r.task === filter.task)))
+      )
+
     const attemptBaseOf = (id: MessageId): number => rows.get(BigInt(id))?.attemptBase ?? 0
 
     /** Keep a record as SQL would: error text bounded, a result bounded as JSON, null or undefined as none. */
@@ -342,17 +435,22 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         return removed
       })
 
-    const sends: QueueStoreShape["sends"] = (queues) =>
+    /** A latch opened by what `registry` hears about `queues`, for the life of the current scope. */
+    const subscribe = (registry: Map<string, Set<Latch.Latch>>, queues: ReadonlyArray<string>) =>
       Effect.gen(function*() {
         const latch = yield* Latch.make(false)
         for (const queue of queues) {
-          const set = listeners.get(queue) ?? new Set()
+          const set = registry.get(queue) ?? new Set()
           set.add(latch)
-          listeners.set(queue, set)
+          registry.set(queue, set)
         }
-        yield* Effect.addFinalizer(() => Effect.sync(() => queues.forEach((q) => listeners.get(q)?.delete(latch))))
+        yield* Effect.addFinalizer(() => Effect.sync(() => queues.forEach((q) => registry.get(q)?.delete(latch))))
         return Effect.andThen(latch.await, latch.close)
       })
+
+    const sends: QueueStoreShape["sends"] = (queues) => subscribe(listeners, queues)
+
+    const cancels: QueueStoreShape["cancels"] = (queues) => subscribe(cancelListeners, queues)
 
     /** Where a row stands at `now`, as `stats` counts it. */
     const stateOf = (row: Row, now: number): MessageState =>
@@ -365,6 +463,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         state,
         visibleAt: state === "dead" ? null : new Date(row.visibleAt),
         leasedBy: state === "in-flight" ? row.leasedBy : null,
+        leasedAt: state === "in-flight" && row.leasedAt !== null ? new Date(row.leasedAt) : null,
         deadReason: row.deadReason,
         deadAt: row.deadAt === null ? null : new Date(row.deadAt)
       }
@@ -438,12 +537,18 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       redrive,
       purge,
       deadLetters,
+      pause,
+      resume,
+      queues,
+      cancel,
+      cancelWhere,
       get,
       messages,
       recordAttempt,
       attempts,
       pruneAttempts,
       sends,
+      cancels,
       stats,
       depths,
       nextVisibleAt

@@ -113,8 +113,37 @@ export interface QueueStats {
   readonly oldestReadyAgeMs: number
 }
 
+/**
+ * A queue as operators list it (`QueueStore.queues`): its counts, and whether it is paused
+ * (claimed by no consumer; messages still accepted, in-flight ones finish normally).
+ */
+export interface QueueInfo extends QueueStats {
+  readonly paused: boolean
+  /** When it was paused; `null` when it is not. */
+  readonly pausedAt: Date | null
+}
+
+/**
+ * What a cancel did to one message: `cancelled` (it was ready, delayed or dead: removed at
+ * once, its history records `cancelled`) or `cancelling` (it is running: flagged, and its
+ * consumer stops the handler and removes it at its next lease renewal).
+ */
+export interface CancelResult {
+  readonly id: MessageId
+  readonly result: "cancelled" | "cancelling"
+}
+
 /** How an attempt ended, as kept in the attempt history. */
-export const AttemptOutcome = Schema.Literals(["acked", "retried", "dead-lettered", "released", "lease-lost", "lease-expired", "redriven"])
+export const AttemptOutcome = Schema.Literals([
+  "acked",
+  "retried",
+  "dead-lettered",
+  "released",
+  "lease-lost",
+  "lease-expired",
+  "redriven",
+  "cancelled"
+])
 /** @see {@link AttemptOutcome} */
 export type AttemptOutcome = typeof AttemptOutcome.Type
 
@@ -166,6 +195,8 @@ export const MessageInfo = Schema.Struct({
   visibleAt: Schema.NullOr(Schema.Date),
   /** The consumer holding the lease, while in flight; `null` otherwise. */
   leasedBy: Schema.NullOr(Schema.String),
+  /** When the current claim was taken, while in flight (how long it has run); `null` otherwise. */
+  leasedAt: Schema.NullOr(Schema.Date),
   /** Why it was dead-lettered, when dead. */
   deadReason: Schema.NullOr(Schema.String),
   /** When it was dead-lettered, when dead. */

@@ -11,6 +11,7 @@ import attemptsAndLeaseExpiries from "./migrations/0002_attempts_and_lease_expir
 import consumers from "./migrations/0003_consumers.ts"
 import redrivenHistory from "./migrations/0004_redriven_history.ts"
 import attemptResults from "./migrations/0005_attempt_results.ts"
+import pauseAndCancel from "./migrations/0006_pause_and_cancel.ts"
 import { classify, type InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
 
@@ -23,7 +24,8 @@ const all: ReadonlyArray<readonly [id: number, name: string, make: (schema: stri
   [2, "attempts_and_lease_expiries", attemptsAndLeaseExpiries],
   [3, "consumers", consumers],
   [4, "redriven_history", redrivenHistory],
-  [5, "attempt_results", attemptResults]
+  [5, "attempt_results", attemptResults],
+  [6, "pause_and_cancel", pauseAndCancel]
 ]
 
 /** The ids and names of every migration, in order: what a fully migrated schema has run. */

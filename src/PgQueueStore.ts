@@ -8,8 +8,19 @@
 import { PgClient, PgTypes } from "@effect/sql-pg"
 import { Clock, Context, Deferred, Duration, Effect, Fiber, Latch, Layer, Option, Queue, Result, type Scope, type Tracer } from "effect"
 import { Reactivity } from "effect/reactivity"
-import { SqlClient } from "effect/sql"
-import type { Attempt, Claim, DeadLetter, MessageId, MessageInfo, MessageState, QueueStats, SendResult } from "./Message.ts"
+import { SqlClient, type SqlError } from "effect/sql"
+import type {
+  Attempt,
+  CancelResult,
+  Claim,
+  DeadLetter,
+  MessageId,
+  MessageInfo,
+  MessageState,
+  QueueInfo,
+  QueueStats,
+  SendResult
+} from "./Message.ts"
 import * as Migrations from "./Migrations.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, type ConfigInvalid, InvalidInput, type StoreError } from "./QueueError.ts"
@@ -75,6 +86,7 @@ interface MessageRow {
   readonly visible_at: Date
   readonly lease_token: string | null
   readonly leased_by: string | null
+  readonly leased_at: Date | null
   readonly dedup_key: string | null
   readonly last_error: string | null
   readonly dead_reason: string | null
@@ -113,6 +125,7 @@ const toInfo = (row: InfoRow): MessageInfo => ({
   state: row.view_state,
   visibleAt: row.view_state === "dead" ? null : row.visible_at,
   leasedBy: row.view_state === "in-flight" ? row.leased_by : null,
+  leasedAt: row.view_state === "in-flight" ? row.leased_at : null,
   deadReason: row.dead_reason,
   deadAt: row.dead_at
 })
@@ -256,6 +269,9 @@ export const make = (
     const sql = (yield* SqlClient.SqlClient).withoutTransforms()
     const table = sql(`${schema}.messages`)
     const attemptsTable = sql(`${schema}.attempts`)
+    const queuesTable = sql(`${schema}.queues`)
+    /** Subscribers of `cancels`, per queue: opened by the `sends` listeners of this store. */
+    const cancelListeners = new Map<string, Set<Latch.Latch>>()
     const leaseSql = (yield* makeLeaseClient(options.leasePool)) ?? sql
     const pg = yield* Effect.serviceOption(PgClient.PgClient)
     const channel = notifyChannel(schema)
@@ -429,6 +445,9 @@ export const make = (
                    leased_by AS prev_consumer, leased_at AS prev_leased_at
             FROM ${table}
             WHERE queue = ${queue} AND state = 'ready' AND visible_at <= coalesce(${now}::timestamptz, now())
+              -- A paused queue gives nothing. Uncorrelated: planned as a one-time filter (an
+              -- InitPlan, one primary-key probe per claim), never evaluated per row.
+              AND NOT EXISTS (SELECT 1 FROM ${queuesTable} WHERE name = ${queue} AND paused)
             ORDER BY priority, visible_at, id
             LIMIT ${limit}
             FOR UPDATE SKIP LOCKED
@@ -471,18 +490,19 @@ export const make = (
 
     const renew: QueueStoreShape["renew"] = (claims, lease) =>
       Effect.gen(function*() {
-        if (claims.length === 0) return []
+        if (claims.length === 0) return { held: [], cancelling: [] }
         const leaseMs = yield* Validate.durationMs("lease", lease, { min: defaults.minLeaseMs }).pipe(Effect.orDie)
         const now = yield* currentTime
         const refs = JSON.stringify(claims.map((c) => ({ id: c.id, token: c.leaseToken })))
-        // One statement for the whole claim; only rows whose token still matches move.
-        const rows = yield* leaseSql<{ id: bigint }>`
+        // One statement for the whole claim; only rows whose token still matches move. The
+        // cancel flag rides along: a held message an operator cancelled is told to stop.
+        const rows = yield* leaseSql<{ id: bigint; cancelling: boolean }>`
           UPDATE ${table} AS m
           SET visible_at = coalesce(${now}::timestamptz, now()) + ${leaseMs}::bigint * interval '1 millisecond'
           FROM jsonb_to_recordset(${refs}::jsonb) AS c(id bigint, token uuid)
           WHERE m.id = c.id AND m.lease_token = c.token AND m.state = 'ready'
-          RETURNING m.id`
-        return ids(rows)
+          RETURNING m.id, m.cancel_requested_at IS NOT NULL AS cancelling`
+        return { held: ids(rows), cancelling: ids(rows.filter((row) => row.cancelling)) }
       }).pipe((e) => op("renew", claims.length === 1 ? { count: 1, messageId: claims[0]!.id } : { count: claims.length }, e))
 
     const ack: QueueStoreShape["ack"] = (ref) =>
@@ -543,7 +563,7 @@ export const make = (
 
     /**
      * Many finishing writes and their history records in one statement, one commit.
-     * The completions travel as one array per column. Acks are a fenced DELETE; the
+     * The completions travel as one array per column. Acks (and cancels) are a fenced DELETE; the
      * rest one fenced UPDATE whose columns follow the kind (as `retry`, `release`
      * and `deadLetter` write them one by one); both RETURN the ids that still
      * matched their token, and the history INSERT reads those to tell each
@@ -590,9 +610,13 @@ export const make = (
               ${textArray(error)}, ${textArray(result)}::jsonb[]
             ) AS i(id, token, kind, delay_ms, last_error, reason, queue, task, attempt, consumer, started_at, outcome, error, result)
           ), acked AS (
+            -- A retry, release or dead letter of a message whose cancel was asked for while it ran
+            -- (the handler ended before the flag reached it) is a cancel: deleted, never run again.
             DELETE FROM ${table} AS m USING items AS i
-            WHERE i.kind = 'Ack' AND m.id = i.id AND m.lease_token = i.token
-            RETURNING m.id
+            WHERE m.id = i.id AND m.lease_token = i.token
+              AND (i.kind IN ('Ack', 'Cancel')
+                   OR (i.kind IN ('Retry', 'DeadLetter', 'Release') AND m.cancel_requested_at IS NOT NULL))
+            RETURNING m.id, i.kind <> 'Ack' AS cancelled
           ), updated AS (
             UPDATE ${table} AS m SET
               visible_at  = CASE WHEN i.kind IN ('Retry', 'Release')
@@ -608,6 +632,7 @@ export const make = (
               lease_token = NULL, leased_by = NULL, leased_at = NULL
             FROM items AS i
             WHERE i.kind IN ('Retry', 'DeadLetter', 'Release') AND m.id = i.id AND m.lease_token = i.token
+              AND m.cancel_requested_at IS NULL
             RETURNING m.id
           ), held AS (
             SELECT id FROM acked UNION ALL SELECT id FROM updated
@@ -617,7 +642,8 @@ export const make = (
                    -- Numbered on after a redrive (the row as it was before this statement).
                    i.attempt + coalesce((SELECT b.attempt_base FROM ${table} AS b WHERE b.id = i.id), 0),
                    i.consumer, i.started_at, coalesce(${now}::timestamptz, now()),
-                   CASE WHEN i.id IN (SELECT id FROM held) THEN i.outcome ELSE 'lease-lost' END, i.error, i.result
+                   CASE WHEN i.id IN (SELECT id FROM acked WHERE cancelled) THEN 'cancelled'
+                        WHEN i.id IN (SELECT id FROM held) THEN i.outcome ELSE 'lease-lost' END, i.error, i.result
             FROM items AS i
           )
           SELECT id FROM held`
@@ -677,6 +703,129 @@ export const make = (
         Effect.map((rows) => rows.map(toDeadLetter)),
         (e) => op("deadLetters", { queue: filter.queue ?? "*" }, e)
       )
+
+    // Upsert: the first pause of a queue makes its row. Pausing a paused queue keeps the
+    // time it was first paused.
+    const pause: QueueStoreShape["pause"] = (queue) =>
+      Effect.gen(function*() {
+        const now = yield* currentTime
+        yield* sql`
+          INSERT INTO ${queuesTable} AS q (name, paused, paused_at) VALUES (${queue}, true, coalesce(${now}::timestamptz, now()))
+          ON CONFLICT (name) DO UPDATE SET paused = true, paused_at = CASE WHEN q.paused THEN q.paused_at ELSE excluded.paused_at END`
+      }).pipe((e) => op("pause", { queue }, e))
+
+    // The row stays (unpaused), so the queue stays listed. Idle consumers hear of it as of a
+    // send (the same NOTIFY, delivered at commit), only when the queue was in fact paused.
+    const resume: QueueStoreShape["resume"] = (queue) =>
+      sql`
+        WITH resumed AS (
+          UPDATE ${queuesTable} SET paused = false, paused_at = NULL WHERE name = ${queue} AND paused RETURNING name
+        )
+        SELECT pg_notify(${channel}, name) FROM resumed`.pipe(Effect.asVoid, (e) => op("resume", { queue }, e))
+
+    // The names of every queue with messages (live or dead), history or a pause row. Each
+    // source is read by a skip scan (a recursive CTE hopping from one queue name to the next
+    // through an index whose first column is the queue), so the cost follows the number of
+    // queues, not of rows: dashboards call this every few seconds.
+    const queueNames = sql<{ queue: string; paused: boolean; paused_at: Date | null }>`
+      WITH RECURSIVE live(queue) AS (
+        (SELECT queue FROM ${table} WHERE state = 'ready' ORDER BY queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT m.queue FROM ${table} AS m WHERE m.state = 'ready' AND m.queue > live.queue ORDER BY m.queue LIMIT 1)
+        FROM live WHERE live.queue IS NOT NULL
+      ), dead(queue) AS (
+        (SELECT queue FROM ${table} WHERE state = 'dead' ORDER BY queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT m.queue FROM ${table} AS m WHERE m.state = 'dead' AND m.queue > dead.queue ORDER BY m.queue LIMIT 1)
+        FROM dead WHERE dead.queue IS NOT NULL
+      ), recorded(queue) AS (
+        (SELECT queue FROM ${attemptsTable} ORDER BY queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT a.queue FROM ${attemptsTable} AS a WHERE a.queue > recorded.queue ORDER BY a.queue LIMIT 1)
+        FROM recorded WHERE recorded.queue IS NOT NULL
+      ), names(queue) AS (
+        SELECT queue FROM live UNION SELECT queue FROM dead UNION SELECT queue FROM recorded
+        UNION SELECT name FROM ${queuesTable}
+      )
+      SELECT n.queue, coalesce(q.paused, false) AS paused, q.paused_at
+      FROM names AS n LEFT JOIN ${queuesTable} AS q ON q.name = n.queue
+      WHERE n.queue IS NOT NULL
+      ORDER BY n.queue`
+
+    const queues: QueueStoreShape["queues"] = () =>
+      Effect.gen(function*() {
+        const names = yield* queueNames
+        if (names.length === 0) return []
+        const counts = yield* Effect.orDie(depths(names.map((n) => n.queue)))
+        return names.map((n, k): QueueInfo => ({ ...counts[k]!, paused: n.paused, pausedAt: n.paused_at }))
+      }).pipe((e) => op("queues", {}, e))
+
+    /**
+     * Cancel the messages `lock` selects, in one transaction of two statements. The first
+     * locks them (waiting for a claim or finishing write in flight, so what it reads is
+     * settled) and says which are running; the second deletes the others, recording a
+     * `cancelled` history row for each, and flags the running ones for their consumer. The
+     * two writes touch only the ids the first statement locked.
+     */
+    const cancelLocked = (
+      lock: (now: Date | null) => Effect.Effect<ReadonlyArray<{ id: bigint; running: boolean }>, SqlError.SqlError>
+    ) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const now = yield* currentTime
+        const locked = yield* lock(now)
+        if (locked.length === 0) return []
+        const rows = yield* sql<{ id: bigint; result: CancelResult["result"] }>`
+          WITH items AS (
+            SELECT * FROM unnest(${textArray(locked.map((r) => String(r.id)))}::bigint[], ${array(locked.map((r) => r.running), PgTypes.OID.bool)})
+              AS i(id, running)
+          ), removed AS (
+            DELETE FROM ${table} AS m USING items AS i WHERE m.id = i.id AND NOT i.running
+            RETURNING m.id, m.queue, m.task, m.attempt_base + m.attempts AS attempt
+          ), flagged AS (
+            UPDATE ${table} AS m SET cancel_requested_at = coalesce(m.cancel_requested_at, coalesce(${now}::timestamptz, now()))
+            FROM items AS i WHERE m.id = i.id AND i.running
+            RETURNING m.id, m.queue
+          ), announced AS (
+            -- Consumers renew at once on hearing it (delivered at commit; see cancels).
+            SELECT count(pg_notify(${channel}, 'cancel ' || queue)) AS n FROM (SELECT DISTINCT queue FROM flagged) AS q
+          ), recorded AS (
+            INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
+            SELECT id, queue, task, attempt, '', coalesce(${now}::timestamptz, now()), coalesce(${now}::timestamptz, now()),
+                   'cancelled', NULL
+            FROM removed
+          )
+          SELECT id, 'cancelled' AS result FROM removed
+          UNION ALL
+          SELECT id, 'cancelling' AS result FROM flagged CROSS JOIN announced
+          ORDER BY id`
+        return rows.map((row): CancelResult => ({ id: String(row.id) as MessageId, result: row.result }))
+      }))
+
+    // Running, in both selections below: leased, the lease not expired (as `stats` counts in
+    // flight). A message whose lease expired has no holder that can still finish it: it is
+    // deleted at once (should its holder still be at it, its renewal finds it gone).
+    // Ids checked by `fromOperations`: valid and distinct.
+    const cancel: QueueStoreShape["cancel"] = (cancelIds) =>
+      cancelLocked((now) =>
+        sql<{ id: bigint; running: boolean }>`
+          SELECT id, (state = 'ready' AND lease_token IS NOT NULL AND visible_at > coalesce(${now}::timestamptz, now())) AS running
+          FROM ${table}
+          WHERE id = ANY(${textArray(cancelIds)}::bigint[])
+          ORDER BY id
+          FOR UPDATE`
+      ).pipe((e) => op("cancel", { count: cancelIds.length }, e))
+
+    // Every message of the queue (of one task, if given); the rows locked in id order, so two
+    // bulk cancels of one queue cannot deadlock.
+    const cancelWhere: QueueStoreShape["cancelWhere"] = (filter) =>
+      cancelLocked((now) =>
+        sql<{ id: bigint; running: boolean }>`
+          SELECT id, (state = 'ready' AND lease_token IS NOT NULL AND visible_at > coalesce(${now}::timestamptz, now())) AS running
+          FROM ${table}
+          WHERE queue = ${filter.queue} AND (${filter.task ?? null}::text IS NULL OR task = ${filter.task ?? null})
+          ORDER BY id
+          FOR UPDATE`
+      ).pipe((e) => op("cancelWhere", { queue: filter.queue, task: filter.task ?? "*" }, e))
 
     const recordAttempt: QueueStoreShape["recordAttempt"] = (a) =>
       sql`
@@ -756,6 +905,7 @@ export const make = (
         if (pg._tag === "None") return Effect.never // no LISTEN without a PgClient: consumers poll
         const wanted = new Set(queues)
         const listening = yield* Deferred.make<void>()
+        const cancelPrefix = "cancel "
         // One connection of its own per subscription, not one held from the main pool (a small
         // pool would lose a slot for good). When it dies, listen again after a pause; meanwhile
         // consumers poll.
@@ -769,6 +919,12 @@ export const make = (
           while (true) {
             const notification = yield* Queue.take(notifications)
             if (wanted.has(notification.payload)) yield* latch.open
+            // A cancel of running messages, announced on the same channel (queue names have no spaces).
+            else if (notification.payload.startsWith(cancelPrefix)) {
+              for (const cancelled of cancelListeners.get(notification.payload.slice(cancelPrefix.length)) ?? []) {
+                cancelled.openUnsafe()
+              }
+            }
           }
         })).pipe(
           Effect.catchCause((cause) =>
@@ -783,6 +939,19 @@ export const make = (
         yield* Effect.addFinalizer(() => Effect.asVoid(Abandon.within(Fiber.interrupt(listener), 1_000)))
         // Sends made after this returns must be heard: wait (boundedly) until LISTEN is in place.
         yield* Deferred.await(listening).pipe(Effect.timeoutOption(5_000))
+        return Effect.andThen(latch.await, latch.close)
+      })
+
+    // Heard by the listener of `sends`, which opens these latches on a `cancel <queue>` payload.
+    const cancels: QueueStoreShape["cancels"] = (queues) =>
+      Effect.gen(function*() {
+        const latch = yield* Latch.make(false)
+        for (const queue of queues) {
+          const set = cancelListeners.get(queue) ?? new Set()
+          set.add(latch)
+          cancelListeners.set(queue, set)
+        }
+        yield* Effect.addFinalizer(() => Effect.sync(() => queues.forEach((q) => cancelListeners.get(q)?.delete(latch))))
         return Effect.andThen(latch.await, latch.close)
       })
 
@@ -895,12 +1064,18 @@ export const make = (
       redrive,
       purge,
       deadLetters,
+      pause,
+      resume,
+      queues,
+      cancel,
+      cancelWhere,
       get,
       messages,
       recordAttempt,
       attempts,
       pruneAttempts,
       sends,
+      cancels,
       stats,
       depths,
       nextVisibleAt

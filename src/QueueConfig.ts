@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Config, Duration, Effect, Layer, Option, type Redacted } from "effect"
+import { Config, Duration, Effect, Layer, Option, Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import * as os from "node:os"
 import * as Validate from "./internal/validate.ts"
@@ -399,4 +399,44 @@ export const httpFromEnv: Effect.Effect<Option.Option<HttpAddress>, ConfigInvali
   if (port === undefined) return Option.none()
   if (!/^\d+$/.test(port)) return yield* invalid(httpVariables.port, "a whole number from 0 to 65535", port)
   return Option.some(yield* httpAddress({ port: Number(port), host: yield* read(httpVariables.host) }, "env"))
+})
+
+/**
+ * The admin API's variable (see `Admin`): `LEASEHOLD_ADMIN_TOKEN`, the bearer
+ * token every changing route requires (unset: those routes answer 403).
+ */
+export const adminVariables = { token: "LEASEHOLD_ADMIN_TOKEN" } as const
+
+/** Shortest admin token accepted: a guessable token would guard nothing. */
+export const adminTokenMinLength = 16
+const adminTokenRule = `at least ${adminTokenMinLength} characters, no whitespace`
+
+/**
+ * Check an admin token given in code or read from the environment (`source`
+ * picks the name errors use). The error never quotes the token.
+ */
+export const adminToken = (
+  token: Redacted.Redacted,
+  source: "code" | "env" = "code"
+): Effect.Effect<Redacted.Redacted, ConfigInvalid> => {
+  const value = Redacted.value(token)
+  if (value.length >= adminTokenMinLength && !/\s/.test(value)) return Effect.succeed(token)
+  const variable = source === "env" ? adminVariables.token : "adminToken"
+  return Effect.fail(
+    new ConfigInvalid({
+      variable,
+      rule: adminTokenRule,
+      message: `${variable} is invalid (${value.length} characters); expected ${adminTokenRule}`
+    })
+  )
+}
+
+/** The admin token from `LEASEHOLD_ADMIN_TOKEN`; none while it is unset or empty (changing routes then answer 403). */
+export const adminTokenFromEnv: Effect.Effect<Option.Option<Redacted.Redacted>, ConfigInvalid> = Effect.gen(function*() {
+  const read = yield* Effect.mapError(
+    Config.option(Config.Redacted(adminVariables.token)),
+    (e) => new ConfigInvalid({ variable: adminVariables.token, rule: "readable", message: `${adminVariables.token}: ${e.message}` })
+  )
+  if (Option.isNone(read) || Redacted.value(read.value) === "") return Option.none()
+  return Option.some(yield* adminToken(read.value, "env"))
 })

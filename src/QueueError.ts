@@ -160,6 +160,16 @@ export class MaxRuntimeExceeded extends Schema.TaggedError<MaxRuntimeExceeded>()
   message: Schema.String
 }) {}
 
+/**
+ * An operator cancelled a running message (`QueueStore.cancel`): its consumer heard it in a
+ * lease renewal and interrupted the handler. The message is deleted, never retried or
+ * dead-lettered; its history says `cancelled`.
+ */
+export class MessageCancelled extends Schema.TaggedError<MessageCancelled>()("MessageCancelled", {
+  messageId: Schema.String,
+  message: Schema.String
+}) {}
+
 /** A configuration value is invalid: `variable` names it, `rule` says what it must be. */
 export class ConfigInvalid extends Schema.TaggedError<ConfigInvalid>()("ConfigInvalid", {
   variable: Schema.String,

@@ -30,6 +30,8 @@ export const renewalFailures = Metric.counter("leasehold_lease_renewal_failures"
 export const leasesLost = Metric.counter("leasehold_leases_lost", { description: "Leases lost, by reason" })
 /** The lease-lost counter for one reason. */
 export const leaseLostBy = (reason: string) => Metric.withAttributes(leasesLost, { reason })
+/** Running messages stopped because an operator cancelled them (their handlers interrupted). */
+export const cancelled = Metric.counter("leasehold_messages_cancelled", { description: "Running messages cancelled by an operator" })
 /** Acks that found the lease gone: another consumer ran or is running the message. */
 export const doubleRuns = Metric.counter("leasehold_double_runs", { description: "Acks that found the lease taken" })
 /** Renewers that did not stop within the stop timeout. */
@@ -70,6 +72,10 @@ export const taskDeadLettered = Metric.counter("leasehold_task_messages_dead_let
 })
 /** Messages released (the attempt given back), by `queue` and `task`. */
 export const taskReleased = Metric.counter("leasehold_task_messages_released", { description: "Messages released, by queue and task" })
+/** Running messages cancelled by an operator (their handlers interrupted), by `queue` and `task`. */
+export const taskCancelled = Metric.counter("leasehold_task_messages_cancelled", {
+  description: "Running messages cancelled by an operator, by queue and task"
+})
 /** Leases lost, by `queue`, `task` and `reason`. */
 export const taskLeasesLost = Metric.counter("leasehold_task_leases_lost", { description: "Leases lost, by queue, task and reason" })
 const waitTimeBoundaries = Metric.exponentialBoundaries({ start: 1, factor: 2, count: 24 })
@@ -92,6 +98,7 @@ export interface TaskMetrics {
   readonly retried: Metric.Metric<number, Metric.CounterState<number>>
   readonly deadLettered: Metric.Metric<number, Metric.CounterState<number>>
   readonly released: Metric.Metric<number, Metric.CounterState<number>>
+  readonly cancelled: Metric.Metric<number, Metric.CounterState<number>>
   readonly handlerDuration: Metric.Metric<number, Metric.HistogramState>
   readonly waitTime: Metric.Metric<number, Metric.HistogramState>
   /** The lease-lost counter of this queue and task for `reason`. */
@@ -132,6 +139,7 @@ const makeTaskMetrics = (queue: string, task: string): TaskMetrics => {
     retried: counterOf(taskRetried, attributes),
     deadLettered: counterOf(taskDeadLettered, attributes),
     released: counterOf(taskReleased, attributes),
+    cancelled: counterOf(taskCancelled, attributes),
     handlerDuration: histogramOf(handlerDuration, handlerDurationBoundaries, attributes),
     waitTime: histogramOf(waitTime, waitTimeBoundaries, attributes),
     leaseLost: (reason) => {

@@ -9,6 +9,7 @@ import { Context, type Duration, Effect, Option, type Scope } from "effect"
 import * as Validate from "./internal/validate.ts"
 import type {
   Attempt,
+  CancelResult,
   Claim,
   ClaimRef,
   DeadLetter,
@@ -16,6 +17,7 @@ import type {
   MessageInfo,
   MessageState,
   NewMessage,
+  QueueInfo,
   QueueStats,
   SendResult
 } from "./Message.ts"
@@ -44,6 +46,23 @@ export interface MessagesOptions {
   readonly after?: MessageId | undefined
 }
 
+/** Which messages {@link QueueStoreShape.cancelWhere} cancels: every message of a queue, or of one task in it. */
+export interface CancelFilter {
+  readonly queue: string
+  readonly task?: string | undefined
+}
+
+/** What {@link QueueStoreShape.renew} answers. */
+export interface Renewed {
+  /** The ids still held (their leases extended); one missing was reclaimed or deleted. */
+  readonly held: ReadonlyArray<MessageId>
+  /**
+   * Of the held ids, those an operator asked to cancel: their holder stops the handler
+   * and finishes them with `Cancel`.
+   */
+  readonly cancelling: ReadonlyArray<MessageId>
+}
+
 /** The finishing write of one message, as {@link QueueStoreShape.complete} takes it. */
 export type Finish =
   | { readonly _tag: "Ack" }
@@ -52,6 +71,8 @@ export type Finish =
   | { readonly _tag: "Release" }
   /** Write nothing (the lease is known lost): only the history record. */
   | { readonly _tag: "Forget" }
+  /** Delete a message whose cancel was asked for (its handler stopped); the history says `cancelled`. */
+  | { readonly _tag: "Cancel" }
 
 /** One finished run for {@link QueueStoreShape.complete}: the fenced write and its history record. */
 export interface Completion {
@@ -95,11 +116,12 @@ export interface QueueStoreShape {
    */
   readonly claim: (queue: string, options: ClaimOptions) => Effect.Effect<ReadonlyArray<Claim>, InvalidInput | StoreError>
   /**
-   * Extend the leases of many claims in one statement. Returns the ids still
-   * held: an id missing from the answer was reclaimed by another consumer or
-   * deleted, and its holder must stop.
+   * Extend the leases of many claims in one statement. Answers the ids still
+   * held (an id missing was reclaimed by another consumer or deleted, and its
+   * holder must stop) and, of those, the ones flagged by `cancel` (their
+   * holder must stop the handler and finish them with `Cancel`).
    */
-  readonly renew: (claims: ReadonlyArray<ClaimRef>, lease: Duration.Input) => Effect.Effect<ReadonlyArray<MessageId>, StoreError>
+  readonly renew: (claims: ReadonlyArray<ClaimRef>, lease: Duration.Input) => Effect.Effect<Renewed, StoreError>
   /** Delete a finished message. `false`: the lease was lost, someone else holds or finished it. */
   readonly ack: (claim: ClaimRef) => Effect.Effect<boolean, StoreError>
   /**
@@ -147,6 +169,29 @@ export interface QueueStoreShape {
     queue: string,
     options?: MessagesOptions
   ) => Effect.Effect<ReadonlyArray<MessageInfo>, InvalidInput | StoreError>
+  /**
+   * Stop consuming `queue`: no consumer claims from it until `resume` (sends are still
+   * accepted; messages in flight finish normally). Pausing a paused queue changes nothing.
+   */
+  readonly pause: (queue: string) => Effect.Effect<void, InvalidInput | StoreError>
+  /** Let consumers claim from `queue` again, waking idle ones at once (as a send does). */
+  readonly resume: (queue: string) => Effect.Effect<void, InvalidInput | StoreError>
+  /**
+   * Every queue that has messages, attempt history or has been paused, by name, with its
+   * counts (as `stats` gives them) and whether it is paused. For operators and dashboards.
+   */
+  readonly queues: () => Effect.Effect<ReadonlyArray<QueueInfo>, StoreError>
+  /**
+   * Cancel messages by id: a ready, delayed or dead one is deleted at once (`cancelled`,
+   * recorded in its history); a running one is flagged (`cancelling`), and its consumer
+   * stops the handler when a renewal answers the flag (at once when it hears of the cancel
+   * through {@link QueueStoreShape.cancels}, else at its next renewal) and deletes it. Ids of no message (finished,
+   * never sent, malformed) are simply absent from the answer, which is in id order.
+   * Cancelling a message already `cancelling` answers `cancelling` again.
+   */
+  readonly cancel: (ids: ReadonlyArray<MessageId>) => Effect.Effect<ReadonlyArray<CancelResult>, StoreError>
+  /** Cancel, as {@link QueueStoreShape.cancel} does, every message of a queue (or of one task in it). */
+  readonly cancelWhere: (filter: CancelFilter) => Effect.Effect<ReadonlyArray<CancelResult>, InvalidInput | StoreError>
   /** Keep the record of a finished attempt (bounded by {@link QueueStoreShape.pruneAttempts}). */
   readonly recordAttempt: (attempt: Attempt) => Effect.Effect<void, StoreError>
   /** The attempt history of a message, oldest first. */
@@ -170,6 +215,15 @@ export interface QueueStoreShape {
    * for correctness.
    */
   readonly sends: (queues: ReadonlyArray<string>) => Effect.Effect<Effect.Effect<void>, never, Scope.Scope>
+  /**
+   * Hear about cancels of running messages: subscribe to `queues` for the life of the
+   * current scope; the returned effect completes when a running message of one of them was
+   * flagged by `cancel` since the last time it completed. A consumer then renews its claims
+   * at once, so the flag reaches the handler without waiting for the next renewal. On
+   * PostgreSQL it rides on the notifications of `sends` (heard while a `sends` subscription
+   * of the store is open, as a consumer always has). Best effort, like `sends`.
+   */
+  readonly cancels: (queues: ReadonlyArray<string>) => Effect.Effect<Effect.Effect<void>, never, Scope.Scope>
   /**
    * The earliest future time a message of `queue` becomes visible (a delay
    * ending or a lease expiring), so an idle consumer can sleep exactly until then.
@@ -195,6 +249,19 @@ export const fromOperations = (shape: QueueStoreShape): QueueStoreShape =>
     get: (id) => isMessageId(id) ? shape.get(id) : Effect.succeed(Option.none()),
     messages: (queue, options = {}) => Effect.flatMap(messagesOptions(queue, options), (checked) => shape.messages(queue, checked)),
     redrive: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.redrive),
+    pause: (queue) => Effect.flatMap(Validate.name("queue", queue), shape.pause),
+    resume: (queue) => Effect.flatMap(Validate.name("queue", queue), shape.resume),
+    // Ids that cannot be message ids name no message: left out before the store sees them.
+    cancel: (ids) => {
+      const valid = [...new Set(ids)].filter(isMessageId)
+      return valid.length === 0 ? Effect.succeed([]) : shape.cancel(valid)
+    },
+    cancelWhere: (filter) =>
+      Effect.gen(function*() {
+        yield* Validate.name("queue", filter.queue)
+        if (filter.task !== undefined) yield* Validate.name("task", filter.task)
+        return yield* shape.cancelWhere({ queue: filter.queue, task: filter.task })
+      }),
     purge: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.purge),
     deadLetters: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.deadLetters)
   })

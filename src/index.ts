@@ -4,6 +4,7 @@
  *
  * @since 0.1.0
  */
+export * as Admin from "./Admin.ts"
 export * as Consumer from "./Consumer.ts"
 export * as ConsumerPresence from "./ConsumerPresence.ts"
 export * as Http from "./Http.ts"

@@ -265,7 +265,7 @@ describe("Consumer (memory store, TestClock)", () => {
       const sent = yield* spy.store.send(queue, [1, 2, 3].map((n) => ({ task: "t", payload: n })))
       const [a, b, c] = sent.map((s) => s.id)
       // The renewal answers without b: another consumer took it.
-      spy.renew = (refs, inner) => Effect.map(inner.renew(refs, lease), (held) => held.filter((id) => id !== b))
+      spy.renew = (refs, inner) => Effect.map(inner.renew(refs, lease), (r) => ({ ...r, held: r.held.filter((id) => id !== b) }))
       const before = yield* counter(QueueMetrics.leaseLostBy("reclaimed"))
       yield* startConsumer(spy, h.handler, { lease, batchSize: 3 }, logs)
       yield* settle

@@ -260,7 +260,7 @@ describe("ConsumerPresence (real PostgreSQL, real time)", () => {
         // The stale dead token can write nothing any more.
         const store = yield* PgQueueStore.make({ schema, migrate: false, leasePool: false })
         assert.isFalse(yield* store.ack(claim))
-        assert.deepStrictEqual(yield* store.renew([claim], "30 seconds"), [])
+        assert.deepStrictEqual(yield* store.renew([claim], "30 seconds"), { held: [], cancelling: [] })
         // Nothing more to do.
         assert.deepStrictEqual(yield* presence.sweep("someone"), [])
       })

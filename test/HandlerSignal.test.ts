@@ -77,7 +77,7 @@ describe("the handler's AbortSignal (memory store, TestClock)", () => {
       const work = foreignWork()
       yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
       // The renewal answers without the message: another consumer took it.
-      spy.renew = () => Effect.succeed([])
+      spy.renew = () => Effect.succeed({ held: [], cancelling: [] })
       yield* startConsumer(spy, work.handler, { lease })
       yield* settle
       assert.isFalse(work.seen.signal!.aborted)

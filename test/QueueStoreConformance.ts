@@ -33,6 +33,10 @@ const claimAll = (queue: string, options: { lease?: Duration.Input; limit?: numb
     })
   })
 
+/** The error an operation failed with, as a refusal of bad input reads it. */
+const refusal = <A, E>(effect: Effect.Effect<A, E>) =>
+  Effect.map(Effect.flip(effect), (e) => e as unknown as { readonly _tag: string; readonly field: string })
+
 /** Wait for real (the TestClock does not move a database's `now()`). */
 const realSleep = (ms: number) => Effect.promise(() => new Promise<void>((done) => setTimeout(done, ms)))
 
@@ -359,7 +363,7 @@ export const conformance = (
         assert.isTrue(yield* store.ack(acked))
         yield* TestClock.adjust("8 seconds")
         // Renew only `kept`, so `stolen` expires and another consumer takes it.
-        assert.deepStrictEqual(yield* store.renew([kept], "10 seconds"), [kept.id])
+        assert.deepStrictEqual((yield* store.renew([kept], "10 seconds")).held, [kept.id])
         yield* TestClock.adjust("3 seconds")
         // Expired leases make suspects, claimed one at a time.
         const reclaimed = [...yield* claimAll(queue, { consumer: "c2" }), ...yield* claimAll(queue, { consumer: "c2" })]
@@ -368,12 +372,12 @@ export const conformance = (
           [kept, acked, stolen, { id: forged.id, leaseToken: "00000000-0000-4000-8000-000000000000" as Claim["leaseToken"] }],
           "10 seconds"
         )
-        assert.deepStrictEqual(held, [kept.id])
+        assert.deepStrictEqual(held, { held: [kept.id], cancelling: [] })
         // The renewal really moved the lease: kept is not claimable 9 s later.
         yield* TestClock.adjust("9 seconds")
         const third = yield* claimAll(queue, { consumer: "c3" })
         assert.isFalse(third.some((c) => c.id === kept.id))
-        assert.deepStrictEqual(yield* store.renew([], "10 seconds"), [])
+        assert.deepStrictEqual((yield* store.renew([], "10 seconds")).held, [])
       }))
 
     movesTime("after a lease expires and another consumer reclaims, the first holder can change nothing", () =>
@@ -387,7 +391,7 @@ export const conformance = (
         assert.strictEqual(current!.id, old!.id)
         assert.notStrictEqual(current!.leaseToken, old!.leaseToken)
         assert.strictEqual(current!.attempts, 2)
-        assert.deepStrictEqual(yield* store.renew([old!], "5 minutes"), [])
+        assert.deepStrictEqual((yield* store.renew([old!], "5 minutes")).held, [])
         assert.isFalse(yield* store.ack(old!))
         assert.isFalse(yield* store.retry(old!, { delay: 0, error: "stale" }))
         assert.isFalse(yield* store.deadLetter(old!, { reason: "stale" }))
@@ -409,7 +413,7 @@ export const conformance = (
         yield* sendAll(queue, [msg("m")])
         const [c] = yield* claimAll(queue, { lease: "1 second" })
         yield* TestClock.adjust("5 seconds")
-        assert.deepStrictEqual(yield* store.renew([c!], "1 second"), [c!.id])
+        assert.deepStrictEqual((yield* store.renew([c!], "1 second")).held, [c!.id])
         assert.isTrue(yield* store.ack(c!))
         assert.isFalse(yield* store.ack(c!), "a second ack finds nothing")
       }))
@@ -735,6 +739,208 @@ export const conformance = (
         yield* Fiber.join(waiter)
       }))
 
+    it.effect("pause: a paused queue is claimed by nobody, still takes sends, and is listed paused; resume wakes subscribers", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("pause")
+        const other = freshQueue("pause-other")
+        yield* sendAll(queue, [msg(1), msg(2)])
+        yield* sendAll(other, [msg("o")])
+        const [running] = yield* claimAll(queue, { limit: 1 })
+        yield* store.pause(queue)
+        const [info] = (yield* store.queues()).filter((q) => q.queue === queue)
+        assert.isTrue(info!.paused)
+        assert.instanceOf(info!.pausedAt, Date)
+        yield* store.pause(queue) // pausing again changes nothing, not even the time
+        const [again] = (yield* store.queues()).filter((q) => q.queue === queue)
+        assert.strictEqual(again!.pausedAt!.getTime(), info!.pausedAt!.getTime())
+        assert.deepStrictEqual([info!.ready, info!.inFlight], [1, 1])
+        // Sends are accepted; nothing is claimed; the other queue is unaffected.
+        yield* sendAll(queue, [msg(3)])
+        assert.deepStrictEqual(yield* claimAll(queue), [])
+        assert.strictEqual((yield* claimAll(other)).length, 1)
+        // The message in flight finishes normally.
+        assert.isTrue(yield* store.ack(running!))
+        // Resume wakes an idle subscriber (on PostgreSQL, through the send notification).
+        const next = yield* store.sends([queue])
+        const waiter = yield* Effect.forkChild(next)
+        yield* store.resume(queue)
+        yield* Fiber.join(waiter)
+        const [resumed] = (yield* store.queues()).filter((q) => q.queue === queue)
+        assert.deepStrictEqual([resumed!.paused, resumed!.pausedAt], [false, null])
+        assert.strictEqual((yield* claimAll(queue)).length, 2)
+        yield* store.resume(queue) // resuming a queue that is not paused changes nothing
+        yield* store.resume(freshQueue("never-paused"))
+        for (const refused of [yield* refusal(store.pause("bad name")), yield* refusal(store.resume(""))]) {
+          assert.deepStrictEqual([refused._tag, refused.field], ["InvalidInput", "queue"])
+        }
+      }))
+
+    it.effect("queues: every queue with messages, history or a pause row, by name, with its counts", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const live = freshQueue("q-live")
+        const dead = freshQueue("q-dead")
+        const historic = freshQueue("q-history")
+        const paused = freshQueue("q-paused")
+        yield* sendAll(live, [msg(1), msg(2, { delay: 60_000 })])
+        yield* sendAll(dead, [msg(1)])
+        const [d] = yield* claimAll(dead)
+        assert.isTrue(yield* store.deadLetter(d!, { reason: "r" }))
+        yield* sendAll(historic, [msg(1)])
+        const [h] = yield* claimAll(historic)
+        yield* store.complete([{
+          ref: h!,
+          finish: { _tag: "Ack" },
+          queue: historic,
+          task: "job",
+          attempt: 1,
+          consumer: "c1",
+          startedAt: new Date(0),
+          outcome: "acked",
+          error: null
+        }])
+        yield* store.pause(paused)
+        const all = yield* store.queues()
+        const names = all.map((q) => q.queue)
+        assert.deepStrictEqual(names, [...names].sort(), "by name")
+        const find = (name: string) => all.find((q) => q.queue === name)
+        assert.deepInclude(find(live)!, { ready: 1, delayed: 1, inFlight: 0, dead: 0, paused: false, pausedAt: null })
+        assert.deepInclude(find(dead)!, { ready: 0, dead: 1, paused: false })
+        assert.deepInclude(find(historic)!, { ready: 0, delayed: 0, inFlight: 0, dead: 0, paused: false })
+        assert.deepInclude(find(paused)!, { ready: 0, dead: 0, paused: true })
+        assert.isUndefined(find(freshQueue("q-none")))
+      }))
+
+    it.effect("cancel: ready, delayed and dead messages go at once with a cancelled history row; a running one is flagged", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("cancel")
+        const [running, dead] = yield* sendAll(queue, [msg("running"), msg("dead")])
+        const [claimedRunning, claimedDead] = yield* claimAll(queue)
+        assert.strictEqual(claimedRunning!.id, running!.id)
+        assert.isTrue(yield* store.deadLetter(claimedDead!, { reason: "r" }))
+        const [ready, delayed, kept] = yield* sendAll(queue, [msg("ready"), msg("delayed", { delay: 60_000 }), msg("kept")])
+        const answer = yield* store.cancel([
+          delayed!.id,
+          running!.id,
+          "999999999999" as MessageId,
+          "not-an-id" as MessageId,
+          dead!.id,
+          ready!.id,
+          ready!.id
+        ])
+        // In id order; unknown and malformed ids are absent; a repeated id answers once.
+        assert.deepStrictEqual(answer, [
+          { id: running!.id, result: "cancelling" },
+          { id: dead!.id, result: "cancelled" },
+          { id: ready!.id, result: "cancelled" },
+          { id: delayed!.id, result: "cancelled" }
+        ])
+        for (const id of [dead!.id, ready!.id, delayed!.id]) {
+          assert.isTrue(Option.isNone(yield* store.get(id)), `${id} is gone`)
+          const history = yield* store.attempts(id)
+          assert.deepStrictEqual(history.at(-1)!.outcome, "cancelled")
+        }
+        assert.deepStrictEqual((yield* store.attempts(ready!.id)).map((a) => [a.attempt, a.outcome]), [[0, "cancelled"]])
+        assert.deepStrictEqual((yield* store.attempts(dead!.id)).map((a) => [a.attempt, a.outcome]), [[1, "cancelled"]])
+        // The running one is still there, in flight, until its holder finishes it; its renewal says so.
+        assert.strictEqual(Option.getOrThrow(yield* store.get(running!.id)).state, "in-flight")
+        assert.deepStrictEqual(yield* store.renew([claimedRunning!], "30 seconds"), { held: [running!.id], cancelling: [running!.id] })
+        assert.deepStrictEqual(yield* store.cancel([running!.id]), [{ id: running!.id, result: "cancelling" }], "asked again")
+        const held = yield* store.complete([{
+          ref: claimedRunning!,
+          finish: { _tag: "Cancel" },
+          queue,
+          task: "job",
+          attempt: 1,
+          consumer: "c1",
+          startedAt: new Date(0),
+          outcome: "cancelled",
+          error: "cancelled while running"
+        }])
+        assert.deepStrictEqual(held, [running!.id])
+        assert.isTrue(Option.isNone(yield* store.get(running!.id)))
+        assert.deepStrictEqual((yield* store.attempts(running!.id)).map((a) => [a.attempt, a.outcome]), [[1, "cancelled"]])
+        // Untouched: the message nobody cancelled; nothing of it recorded.
+        assert.strictEqual(Option.getOrThrow(yield* store.get(kept!.id)).state, "ready")
+        assert.deepStrictEqual(yield* store.attempts(kept!.id), [])
+        assert.deepStrictEqual(yield* store.cancel([]), [])
+        assert.deepStrictEqual(yield* store.cancel([running!.id]), [], "finished: unknown now")
+      }))
+
+    it.effect("cancel of a running message: a retry, release or dead letter of it is a cancel; an ack stays an ack", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("cancel-race")
+        const sent = yield* sendAll(queue, [msg("retry"), msg("release"), msg("dead"), msg("ack")])
+        const claims = yield* claimAll(queue)
+        assert.deepStrictEqual((yield* store.cancel(sent.map((s) => s.id))).map((r) => r.result), Array(4).fill("cancelling"))
+        const finishes = [
+          { _tag: "Retry", delayMs: 0, error: "boom" },
+          { _tag: "Release" },
+          { _tag: "DeadLetter", reason: "r" },
+          { _tag: "Ack" }
+        ] as const
+        const outcomes = ["retried", "released", "dead-lettered", "acked"] as const
+        const held = yield* store.complete(claims.map((c, k) => ({
+          ref: c,
+          finish: finishes[k]!,
+          queue,
+          task: "job",
+          attempt: 1,
+          consumer: "c1",
+          startedAt: new Date(0),
+          outcome: outcomes[k]!,
+          error: null
+        })))
+        assert.deepStrictEqual([...held].sort(), sent.map((s) => s.id).sort())
+        assert.deepStrictEqual(yield* store.messages(queue), [], "every one deleted")
+        const history = yield* Effect.forEach(sent, (s) => Effect.map(store.attempts(s.id), (h) => h.map((a) => a.outcome)))
+        assert.deepStrictEqual(history, [["cancelled"], ["cancelled"], ["cancelled"], ["acked"]])
+      }))
+
+    it.effect("cancels: a cancel of a running message wakes a subscriber of its queue", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("cancels")
+        // On PostgreSQL cancels are heard by the listener of a sends subscription (a consumer has one).
+        yield* store.sends([queue])
+        const next = yield* store.cancels([queue])
+        yield* sendAll(queue, [msg(1)])
+        const [running] = yield* claimAll(queue)
+        const waiter = yield* Effect.forkChild(next)
+        yield* store.cancel([running!.id])
+        yield* Fiber.join(waiter)
+        // Heard before anyone awaits: the signal is kept.
+        yield* store.cancelWhere({ queue })
+        yield* next
+      }))
+
+    it.effect("cancelWhere: every message of a queue, or of one task in it; other queues untouched", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("cancel-where")
+        const other = freshQueue("cancel-where-other")
+        const [a1, b1, a2] = yield* sendAll(queue, [msg(1, { task: "a" }), msg(2, { task: "b" }), msg(3, { task: "a" })])
+        const [o] = yield* sendAll(other, [msg(1, { task: "a" })])
+        const [running] = yield* claimAll(queue, { limit: 1 })
+        assert.strictEqual(running!.id, a1!.id)
+        assert.deepStrictEqual(yield* store.cancelWhere({ queue, task: "a" }), [
+          { id: a1!.id, result: "cancelling" },
+          { id: a2!.id, result: "cancelled" }
+        ])
+        assert.deepStrictEqual(yield* store.cancelWhere({ queue }), [
+          { id: a1!.id, result: "cancelling" },
+          { id: b1!.id, result: "cancelled" }
+        ])
+        assert.strictEqual(Option.getOrThrow(yield* store.get(o!.id)).state, "ready")
+        assert.deepStrictEqual(yield* store.cancelWhere({ queue: freshQueue("empty") }), [])
+        const bad = yield* refusal(store.cancelWhere({ queue, task: "bad task" }))
+        assert.deepStrictEqual([bad._tag, bad.field], ["InvalidInput", "task"])
+        assert.strictEqual((yield* refusal(store.cancelWhere({ queue: "" }))).field, "queue")
+      }))
+
     it.effect(`concurrent claimers over ${options.exactlyOnceMessages} messages deliver each exactly once`, () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
@@ -780,11 +986,12 @@ export const conformance = (
           [flight!.id, queue, "job", "flight", { h: "1" }, "in-flight", 1, 5, "getter", null, null]
         )
         assert.strictEqual(f.visibleAt!.getTime(), claimed!.leaseExpiresAt.getTime(), "in flight: visible when the lease expires")
+        assert.strictEqual(f.visibleAt!.getTime() - f.leasedAt!.getTime(), 60_000, "in flight: leased a lease ago")
         const d = yield* got(dead!.id)
-        assert.deepStrictEqual([d.state, d.payload, d.deadReason, d.lastError, d.visibleAt, d.leasedBy], ["dead", "dead", "bad payload", "boom", null, null])
+        assert.deepStrictEqual([d.state, d.payload, d.deadReason, d.lastError, d.visibleAt, d.leasedBy, d.leasedAt], ["dead", "dead", "bad payload", "boom", null, null, null])
         assert.instanceOf(d.deadAt, Date)
         const r = yield* got(ready!.id)
-        assert.deepStrictEqual([r.state, r.payload, r.priority, r.dedupKey, r.attempts, r.leasedBy], ["ready", "ready", 3, "k", 0, null])
+        assert.deepStrictEqual([r.state, r.payload, r.priority, r.dedupKey, r.attempts, r.leasedBy, r.leasedAt], ["ready", "ready", 3, "k", 0, null, null])
         assert.isAtMost(r.visibleAt!.getTime(), r.enqueuedAt.getTime())
         const w = yield* got(delayed!.id)
         assert.strictEqual(w.state, "delayed")
@@ -922,7 +1129,7 @@ export const conformance = (
           assert.strictEqual(current!.id, old!.id)
           assert.notStrictEqual(current!.leaseToken, old!.leaseToken)
           assert.deepStrictEqual([current!.attempts, current!.leaseExpiries], [2, 1])
-          assert.deepStrictEqual(yield* store.renew([old!], "5 minutes"), [])
+          assert.deepStrictEqual((yield* store.renew([old!], "5 minutes")).held, [])
           assert.isFalse(yield* store.ack(old!))
           assert.isFalse(yield* store.retry(old!, { delay: 0, error: "stale" }))
           assert.isFalse(yield* store.deadLetter(old!, { reason: "stale" }))
@@ -941,10 +1148,10 @@ export const conformance = (
           yield* sendAll(queue, [msg(1), msg(2)])
           const [kept, lapsed] = yield* claimAll(queue, { lease: "1 second" })
           yield* realSleep(600)
-          assert.deepStrictEqual(yield* store.renew([kept!], "3 seconds"), [kept!.id])
+          assert.deepStrictEqual((yield* store.renew([kept!], "3 seconds")).held, [kept!.id])
           yield* realSleep(800) // past the first lease: `lapsed` expired, `kept` was moved on
           // Nobody reclaimed `lapsed` yet: its holder may still renew it.
-          assert.deepStrictEqual(yield* store.renew([lapsed!], "3 seconds"), [lapsed!.id])
+          assert.deepStrictEqual((yield* store.renew([lapsed!], "3 seconds")).held, [lapsed!.id])
           assert.strictEqual((yield* claimAll(queue, { consumer: "other" })).length, 0, "both leases hold")
           assert.isTrue(yield* store.ack(kept!))
           assert.isTrue(yield* store.ack(lapsed!))

@@ -63,7 +63,7 @@ const instantStore = (base: QueueStoreShape, total: number): QueueStoreShape => 
         return out
       }),
     complete: (completions) => Effect.succeed(completions.map((c) => c.ref.id)),
-    renew: (refs) => Effect.succeed(refs.map((r) => r.id)),
+    renew: (refs) => Effect.succeed({ held: refs.map((r) => r.id), cancelling: [] }),
     nextVisibleAt: () => Effect.succeed(Option.none())
   }
 }

@@ -12,6 +12,7 @@
  *   leasehold dead-letters list    [--queue Q] [--ids 1,2] [--limit N] [--json]
  *   leasehold dead-letters redrive (--queue Q | --ids 1,2 | --all)
  *   leasehold dead-letters purge   (--queue Q | --ids 1,2 | --all)
+ *   leasehold serve [--port N] [--host H]    (admin API + dashboard; changes need LEASEHOLD_ADMIN_TOKEN)
  *
  * Exit codes: 0 done (also Ctrl-C ending `stats --watch`), 1 failed (database,
  * invalid name, missing configuration, a schema not migrated for a read-only

@@ -3,8 +3,8 @@
  * each, `--json` for scripts. Every argument is parsed and checked by the
  * command's flags before its handler runs, so a bad one is refused (exit 2,
  * naming the flag and the rule) before anything connects; unknown flags are
- * refused too. Only `migrate`, `send`, `dead-letters redrive` and
- * `dead-letters purge` may migrate the schema; the read-only commands work with
+ * refused too. Only `migrate`, `send`, `dead-letters redrive`,
+ * `dead-letters purge`, `queues pause|resume` and `cancel` may migrate the schema; the read-only commands work with
  * a read-only role, and on a schema not (fully) migrated they fail with
  * `SchemaNotMigrated` (exit 1). Message ids that match nothing fail with
  * `UnknownIds` (exit 1).
@@ -112,11 +112,11 @@ export class UnknownIds extends Data.TaggedError("UnknownIds")<{
  * The store (and its SQL client and validated schema) from LEASEHOLD_DATABASE_URL and
  * LEASEHOLD_SCHEMA, for the current scope. `migrate` only for the commands that write.
  */
-const connect = (options: { readonly migrate: boolean }) =>
+const connect = (options: { readonly migrate: boolean; readonly maxConnections?: number }) =>
   Effect.gen(function*() {
     const schema = yield* QueueConfig.schemaFromEnv
     const layer = PgQueueStore.layer({ schema, leasePool: false, migrate: options.migrate }).pipe(
-      Layer.provideMerge(QueueConfig.pgLayerFromEnv({ maxConnections: 2, applicationName: "leasehold-cli" }))
+      Layer.provideMerge(QueueConfig.pgLayerFromEnv({ maxConnections: options.maxConnections ?? 2, applicationName: "leasehold-cli" }))
     )
     const context = yield* Layer.build(layer)
     const sql = Context.get(context, SqlClient.SqlClient)
@@ -125,7 +125,7 @@ const connect = (options: { readonly migrate: boolean }) =>
       const pending = yield* Effect.provideService(Migrations.pending({ schema: validated }), SqlClient.SqlClient, sql)
       if (pending.length > 0) return yield* Effect.fail(new SchemaNotMigrated({ schema: validated, pending }))
     }
-    return { store: Context.get(context, QueueStore), sql, schema: validated }
+    return { store: Context.get(context, QueueStore), sql, schema: validated, context }
   })
 
 const print = (text: string) => Console.log(text)
@@ -184,7 +184,7 @@ const send = Command.make("send", {
     ])
   )
 
-/** Set while `stats --watch` refreshes: Ctrl-C then ends the command normally (exit 0). */
+/** Set while `stats --watch` refreshes or `serve` serves: Ctrl-C then ends the command normally (exit 0). */
 let watching = false
 
 const stats = Command.make("stats", {
@@ -394,6 +394,125 @@ const purge = Command.make("purge", writingFilter, (input) =>
     Command.withDescription("Delete dead letters for good; prints the ids as JSON")
   )
 
+const queueArgument = Argument.String("queue").pipe(Argument.withDescription("The queue"))
+
+const queuesList = Command.make("list", { json: jsonFlag }, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: false })
+    const queues = yield* store.queues()
+    yield* print(input.json ? Out.json(queues) : Out.queuesTable(queues))
+  }))).pipe(
+    Command.withDescription("Every queue with messages, history or a pause: its counts and whether it is paused")
+  )
+
+const pause = Command.make("pause", { queue: queueArgument }, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: true })
+    yield* store.pause(input.queue)
+    yield* print(Out.json({ paused: input.queue }))
+  }))).pipe(
+    Command.withDescription("Stop every consumer claiming from a queue (sends still accepted; running messages finish)")
+  )
+
+const resume = Command.make("resume", { queue: queueArgument }, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: true })
+    yield* store.resume(input.queue)
+    yield* print(Out.json({ resumed: input.queue }))
+  }))).pipe(Command.withDescription("Let consumers claim from a paused queue again; idle ones wake at once"))
+
+const queues = Command.make("queues").pipe(
+  Command.withDescription("List queues, pause or resume one"),
+  Command.withSubcommands([queuesList, pause, resume])
+)
+
+const cancel = Command.make("cancel", {
+  ids: Argument.String("message-id").pipe(
+    Argument.withDescription("Ids of the messages to cancel"),
+    Argument.mapEffect((text) =>
+      messageIdPattern.test(text)
+        ? Effect.succeed(text as MessageId)
+        : refuse(`cancel needs message ids (numbers): ${JSON.stringify(text)} is not one`)
+    ),
+    Argument.variadic()
+  ),
+  queue: Flag.String("queue").pipe(
+    Flag.withMetavar("QUEUE"),
+    Flag.withDescription("Cancel every message of this queue (instead of ids)"),
+    Flag.optional
+  ),
+  task: Flag.String("task").pipe(
+    Flag.withMetavar("TASK"),
+    Flag.withDescription("With --queue: only the messages of this task"),
+    Flag.optional
+  ),
+  json: jsonFlag
+}, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: true })
+    const results = Option.isSome(input.queue)
+      ? yield* store.cancelWhere({ queue: input.queue.value, task: Option.getOrUndefined(input.task) })
+      : yield* store.cancel(input.ids)
+    yield* print(input.json ? Out.json(results) : Out.cancelTable(results))
+    // Ids that matched no message fail the command, named, after the others were cancelled.
+    const seen = new Set(results.map((r) => String(r.id)))
+    const missing = [...new Set(input.ids.map((id) => String(BigInt(id))))].filter((id) => !seen.has(id)) as Array<MessageId>
+    if (missing.length > 0) return yield* Effect.fail(new UnknownIds({ what: "no message with id", ids: missing }))
+  }))).pipe(
+    Command.validate((input) =>
+      Option.isSome(input.queue)
+        ? input.ids.length > 0 ? refuse("cancel takes message ids or --queue, not both") : Effect.void
+        : input.ids.length === 0
+        ? refuse("say which messages: cancel ID... or cancel --queue Q [--task T]")
+        : Option.isSome(input.task)
+        ? refuse("--task needs --queue")
+        : Effect.void
+    ),
+    Command.withDescription(
+      "Cancel messages: a ready, delayed or dead one is deleted at once; a running one is flagged and its consumer interrupts its handler at the next lease renewal"
+    ),
+    Command.withExamples([
+      { command: "leasehold cancel 17 18", description: "Two messages" },
+      { command: "leasehold cancel --queue emails --task send-newsletter", description: "Every message of one task of a queue" }
+    ])
+  )
+
+/** Port `leasehold serve` listens on when neither --port nor LEASEHOLD_HTTP_PORT says. */
+const defaultServePort = 9464
+
+const serve = Command.make("serve", {
+  port: intFlag("port", `Port to listen on (default LEASEHOLD_HTTP_PORT, else ${defaultServePort}; 0 picks a free one)`, 0, 65_535),
+  host: Flag.String("host").pipe(
+    Flag.withMetavar("HOST"),
+    Flag.withDescription("Interface to bind (default LEASEHOLD_HTTP_HOST, else 127.0.0.1: this machine only)"),
+    Flag.optional
+  )
+}, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const fromEnv = yield* QueueConfig.httpFromEnv
+    const port = Option.getOrElse(input.port, () => Option.match(fromEnv, { onNone: () => defaultServePort, onSome: (a) => a.port }))
+    const host = Option.getOrElse(input.host, () => Option.match(fromEnv, { onNone: () => QueueConfig.defaultHttpHost, onSome: (a) => a.host }))
+    // Loaded here, not at the top: the other commands start without the HTTP stack.
+    const Http = yield* Effect.promise(() => import("../Http.ts"))
+    // A few connections: the dashboard asks five routes at once every 2 s.
+    const { context } = yield* connect({ migrate: false, maxConnections: 4 })
+    const served = yield* Layer.build(Http.layerAdminServer({ port, host }).pipe(Layer.provide(Layer.succeedContext(context))))
+    const url = Context.get(served, Http.Listening).url
+    const token = yield* QueueConfig.adminTokenFromEnv
+    yield* print(`leasehold: dashboard at ${url}/ , API reference at ${url}/docs (Ctrl-C to stop)`)
+    if (Option.isNone(token)) yield* Console.error(`leasehold: ${QueueConfig.adminVariables.token} is not set: pause, resume, cancel, redrive and purge answer 403`)
+    // Ctrl-C ends the server normally (exit 0).
+    watching = true
+    return yield* Effect.never
+  }))).pipe(
+    Command.withDescription(
+      "Serve the admin API and the dashboard against LEASEHOLD_DATABASE_URL; changes need Authorization: Bearer LEASEHOLD_ADMIN_TOKEN"
+    ),
+    Command.withExamples([
+      { command: "LEASEHOLD_ADMIN_TOKEN=$(openssl rand -hex 24) leasehold serve --port 8080", description: "Dashboard on http://127.0.0.1:8080/" }
+    ])
+  )
+
 const deadLetters = Command.make("dead-letters").pipe(
   Command.withDescription("List, redrive or purge dead letters"),
   Command.withSubcommands([list, redrive, purge])
@@ -404,7 +523,7 @@ export const leasehold = Command.make("leasehold").pipe(
   Command.withDescription(
     "Operate leasehold queues. Connects with LEASEHOLD_DATABASE_URL (required); tables in LEASEHOLD_SCHEMA (default leasehold)"
   ),
-  Command.withSubcommands([migrate, send, stats, get, messages, attempts, deadLetters])
+  Command.withSubcommands([migrate, send, stats, get, messages, attempts, deadLetters, queues, cancel, serve])
 )
 
 // ---------------------------------------------------------------------------

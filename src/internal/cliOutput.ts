@@ -4,7 +4,7 @@
  */
 import { Duration, Effect } from "effect"
 import type { SqlClient } from "effect/sql"
-import { type Attempt, type DeadLetter, isResultTooLarge, type MessageInfo, type QueueStats } from "../Message.ts"
+import { type Attempt, type CancelResult, type DeadLetter, isResultTooLarge, type MessageInfo, type QueueInfo, type QueueStats } from "../Message.ts"
 
 /** JSON of command output: bigint ids as text (they are message ids), dates as ISO text. */
 export const json = (value: unknown, pretty = true): string =>
@@ -111,6 +111,28 @@ export const messagesTable = (page: ReadonlyArray<MessageInfo>, limit: number): 
   )
   return page.length < limit ? rows : `${rows}\nmore: --after ${page.at(-1)!.id}`
 }
+
+export const queuesTable = (queues: ReadonlyArray<QueueInfo>): string =>
+  queues.length === 0
+    ? "no queues"
+    : table(
+      ["QUEUE", "READY", "DELAYED", "IN FLIGHT", "DEAD", "OLDEST READY", "PAUSED"],
+      queues.map((q) => [
+        q.queue,
+        String(q.ready),
+        String(q.delayed),
+        String(q.inFlight),
+        String(q.dead),
+        age(q.oldestReadyAgeMs),
+        q.pausedAt === null ? (q.paused ? "yes" : "-") : `since ${iso(q.pausedAt)}`
+      ]),
+      new Set([1, 2, 3, 4, 5])
+    )
+
+export const cancelTable = (results: ReadonlyArray<CancelResult>): string =>
+  results.length === 0
+    ? "nothing to cancel"
+    : table(["ID", "RESULT"], results.map((r) => [String(r.id), r.result === "cancelled" ? "cancelled" : "cancelling (running: its consumer stops it at its next renewal)"]), new Set([0]))
 
 export const deadLettersTable = (dead: ReadonlyArray<DeadLetter>): string =>
   dead.length === 0

@@ -85,6 +85,8 @@ const finishOf = (action: Outcome.Action): Finish => {
       return action
     case "Abandon":
       return { _tag: "Forget" }
+    case "Cancel":
+      return { _tag: "Cancel" }
   }
 }
 
@@ -92,7 +94,7 @@ const ACK: Finish = { _tag: "Ack" }
 
 /** The history's error text of an action. */
 const historyError = (action: Outcome.Action): string | null =>
-  action._tag === "Abandon"
+  action._tag === "Abandon" || action._tag === "Cancel"
     ? action.error
     : action._tag === "Retry"
     ? action.error
@@ -290,6 +292,13 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
             break
           case "Abandon":
             yield* Effect.logError("handler stopped: another consumer holds the message now")
+            break
+          case "Cancel":
+            if (held === true) {
+              yield* Metric.update(QueueMetrics.cancelled, 1)
+              yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).cancelled, 1)
+              yield* Effect.logWarning(`cancelled while running: ${action.error}`)
+            }
             break
         }
       })

@@ -231,10 +231,16 @@ class MessageContext implements HandlerContext {
 
 /**
  * How a run ended, from the message fiber's exit and what the watchdog did: an
- * interruption is a lost lease or an overrun max runtime when the watchdog
- * stopped the handler, and otherwise came from outside (a shutdown).
+ * interruption is a lost lease, an overrun max runtime or a cancel when the
+ * renewer stopped the handler, and otherwise came from outside (a shutdown).
  */
 const runResult = (exit: Exit.Exit<Outcome.RunResult>, stopped: LeaseRenewer.Stopped | undefined): Outcome.RunResult => {
+  // A cancelled message is never retried or dead-lettered: however its handler ended (interrupted,
+  // failed in a finalizer, or shut down meanwhile), it is cancelled, unless it had succeeded.
+  if (stopped?._tag === "MessageCancelled") {
+    const succeeded = Exit.isSuccess(exit) && exit.value._tag === "Handled" && Exit.isSuccess(exit.value.exit)
+    return succeeded ? exit.value : { _tag: "Cancelled", error: stopped }
+  }
   if (Exit.isSuccess(exit)) {
     const result = exit.value
     // A handler stopped by the watchdog ends in an interruption of its own: say why.

@@ -5,7 +5,7 @@
 import { fileURLToPath } from "node:url"
 import { Cause, Exit } from "effect"
 import type { AttemptOutcome, Claim } from "../Message.ts"
-import type { LeaseLost } from "../QueueError.ts"
+import type { LeaseLost, MessageCancelled } from "../QueueError.ts"
 import { MAX_DELAY_MS } from "./validate.ts"
 
 /** How a run ended. */
@@ -20,6 +20,8 @@ export type RunResult =
   | { readonly _tag: "Quarantined" }
   /** Interrupted from outside: the consumer is shutting down. */
   | { readonly _tag: "Interrupted" }
+  /** Stopped because an operator cancelled the message. */
+  | { readonly _tag: "Cancelled"; readonly error: MessageCancelled }
 
 /** The finishing write to make. `lost` marks a write that follows a lost lease, for the history. */
 export type Action =
@@ -30,6 +32,8 @@ export type Action =
   | { readonly _tag: "Release" }
   /** Write nothing: another consumer holds the message now. */
   | { readonly _tag: "Abandon"; readonly error: string }
+  /** Delete it: an operator cancelled it while it ran (never retried, never dead-lettered). */
+  | { readonly _tag: "Cancel"; readonly error: string }
 
 /** The rules the decision follows, from the consumer's settings and the task's policy. */
 export interface Rules {
@@ -83,6 +87,8 @@ export const decide = (claim: Claim, result: RunResult, rules: Rules): Action =>
   switch (result._tag) {
     case "Interrupted":
       return { _tag: "Release" }
+    case "Cancelled":
+      return { _tag: "Cancel", error: result.error.message }
     case "Exhausted":
       return {
         _tag: "DeadLetter",
@@ -135,6 +141,8 @@ export const historyOutcome = (action: Action, held: boolean): AttemptOutcome =>
       return "dead-lettered"
     case "Release":
       return "released"
+    case "Cancel":
+      return "cancelled"
   }
 }
 

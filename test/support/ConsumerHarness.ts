@@ -7,10 +7,10 @@ import { Clock, Context, Effect, Fiber, Layer, Logger, type LogLevel } from "eff
 import { TestClock } from "effect/testing"
 import * as Consumer from "../../src/Consumer.ts"
 import * as MemoryQueueStore from "../../src/MemoryQueueStore.ts"
-import type { ClaimRef, MessageId } from "../../src/Message.ts"
+import type { ClaimRef } from "../../src/Message.ts"
 import type { ConsumerOptions } from "../../src/QueueConfig.ts"
 import type { StoreError } from "../../src/QueueError.ts"
-import { QueueStore, type QueueStoreShape } from "../../src/QueueStore.ts"
+import { QueueStore, type QueueStoreShape, type Renewed } from "../../src/QueueStore.ts"
 
 /** One recorded store call. `phase` tells a renew's start from its end. */
 export interface Call {
@@ -24,7 +24,7 @@ export interface Call {
 export type RenewOverride = (
   refs: ReadonlyArray<ClaimRef>,
   inner: QueueStoreShape
-) => Effect.Effect<ReadonlyArray<MessageId>, StoreError>
+) => Effect.Effect<Renewed, StoreError>
 
 export interface Spy {
   readonly store: QueueStoreShape
@@ -36,7 +36,7 @@ export interface Spy {
 }
 
 /** The single write a completion stands for (a `Forget` writes nothing). */
-const opOf: Record<string, string | undefined> = { Ack: "ack", Retry: "retry", DeadLetter: "deadLetter", Release: "release" }
+const opOf: Record<string, string | undefined> = { Ack: "ack", Retry: "retry", DeadLetter: "deadLetter", Release: "release", Cancel: "cancel" }
 
 export const makeSpy: Effect.Effect<Spy> = Effect.gen(function*() {
   const inner = yield* MemoryQueueStore.make()
