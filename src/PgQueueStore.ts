@@ -22,6 +22,7 @@ import type {
   SendResult
 } from "./Message.ts"
 import * as Migrations from "./Migrations.ts"
+import * as Pooler from "./Pooler.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, type ConfigInvalid, InvalidInput, type StoreError } from "./QueueError.ts"
 import { type Completion, defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
@@ -909,9 +910,12 @@ export const make = (
         // One connection of its own per subscription, not one held from the main pool (a small
         // pool would lose a slot for good). When it dies, listen again after a pause; meanwhile
         // consumers poll.
+        // LISTEN needs a session: through a transaction-mode pooler, the direct URL or nothing (poll).
+        const target = yield* Pooler.sessionTarget(pg.value.config)
+        if (target._tag === "None") return Effect.never
         const listen = Effect.scoped(Effect.gen(function*() {
           const client = yield* PgClient.makeClient({
-            ...pg.value.config,
+            ...target.value.config,
             applicationName: `${pg.value.config.applicationName ?? "leasehold"}-listen`
           }).pipe(Effect.provide(Reactivity.layer))
           const notifications = yield* client.listen(channel)
@@ -1099,7 +1103,10 @@ const makeLeaseClient = (options: PgQueueStoreOptions["leasePool"]) =>
       minConnections: 0,
       applicationName: `${main.value.config.applicationName ?? "leasehold"}-lease`,
       keepAlive: main.value.config.keepAlive ?? "10 seconds",
-      startupParameters: { ...main.value.config.startupParameters, statement_timeout: String(Math.round(timeoutMs)) }
+      // Through a pooler, no startup parameter (refused): lease statements are bounded by the consumer's timeouts.
+      startupParameters: Pooler.startupParameters((yield* Pooler.current).mode, main.value.config.startupParameters, {
+        statement_timeout: String(Math.round(timeoutMs))
+      })
     }).pipe(Effect.provide(Reactivity.layer), classify("connect lease pool"))
     return client.withoutTransforms()
   })

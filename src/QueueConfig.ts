@@ -11,6 +11,7 @@ import { Config, Duration, Effect, Layer, Option, Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import * as os from "node:os"
 import * as Validate from "./internal/validate.ts"
+import * as Pooler from "./Pooler.ts"
 import { classify, ConfigInvalid, type StoreError } from "./QueueError.ts"
 
 /** What the consumer does when it loses a lease while the handler still runs. */
@@ -327,28 +328,104 @@ export const databaseUrl: Effect.Effect<Redacted.Redacted, ConfigInvalid> = Effe
 )
 
 /**
+ * The environment variables that say how leasehold reaches PostgreSQL, apart
+ * from {@link variables}: read by {@link pgLayerFromEnv}, not by the consumer.
+ */
+export const connectionVariables = {
+  pooler: "LEASEHOLD_POOLER",
+  directDatabaseUrl: "LEASEHOLD_DIRECT_DATABASE_URL"
+} as const
+
+const poolerRule = "none, session or transaction"
+const urlRule = "a PostgreSQL URL such as postgres://user:password@host:5432/db"
+
+/** The pooler between leasehold and PostgreSQL from `LEASEHOLD_POOLER` (none, session or transaction; default none). */
+export const poolerFromEnv: Effect.Effect<Pooler.Mode, ConfigInvalid> = Effect.gen(function*() {
+  const name = connectionVariables.pooler
+  const value = yield* Effect.mapError(
+    optionalString(name),
+    (e) => new ConfigInvalid({ variable: name, rule: "readable", message: `${name}: ${e.message}` })
+  )
+  const text = Option.getOrElse(value, () => "").trim().toLowerCase()
+  if (text === "") return "none"
+  const mode = Pooler.modes.find((m) => m === text)
+  return mode ?? (yield* invalid(name, poolerRule, text))
+})
+
+/**
+ * The direct URL from `LEASEHOLD_DIRECT_DATABASE_URL`, kept redacted: none when
+ * unset or empty. A value that is not a postgres:// URL fails, without the value
+ * in the message (it may hold a password).
+ */
+export const directDatabaseUrl: Effect.Effect<Option.Option<Redacted.Redacted>, ConfigInvalid> = Effect.gen(function*() {
+  const name = connectionVariables.directDatabaseUrl
+  const value = yield* Effect.mapError(
+    Config.option(Config.Redacted(name)),
+    () => new ConfigInvalid({ variable: name, rule: "readable", message: `${name} could not be read` })
+  )
+  if (Option.isNone(value) || Redacted.value(value.value).trim() === "") return Option.none()
+  if (!/^postgres(?:ql)?:\/\/[^\s]+$/.test(Redacted.value(value.value).trim())) {
+    return yield* new ConfigInvalid({ variable: name, rule: urlRule, message: `${name} is not a PostgreSQL URL; expected ${urlRule}` })
+  }
+  return Option.some(Redacted.make(Redacted.value(value.value).trim()))
+})
+
+/** How {@link pgLayer} connects. */
+export interface PgLayerOptions {
+  readonly maxConnections?: number | undefined
+  readonly applicationName?: string | undefined
+  /**
+   * What `url` goes through (default `none`: straight to PostgreSQL). `transaction` turns
+   * prepared statements off; any pooler drops the startup parameters of the extra pools
+   * (see `Pooler`).
+   */
+  readonly pooler?: Pooler.Mode | undefined
+  /**
+   * A URL straight to PostgreSQL for what needs a session of its own (session liveness's
+   * presence lock and `LISTEN` wake-ups) when `url` goes through a transaction-mode pooler.
+   */
+  readonly directUrl?: Redacted.Redacted | undefined
+}
+
+/**
  * A PostgreSQL client for `url`, with connection failures classified and the
- * URL redacted from every error. Use it for the main pool of an application.
+ * URL redacted from every error, and the {@link Pooler.Pooler} setting that the
+ * store and session liveness read. Use it for the main pool of an application.
  */
 export const pgLayer = (
   url: Redacted.Redacted,
-  options: { readonly maxConnections?: number | undefined; readonly applicationName?: string | undefined } = {}
-): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, StoreError> =>
-  PgClient.layerFrom(
-    PgClient.make({
-      url,
-      maxConnections: options.maxConnections ?? 10,
-      applicationName: options.applicationName ?? "leasehold",
-      keepAlive: "10 seconds",
-      connectTimeout: "10 seconds"
-    }).pipe(classify("connect"))
+  options: PgLayerOptions = {}
+): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient | Pooler.Pooler, StoreError> => {
+  const mode = options.pooler ?? "none"
+  return Layer.merge(
+    PgClient.layerFrom(
+      PgClient.make({
+        url,
+        maxConnections: options.maxConnections ?? 10,
+        applicationName: options.applicationName ?? "leasehold",
+        keepAlive: "10 seconds",
+        connectTimeout: "10 seconds",
+        // A statement prepared on one backend is not there on the next: parse each time.
+        ...(mode === "transaction" ? { prepare: false } : {})
+      }).pipe(classify("connect"))
+    ),
+    Layer.succeed(Pooler.Pooler, Pooler.Pooler.of({ mode, direct: Option.fromUndefinedOr(options.directUrl) }))
   )
+}
 
-/** {@link pgLayer} with the URL from `LEASEHOLD_DATABASE_URL`. */
+/**
+ * {@link pgLayer} with the URL from `LEASEHOLD_DATABASE_URL`, the pooler from
+ * `LEASEHOLD_POOLER` and the direct URL from `LEASEHOLD_DIRECT_DATABASE_URL`.
+ */
 export const pgLayerFromEnv = (
-  options: { readonly maxConnections?: number | undefined; readonly applicationName?: string | undefined } = {}
-): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, StoreError | ConfigInvalid> =>
-  Layer.unwrap(Effect.map(databaseUrl, (url) => pgLayer(url, options)))
+  options: Omit<PgLayerOptions, "pooler" | "directUrl"> = {}
+): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient | Pooler.Pooler, StoreError | ConfigInvalid> =>
+  Layer.unwrap(Effect.gen(function*() {
+    const url = yield* databaseUrl
+    const pooler = yield* poolerFromEnv
+    const directUrl = Option.getOrUndefined(yield* directDatabaseUrl)
+    return pgLayer(url, { ...options, pooler, directUrl })
+  }))
 
 /**
  * The environment variables of leasehold's HTTP server (`Http.layerFromEnv`),
