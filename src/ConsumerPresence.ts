@@ -38,6 +38,7 @@ import * as os from "node:os"
 import { hash31 } from "./internal/hash.ts"
 import * as Validate from "./internal/validate.ts"
 import * as Migrations from "./Migrations.ts"
+import * as Pooler from "./Pooler.ts"
 import { PgQueueStoreSettings } from "./PgQueueStore.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, ConfigInvalid, InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
@@ -335,14 +336,20 @@ export const make = (
     const main = yield* PgClient.PgClient
     if (options.migrate ?? true) yield* Migrations.run({ schema })
     const appName = main.config.applicationName ?? "leasehold"
-    // Heartbeats and sweeps: short statements, bounded by a statement_timeout.
+    // Presence needs a session: the direct URL when given, else the main one (none through a
+    // transaction-mode pooler: then every registration falls back to lease expiry).
+    const target = yield* Pooler.sessionTarget(main.config)
+    const base = Option.match(target, { onNone: () => main.config, onSome: (t) => t.config })
+    const targetMode = Option.match(target, { onNone: () => "transaction" as const, onSome: (t) => t.mode })
+    // Heartbeats and sweeps: short statements, bounded by a statement_timeout (through a pooler,
+    // which refuses startup parameters, by their own timeouts).
     const pool = yield* PgClient.make({
-      ...main.config,
+      ...base,
       maxConnections: 1,
       minConnections: 0,
       applicationName: `${appName}-presence-pool`,
-      keepAlive: main.config.keepAlive ?? "10 seconds",
-      startupParameters: { ...main.config.startupParameters, statement_timeout: String(Math.max(staleMs, 5_000)) }
+      keepAlive: base.keepAlive ?? "10 seconds",
+      startupParameters: Pooler.startupParameters(targetMode, base.startupParameters, { statement_timeout: String(Math.max(staleMs, 5_000)) })
     }).pipe(Effect.provide(Reactivity.layer), classify("connect presence pool"))
     const sql = pool.withoutTransforms()
     const consumers = sql(`${schema}.consumers`)
@@ -353,6 +360,35 @@ export const make = (
     const host = os.hostname().slice(0, 255)
 
     /**
+     * The proof of a transaction-mode pooler: another client connection (the presence pool's)
+     * can take the lock this session was just granted. Directly, or through a session-mode
+     * pooler, every client connection has a backend of its own, and a session lock held by
+     * another backend is refused to it. Through a transaction-mode pooler, the session's backend
+     * goes back to the pool after each statement, and the next client to run a statement may
+     * get it, with the lock: re-entrant, granted. PgBouncer hands out the backend used last
+     * first (LIFO), so a statement on the session right before the probe puts that backend on
+     * top; three tries, in case another client took it in between. Whatever the probe took, it
+     * gives back in the same statement (one statement runs on one backend). A failed probe
+     * proves nothing (undefined).
+     */
+    const sharedBackend = (session: SqlClient.SqlClient, pid: number, key: number) =>
+      Effect.gen(function*() {
+        for (let i = 0; i < 3; i++) {
+          yield* session`SELECT 1`
+          const [probe] = yield* sql<{ pid: number; got: boolean }>`
+            SELECT s.pid, s.got, CASE WHEN s.got THEN pg_advisory_unlock(${lockClass}::int, ${key}::int) END AS gave_back
+            FROM (SELECT pg_backend_pid() AS pid, pg_try_advisory_lock(${lockClass}::int, ${key}::int) AS got OFFSET 0) AS s`
+          if (probe?.got === true) {
+            return probe.pid === pid
+              ? `backend ${pid}, holding this session's lock, answered another client connection and granted it the lock too: ` +
+                "backends are shared between clients (transaction pooling)"
+              : `another client connection took the lock this session was just granted (backend ${probe.pid}, not ${pid})`
+          }
+        }
+        return undefined
+      }).pipe(Effect.catch(() => Effect.succeed(undefined)))
+
+    /**
      * Open a presence session: connect, take a fresh key's session lock, and
      * check that the lock really belongs to this connection's backend. A
      * transaction-mode pooler shows as a backend pid that changes between
@@ -361,14 +397,21 @@ export const make = (
      */
     const openSession: Effect.Effect<Session | { readonly _tag: "Pooler"; readonly detail: string }, StoreError> = Effect.gen(
       function*() {
+        if (Option.isNone(target)) {
+          return {
+            _tag: "Pooler" as const,
+            detail: `${QueueConfig.connectionVariables.pooler}=transaction and no ${QueueConfig.connectionVariables.directDatabaseUrl} ` +
+              "to hold a session on"
+          }
+        }
         const scope = yield* Scope.make()
         const attempt = Effect.gen(function*() {
           const client = yield* PgClient.makeClient({
-            ...main.config,
+            ...base,
             applicationName: `${appName}-presence`,
-            keepAlive: main.config.keepAlive ?? "10 seconds",
-            connectTimeout: main.config.connectTimeout ?? "10 seconds",
-            startupParameters: { ...main.config.startupParameters, statement_timeout: "5000" }
+            keepAlive: base.keepAlive ?? "10 seconds",
+            connectTimeout: base.connectTimeout ?? "10 seconds",
+            startupParameters: Pooler.startupParameters(targetMode, base.startupParameters, { statement_timeout: "5000" })
           }).pipe(Effect.provide(Reactivity.layer), Scope.provide(scope))
           const session = client.withoutTransforms()
           for (let i = 0; i < 3; i++) {
@@ -394,9 +437,10 @@ export const make = (
               ? `the backend changed between two statements (${lock.pid} then ${check.pid})`
               : !check.held
               ? `backend ${lock.pid} does not show the lock it was just granted`
-              : mode === "auto" && lock.age_ms !== null && lock.age_ms > POOLED_BACKEND_AGE_MS
-              ? `backend ${lock.pid} started ${seconds(lock.age_ms)} before this new connection's first statement`
-              : undefined
+              : (yield* sharedBackend(session, lock.pid, lock.key))
+              ?? (mode === "auto" && lock.age_ms !== null && lock.age_ms > POOLED_BACKEND_AGE_MS
+                ? `backend ${lock.pid} started ${seconds(lock.age_ms)} before this new connection's first statement`
+                : undefined)
             if (problem !== undefined) {
               // Wherever the lock landed, give it back (best effort; the key is never advertised).
               yield* session`SELECT pg_advisory_unlock(${lockClass}::int, ${lock.key}::int)`.pipe(Effect.ignore)

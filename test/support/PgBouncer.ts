@@ -39,6 +39,11 @@ export interface PgBouncerOptions {
   readonly serverUrl: string
   /** Server connections per user/database pair (default 3). */
   readonly poolSize?: number
+  /**
+   * Startup parameters to accept and drop (PgBouncer's `ignore_startup_parameters`), as some
+   * deployments do; by default only `extra_float_digits`, and any other is refused.
+   */
+  readonly ignoreStartupParameters?: ReadonlyArray<string>
 }
 
 const freePort = (): Promise<number> =>
@@ -91,9 +96,8 @@ export const start = async (options: PgBouncerOptions): Promise<PgBouncer> => {
       `pool_mode = ${options.mode}`,
       `default_pool_size = ${options.poolSize ?? 3}`,
       "max_client_conn = 200",
-      // The clients' application_name is tracked by PgBouncer itself; nothing else to ignore:
-      // a client that sends other startup parameters must be refused, as by a real deployment.
-      "ignore_startup_parameters = extra_float_digits",
+      // application_name is tracked by PgBouncer itself; any other parameter not listed is refused.
+      `ignore_startup_parameters = ${["extra_float_digits", ...(options.ignoreStartupParameters ?? [])].map(plain).join(",")}`,
       "server_login_retry = 1",
       "log_connections = 0",
       "log_disconnections = 0"
