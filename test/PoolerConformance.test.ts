@@ -25,7 +25,7 @@ const pooled = (mode: PgBouncer.PoolMode, direct: boolean) => {
     Layer.provideMerge(client),
     // Session mode holds a server connection per client connection for the client's life: the
     // pool must fit them all (main 12 + lease 2 + listen), or clients queue for good.
-    Layer.provide(PgBouncer.layer(mode, { poolSize: mode === "session" ? 20 : 3 }))
+    Layer.provide(PgBouncer.layer(mode, { serverUrl: PgTest.databaseUrl(), poolSize: mode === "session" ? 20 : 3 }))
   )
 }
 

@@ -16,7 +16,16 @@
  * default 1s), CHAOS_QUARANTINE_AFTER (default 100), CHAOS_DRAIN_TIMEOUT,
  * CHAOS_LOG_DIR; CHAOS_FAULT=block (see worker.ts: proves the checks can
  * fail); and LEASEHOLD_SESSION_LIVENESS=on|off|auto, passed through to the
- * workers. Every worker's output goes to CHAOS_LOG_DIR (default
+ * workers.
+ *
+ *   npm run chaos -- --pooler transaction    the same through PgBouncer (or --pooler session)
+ *
+ * puts a real PgBouncer (CHAOS_POOL_SIZE server connections, default 10) between the
+ * workers and the server (LEASEHOLD_POOLER set to match); CHAOS_DIRECT=1 also gives them
+ * the server as LEASEHOLD_DIRECT_DATABASE_URL (presence and LISTEN); without it, through
+ * transaction mode, claims of killed workers come back by lease expiry and idle workers poll.
+ * Backend terminations then hit PgBouncer's server connections, and the restart is the
+ * server's behind it. Every worker's output goes to CHAOS_LOG_DIR (default
  * .tmp/chaos/<time>). See bench/README.md.
  */
 import { Effect } from "effect"
@@ -24,6 +33,7 @@ import { join } from "node:path"
 import { startPostgres } from "../../src/internal/EmbeddedPostgres.ts"
 import type { NewMessage } from "../../src/Message.ts"
 import { QueueStore } from "../../src/QueueStore.ts"
+import * as PgBouncer from "../../test/support/PgBouncer.ts"
 import { analyze, type BackendTermination, finishBound, type Kill } from "./analyze.ts"
 import {
   closeLogs,
@@ -49,6 +59,12 @@ import {
 } from "./lib.ts"
 
 const ci = process.argv.includes("--ci")
+const poolerArg = process.argv.indexOf("--pooler")
+const pooler = poolerArg === -1 ? undefined : process.argv[poolerArg + 1]
+if (pooler !== undefined && pooler !== "transaction" && pooler !== "session") {
+  console.error(`chaos: --pooler takes transaction or session, not ${JSON.stringify(pooler)}`)
+  process.exit(2)
+}
 const profile = ci
   ? { messages: 1_000, rate: 75, drainTimeoutMs: 40_000 }
   : { messages: 20_000, rate: 250, drainTimeoutMs: 240_000 }
@@ -69,7 +85,9 @@ const config = {
   renewerStopTimeoutMs: envMs("CHAOS_RENEWER_STOP_TIMEOUT", 5_000),
   logDir: process.env["CHAOS_LOG_DIR"] ??
     join(repoRoot, ".tmp", "chaos", new Date().toISOString().replace(/[:.]/g, "-")),
-  liveness: process.env["LEASEHOLD_SESSION_LIVENESS"]
+  liveness: process.env["LEASEHOLD_SESSION_LIVENESS"],
+  poolSize: envInt("CHAOS_POOL_SIZE", 10),
+  direct: process.env["CHAOS_DIRECT"] === "1"
 }
 
 const SCHEMA = "chaos"
@@ -120,11 +138,26 @@ const main = async (): Promise<number> => {
     `chaos ${ci ? "(short, CI)" : "(full)"}: ${config.messages} messages at ${config.rate}/s, ${config.workers} workers ` +
       `(concurrency ${config.concurrency}, batch ${config.batch}, lease ${formatMs(config.leaseMs)}, poll ${config.pollMs} ms), ` +
       `SIGKILL every ~${formatMs(config.killEveryMs)}, backend terminations every ~${formatMs(config.terminateEveryMs)}, ` +
-      `one server restart (${formatMs(config.restartDownMs)} down); session liveness: ${config.liveness ?? "(unset: consumer default)"}`
+      `one server restart (${formatMs(config.restartDownMs)} down); session liveness: ${config.liveness ?? "(unset: consumer default)"}` +
+      (pooler === undefined
+        ? ""
+        : `; through PgBouncer ${pooler} mode (pool ${config.poolSize})${config.direct ? ", direct URL for presence and LISTEN" : ", no direct URL"}`)
   )
   console.log(`worker logs: ${config.logDir}`)
   t0 = Date.now()
   const server = await startPostgres({ forTests: true })
+  // The workers' way to the server: straight, or through PgBouncer (the orchestrator always goes straight).
+  const bouncer = pooler === undefined
+    ? undefined
+    : await PgBouncer.start({ mode: pooler, serverUrl: server.url, poolSize: config.poolSize }).catch(async (error) => {
+      await server.destroy()
+      throw error
+    })
+  const workerDb: Record<string, string> = bouncer === undefined ? { LEASEHOLD_DATABASE_URL: server.url } : {
+    LEASEHOLD_DATABASE_URL: bouncer.url,
+    LEASEHOLD_POOLER: bouncer.mode,
+    ...(config.direct ? { LEASEHOLD_DIRECT_DATABASE_URL: server.url } : {})
+  }
   let db: Db | undefined
   const workers: Array<Worker> = []
   let shuttingDown = false
@@ -132,6 +165,7 @@ const main = async (): Promise<number> => {
     shuttingDown = true
     await stopWorkers(workers, 5_000).catch(() => [])
     await db?.dispose().catch(() => undefined)
+    await bouncer?.stop().catch(() => undefined)
     await server.destroy().catch(() => undefined)
     await closeLogs()
   }
@@ -158,7 +192,7 @@ const main = async (): Promise<number> => {
       const worker = spawnWorker({
         name: `w${slot}-g${g}`,
         consumerId: `chaos-w${slot}-g${g}`,
-        env: { ...workerEnv, LEASEHOLD_DATABASE_URL: server.url },
+        env: { ...workerEnv, ...workerDb },
         logDir: config.logDir,
         onExit: (w) => {
           if (w.killedAt !== undefined || w.terminatedAt !== undefined || shuttingDown) return
@@ -495,7 +529,7 @@ const main = async (): Promise<number> => {
       for (const v of violations) console.log(`  - ${v}`)
       for (const w of crashes) console.log(`\n${w.name} last output:\n  ${w.tail.join("\n  ")}`)
     }
-    console.log(`\n${violations.length === 0 ? "PASS" : "FAIL"}: chaos ${ci ? "short" : "full"} run, ${result.sent} messages, ${kills.length} kills, ${violations.length} violation(s)`)
+    console.log(`\n${violations.length === 0 ? "PASS" : "FAIL"}: chaos ${ci ? "short" : "full"} run${pooler === undefined ? "" : ` through PgBouncer ${pooler} mode`}, ${result.sent} messages, ${kills.length} kills, ${violations.length} violation(s)`)
     return violations.length === 0 ? 0 : 1
   } finally {
     await cleanup()

@@ -1,5 +1,6 @@
 /**
- * A real PgBouncer in front of the test server, for the pooler tests: started
+ * A real PgBouncer in front of a PostgreSQL server, for the pooler tests and
+ * the chaos run behind a pooler (bench/chaos/run.ts --pooler): started
  * as a child process on a free local port, in `pool_mode=transaction` or
  * `session`, with a small pool (3 server connections) so that clients really
  * share backends. Config and userlist live in a temp folder removed on stop.
@@ -15,7 +16,6 @@ import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Context, Effect, Layer } from "effect"
-import { inject } from "vitest"
 
 /** Where Debian's package installs it; else whatever `pgbouncer` is on the PATH. */
 const binary = existsSync("/usr/sbin/pgbouncer") ? "/usr/sbin/pgbouncer" : "pgbouncer"
@@ -163,6 +163,6 @@ export const acquire = (options: PgBouncerOptions) =>
 /** A layer that runs PgBouncer for its lifetime and provides it. */
 export class Bouncer extends Context.Service<Bouncer, PgBouncer>()("test/PgBouncer") {}
 
-/** {@link Bouncer} in `mode` in front of the test server. */
-export const layer = (mode: PoolMode, options: Omit<PgBouncerOptions, "mode" | "serverUrl"> = {}): Layer.Layer<Bouncer> =>
-  Layer.effect(Bouncer, acquire({ ...options, mode, serverUrl: inject("databaseUrl") }))
+/** {@link Bouncer} in `mode` in front of the server at `serverUrl` (tests: `PgTest.databaseUrl()`). */
+export const layer = (mode: PoolMode, options: Omit<PgBouncerOptions, "mode">): Layer.Layer<Bouncer> =>
+  Layer.effect(Bouncer, acquire({ ...options, mode }))
