@@ -20,8 +20,11 @@
  *   session, and so its lock, stays.
  *
  * Behind a transaction-mode pooler (PgBouncer `pool_mode=transaction`) a
- * session lock is not tied to the client: it is detected where possible
- * (`auto`) or turned off (`off`), and then claims end by lease expiry only.
+ * session lock is not tied to the client: the presence session and its pool
+ * use `LEASEHOLD_DIRECT_DATABASE_URL` when given (see `Pooler`); otherwise the
+ * pooler is declared (`LEASEHOLD_POOLER=transaction`) or proven when a session
+ * opens (another client connection is granted its lock), or liveness is turned
+ * off (`off`), and then claims end by lease expiry only.
  *
  * The consumer uses this service when it is in context (`Effect.serviceOption`):
  * provide {@link layerPg} or {@link layerFromEnv} to the consumer, and
