@@ -3,9 +3,12 @@
  * what they change, through a real PgBouncer in transaction mode: no LISTEN
  * without the direct URL (consumers poll), LISTEN on the direct URL, and
  * migrations racing through the pooler (their transaction-scoped lock holds
- * there, as one transaction runs on one backend).
+ * there, as one transaction runs on one backend), and the CLI through it.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { execFile } from "node:child_process"
+import { resolve } from "node:path"
+import { promisify } from "node:util"
 import { ConfigProvider, Effect, Fiber, Layer, Option, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Migrations from "../src/Migrations.ts"
@@ -110,5 +113,32 @@ describe("through PgBouncer in transaction mode", () => {
         const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(`${schema}.migrations`)}`
         assert.strictEqual(rows[0]?.n, Migrations.known.length)
       }).pipe(Effect.provide(layer))
+    })), 60_000)
+})
+
+describe("the CLI through PgBouncer in transaction mode", () => {
+  it.live("migrate, send and stats with LEASEHOLD_POOLER=transaction", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const bouncer = yield* PgBouncer.acquire({ mode: "transaction", serverUrl: PgTest.databaseUrl() })
+      const schema = PgTest.uniqueSchema("plc")
+      const env: NodeJS.ProcessEnv = {
+        PATH: process.env["PATH"],
+        LEASEHOLD_DATABASE_URL: bouncer.url,
+        LEASEHOLD_POOLER: "transaction",
+        LEASEHOLD_SCHEMA: schema
+      }
+      const cli = (...args: Array<string>) =>
+        Effect.promise(() => promisify(execFile)(process.execPath, [resolve("src/bin/leasehold.ts"), ...args], { env, timeout: 30_000 }))
+      yield* Effect.addFinalizer(() =>
+        Effect.flatMap(SqlClient.SqlClient, (sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(
+          Effect.provide(PgTest.clientLayer({ maxConnections: 1 })),
+          Effect.ignore
+        )
+      )
+      assert.include((yield* cli("migrate")).stdout, `schema ${schema} is up to date`)
+      const sent = JSON.parse((yield* cli("send", "cli-pooled", "greet", "{\"to\":\"ada\"}")).stdout) as { id: string }
+      assert.isString(sent.id)
+      const stats = JSON.parse((yield* cli("stats", "cli-pooled", "--json")).stdout) as Array<{ queue: string; ready: number }>
+      assert.deepInclude(stats[0], { queue: "cli-pooled", ready: 1 })
     })), 60_000)
 })
