@@ -9,6 +9,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { execFile } from "node:child_process"
 import { resolve } from "node:path"
 import { promisify } from "node:util"
+import { PgClient } from "@effect/sql-pg"
 import { ConfigProvider, Effect, Fiber, Layer, Option, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Migrations from "../src/Migrations.ts"
@@ -46,10 +47,12 @@ describe("Pooler settings", () => {
 
   it.effect("pgLayerFromEnv provides the pooler setting read from the environment", () =>
     Effect.gen(function*() {
-      const pooler = yield* Effect.scoped(Effect.map(
+      const [pooler, prepare] = yield* Effect.scoped(Effect.map(
         Layer.build(QueueConfig.pgLayerFromEnv({ maxConnections: 1 })),
         (context) => Layer.succeedContext(context)
-      ).pipe(Effect.flatMap((layer) => Pooler.current.pipe(Effect.provide(layer))))).pipe(
+      ).pipe(Effect.flatMap((layer) =>
+        Effect.all([Pooler.current, Effect.map(PgClient.PgClient, (pg) => pg.config.prepare)]).pipe(Effect.provide(layer))
+      ))).pipe(
         withEnv({
           LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(),
           LEASEHOLD_POOLER: "transaction",
@@ -57,6 +60,7 @@ describe("Pooler settings", () => {
         })
       )
       assert.strictEqual(pooler.mode, "transaction")
+      assert.strictEqual(prepare, false, "no prepared statements through a transaction-mode pooler")
       assert.strictEqual(Redacted.value(Option.getOrThrow(pooler.direct)), PgTest.databaseUrl())
       // Nothing in context: a direct connection is assumed.
       assert.strictEqual((yield* Pooler.current).mode, "none")
