@@ -22,7 +22,7 @@
  * @since 0.1.0
  */
 import type { PgClient } from "@effect/sql-pg"
-import { Context, Effect, Option, type Redacted } from "effect"
+import { Context, Effect, Layer, Option, type Redacted } from "effect"
 
 /** What the main URL connects through. */
 export type Mode = "none" | "session" | "transaction"
@@ -36,6 +36,14 @@ export class Pooler extends Context.Service<Pooler, {
   /** `LEASEHOLD_DIRECT_DATABASE_URL`: a connection straight to PostgreSQL, if given. */
   readonly direct: Option.Option<Redacted.Redacted>
 }>()("leasehold/Pooler") {}
+
+/**
+ * The pooler setting as a layer, for an application that builds its `PgClient`
+ * itself instead of with `QueueConfig.pgLayer` (which provides it): then turn
+ * prepared statements off on that client too (`prepare: false`) for `transaction`.
+ */
+export const layer = (options: { readonly mode: Mode; readonly directUrl?: Redacted.Redacted | undefined }): Layer.Layer<Pooler> =>
+  Layer.succeed(Pooler, Pooler.of({ mode: options.mode, direct: Option.fromUndefinedOr(options.directUrl) }))
 
 /** The pooler setting in context, `none` (a direct connection) without one. */
 export const current: Effect.Effect<Pooler["Service"]> = Effect.map(

@@ -409,7 +409,7 @@ export const pgLayer = (
         ...(mode === "transaction" ? { prepare: false } : {})
       }).pipe(classify("connect"))
     ),
-    Layer.succeed(Pooler.Pooler, Pooler.Pooler.of({ mode, direct: Option.fromUndefinedOr(options.directUrl) }))
+    Pooler.layer({ mode, directUrl: options.directUrl })
   )
 }
 
