@@ -10,7 +10,8 @@ import { execFile } from "node:child_process"
 import { resolve } from "node:path"
 import { promisify } from "node:util"
 import { PgClient } from "@effect/sql-pg"
-import { ConfigProvider, Effect, Fiber, Layer, Option, Redacted } from "effect"
+import { ConfigProvider, Deferred, Effect, Fiber, Layer, Option, Redacted } from "effect"
+import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
@@ -100,6 +101,34 @@ describe("through PgBouncer in transaction mode", () => {
           }).pipe(Effect.provide(store))
         }))
       }
+    })), 60_000)
+
+  it.live("prepared statements: one prepared on a backend fails in a transaction that runs on another; unprepared, it runs", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const bouncer = yield* PgBouncer.acquire({ mode: "transaction", serverUrl: PgTest.databaseUrl() })
+      const attempt = (prepare: boolean) =>
+        Effect.scoped(Effect.gen(function*() {
+          const connect = PgClient.makeClient({ url: Redacted.make(bouncer.url), prepare }).pipe(Effect.provide(Reactivity.layer))
+          const a = (yield* connect).withoutTransforms()
+          const c = (yield* connect).withoutTransforms()
+          const [first] = yield* a<{ pid: number }>`SELECT pg_backend_pid() AS pid, ${1}::int AS v`
+          // C takes A's backend (PgBouncer hands out the last used first) and holds it in a transaction,
+          // so A's transaction runs on another backend, where A's statement was never prepared.
+          const held = yield* Deferred.make<number>()
+          const hold = yield* Effect.forkChild(c.withTransaction(Effect.gen(function*() {
+            const [row] = yield* c<{ pid: number }>`SELECT pg_backend_pid() AS pid`
+            yield* Deferred.succeed(held, row!.pid)
+            yield* c`SELECT pg_sleep(0.5)`
+          })))
+          assert.strictEqual(yield* Deferred.await(held), first!.pid, "C holds the backend A used")
+          const result = yield* Effect.result(a.withTransaction(a<{ pid: number }>`SELECT pg_backend_pid() AS pid, ${2}::int AS v`))
+          yield* Fiber.await(hold)
+          return result
+        }))
+      const prepared = yield* attempt(true)
+      assert.strictEqual(prepared._tag, "Failure", "a named statement missing on the transaction's backend aborts it")
+      const unprepared = yield* attempt(false)
+      assert.strictEqual(unprepared._tag, "Success", "parsed where it runs")
     })), 60_000)
 
   it.live("migrations racing through the pooler: one migrates, the others find nothing to do", () =>
