@@ -10,6 +10,7 @@ import createMessages from "./migrations/0001_create_messages.ts"
 import attemptsAndLeaseExpiries from "./migrations/0002_attempts_and_lease_expiries.ts"
 import consumers from "./migrations/0003_consumers.ts"
 import redrivenHistory from "./migrations/0004_redriven_history.ts"
+import schedulesAndUniqueKeys from "./migrations/0007_schedules_and_unique_keys.ts"
 import { classify, type InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
 
@@ -21,7 +22,8 @@ const all: ReadonlyArray<readonly [id: number, name: string, make: (schema: stri
   [1, "create_messages", createMessages],
   [2, "attempts_and_lease_expiries", attemptsAndLeaseExpiries],
   [3, "consumers", consumers],
-  [4, "redriven_history", redrivenHistory]
+  [4, "redriven_history", redrivenHistory],
+  [7, "schedules_and_unique_keys", schedulesAndUniqueKeys]
 ]
 
 /** The ids and names of every migration, in order: what a fully migrated schema has run. */
