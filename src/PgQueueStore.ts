@@ -999,23 +999,36 @@ export const make = (
         return rows.map(toSchedule).sort(byKey)
       }).pipe((e) => op("upsertSchedules", { count: specs.length }, e))
 
-    // The fence and the send in one transaction on this client: the UPDATE matches only while
-    // the row's last slot is earlier than this one (and its definition is the one the worker
-    // computed the slot from). It locks the row, so a concurrent firer of the same slot waits,
-    // then finds last_slot = slot and matches nothing; the send joins the transaction, so a
-    // slot's row never moves without its message, nor the message lands without the row.
+    // The fence and the send in one statement, so one transaction on one connection: the
+    // UPDATE matches only while the row's last slot is earlier than this one (and its
+    // definition is the one the worker computed the slot from). It locks the row, so a
+    // concurrent firer of the same slot waits, re-reads the row, finds last_slot = slot and
+    // matches nothing: no row, so no INSERT. A slot's row never moves without its message,
+    // nor does the message land without the row. A loser costs one UPDATE that matches
+    // nothing (no BEGIN/COMMIT round trips). The NOTIFY is delivered at the statement's commit.
+    // The payload was checked when the schedule was upserted.
     const fireSchedule: QueueStoreShape["fireSchedule"] = (key, fire) =>
-      sql.withTransaction(Effect.gen(function*() {
-        const [row] = yield* sql<{ queue: string; task: string; payload: unknown }>`
-          UPDATE ${schedulesTable} SET last_slot = ${fire.slot}, next_slot = ${fire.nextSlot},
-                 fired_at = coalesce(${yield* currentTime}::timestamptz, now())
-          WHERE key = ${key} AND last_slot < ${fire.slot} AND cron = ${fire.cron} AND tz = ${fire.tz}
-          RETURNING queue, task, payload`
-        if (row === undefined) return Option.none<SendResult>()
-        const headers = { "leasehold-schedule": key, "leasehold-slot": fire.slot.toISOString() }
-        const [sent] = yield* send(row.queue, [{ task: row.task, payload: row.payload, headers }])
-        return Option.some(sent!)
-      })).pipe((e) => op("fireSchedule", { key, slot: fire.slot.toISOString() }, e))
+      Effect.gen(function*() {
+        const now = yield* currentTime
+        const headers = JSON.stringify({ "leasehold-schedule": key, "leasehold-slot": fire.slot.toISOString() })
+        const rows = yield* sql<{ id: bigint }>`
+          WITH fired AS (
+            UPDATE ${schedulesTable} SET last_slot = ${fire.slot}, next_slot = ${fire.nextSlot},
+                   fired_at = coalesce(${now}::timestamptz, now())
+            WHERE key = ${key} AND last_slot < ${fire.slot} AND cron = ${fire.cron} AND tz = ${fire.tz}
+            RETURNING queue, task, payload
+          ), ins AS (
+            INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts)
+            SELECT queue, task, payload, ${headers}::jsonb, 0,
+                   coalesce(${now}::timestamptz, now()), coalesce(${now}::timestamptz, now()), ${limits.defaultMaxAttempts}
+            FROM fired
+            RETURNING id, queue
+          )
+          SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify(${channel}, ins.queue)) AS announced`
+        return rows.length === 0
+          ? Option.none<SendResult>()
+          : Option.some<SendResult>({ id: String(rows[0]!.id) as MessageId, deduplicated: false })
+      }).pipe((e) => op("fireSchedule", { key, slot: fire.slot.toISOString() }, e))
 
     // A manual run: the row is read (and locked against a concurrent remove) and its message
     // sent in one transaction; last_slot is not touched, so the slots go on as before.

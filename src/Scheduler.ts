@@ -195,6 +195,8 @@ export const make = (
     const id = yield* Validate.name("scheduler id", options.id ?? QueueConfig.defaultConsumerId())
     const heartbeatMs = yield* Validate.durationMs("heartbeat", options.heartbeat ?? "1 minute", { min: 100 })
     const state = new Map<string, number>()
+    /** The next slot of each schedule after the last round (cron arithmetic in a named zone is not cheap). */
+    const upcoming = new Map<string, number>()
     const start = yield* Clock.currentTimeMillis
     const upsert = (now: number, replace: boolean) =>
       Effect.map(
@@ -212,10 +214,20 @@ export const make = (
         yield* upsert(now, false)
         lastHeartbeat = now
       }
-      for (const schedule of schedules) yield* fireDue(store, schedule, state, now)
+      let next = lastHeartbeat + heartbeatMs
+      for (const schedule of schedules) {
+        const due = upcoming.get(schedule.key)
+        if (due === undefined || due <= now) {
+          yield* fireDue(store, schedule, state, now)
+          upcoming.set(schedule.key, nextSlot(schedule, now).getTime())
+        }
+        next = Math.min(next, upcoming.get(schedule.key)!)
+      }
       checkedUntil = now
-      const next = Math.min(...schedules.map((s) => nextSlot(s, now).getTime()), lastHeartbeat + heartbeatMs)
-      yield* Effect.sleep(Math.max(1, next - now))
+      // Until the next slot or heartbeat, counted from the clock as it is after the round
+      // (which took time): when that is already past, the next round starts at once.
+      const after = yield* Clock.currentTimeMillis
+      if (next > after) yield* Effect.sleep(next - after)
     })
     const loop = round.pipe(
       Effect.catchCause((cause) =>
