@@ -153,6 +153,39 @@ describe("Scheduler (memory store, TestClock)", () => {
       assert.deepStrictEqual((yield* firedSlots(store, "q")).map((f) => f.slot), ["manual", new Date(T0 + 5 * MIN).toISOString()])
     }).pipe(Effect.scoped, Effect.provide(MemoryQueueStore.layer())))
 
+  it.effect("every minute a worker records it still declares its schedules, without taking a row another worker changed", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      yield* TestClock.setTime(T0)
+      const { scheduler } = yield* start([tick()], "w1")
+      // A newer worker declares the schedule with another cron.
+      yield* store.upsertSchedules([{ ...tick({ cron: "0 * * * *" }), nextSlot: null }], { seenBy: "w2", now: new Date(T0 + 30_000) })
+      yield* advanceTo([scheduler], T0 + 3 * MIN)
+      const [row] = yield* store.schedules
+      assert.deepStrictEqual([row!.cron, row!.lastSeenBy, row!.lastSeenAt.getTime()], ["0 * * * *", "w1", T0 + 3 * MIN])
+      // w1's cron is not the row's: it fires nothing of its own.
+      yield* advanceTo([scheduler], T0 + 10 * MIN)
+      assert.deepStrictEqual(yield* firedSlots(store, "q"), [])
+    }).pipe(Effect.scoped, Effect.provide(MemoryQueueStore.layer())))
+
+  it.effect("a round that fails is logged and tried again; the slot still fires once the store answers", () =>
+    Effect.gen(function*() {
+      const inner = yield* MemoryQueueStore.make()
+      let failing = false
+      const flaky = { ...inner, fireSchedule: (key: string, fire: Parameters<typeof inner.fireSchedule>[1]) =>
+        failing ? Effect.fail(new InvalidInput({ field: "test", rule: "test", message: "store down" })) : inner.fireSchedule(key, fire) }
+      yield* TestClock.setTime(T0 + MIN)
+      const { scheduler } = yield* start([tick()], "w1").pipe(Effect.provideService(QueueStore, flaky))
+      failing = true
+      yield* TestClock.setTime(T0 + 5 * MIN)
+      for (let i = 0; i < 50; i++) yield* Effect.yieldNow
+      assert.isBelow((yield* scheduler.checkedUntil).getTime(), T0 + 5 * MIN, "the failed round did not count as checked")
+      assert.deepStrictEqual(yield* firedSlots(inner, "q"), [])
+      failing = false
+      yield* advanceTo([scheduler], T0 + 5 * MIN + 1_000)
+      assert.deepStrictEqual((yield* firedSlots(inner, "q")).map((f) => f.slot), [new Date(T0 + 5 * MIN).toISOString()])
+    }).pipe(Effect.scoped))
+
   it.effect("the layer refuses a schedule the store refuses, writing nothing", () =>
     Effect.gen(function*() {
       const store = yield* QueueStore
