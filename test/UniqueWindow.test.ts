@@ -12,6 +12,7 @@ import { InvalidInput } from "../src/QueueError.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as Task from "../src/Task.ts"
 import * as TaskClient from "../src/TaskClient.ts"
+import { makeSpy, startConsumer } from "./support/ConsumerHarness.ts"
 
 const digest = Task.define({ name: "digest", queue: "digests", payload: Schema.Struct({ user: Schema.String }) })
 
@@ -48,4 +49,19 @@ describe("unique windows through TaskClient", () => {
       assert.match(both.message, /task "digest": unique is given with a dedupKey \(rule: either unique or dedupKey, not both\)/)
       assert.deepStrictEqual(yield* store.messages("digests"), [])
     }).pipe(Effect.provide(TestLayer)))
+
+  it.effect("a running consumer deletes expired reservations every 10 minutes, live ones stay", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      yield* spy.store.send("other", [
+        { task: "t", payload: 1, unique: { key: "short", for: "1 second" } },
+        { task: "t", payload: 2, unique: { key: "long", for: "1 day" } }
+      ])
+      yield* startConsumer(spy, () => Effect.void, { queues: ["digests"], lease: "30 seconds" })
+      yield* TestClock.adjust("10 minutes")
+      for (let i = 0; i < 20; i++) yield* Effect.yieldNow
+      assert.strictEqual(yield* spy.inner.pruneUniqueKeys, 0, "already pruned by the consumer")
+      const [again] = yield* spy.store.send("other", [{ task: "t", payload: 3, unique: { key: "long", for: "1 day" } }])
+      assert.isTrue(again!.deduplicated)
+    }).pipe(Effect.scoped))
 })
