@@ -204,6 +204,10 @@ export const make = (
         (rows) => remember(state, rows)
       )
     yield* upsert(start, true)
+    if (schedules.length > 0) {
+      const list = schedules.map((s) => `${s.key} (${s.cron} ${s.tz}, next ${nextSlot(s, start).toISOString()})`).join(", ")
+      yield* Effect.logInfo(`schedules declared: ${list}`).pipe(Effect.annotateLogs({ module: "Scheduler", scheduler: id }))
+    }
     let checkedUntil = start
     let lastHeartbeat = start
 
