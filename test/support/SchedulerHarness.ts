@@ -45,3 +45,13 @@ export const everySlot = (from: number, to: number, step: number): ReadonlyArray
   for (let t = Math.floor(from / step) * step + step; t <= to; t += step) out.push(new Date(t).toISOString())
   return out
 }
+
+/** Poll `check` in real time (the TestClock stands still meanwhile) until it holds, or die naming `what`. */
+export const waitUntil = <E>(what: string, check: Effect.Effect<boolean, E>, timeoutMs = 30_000, describe?: () => string) =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + timeoutMs
+    while (!(yield* check)) {
+      if (Date.now() > deadline) return yield* Effect.die(new Error(`timed out after ${timeoutMs} ms waiting for ${what}${describe ? `: ${describe()}` : ""}`))
+      yield* Effect.promise(() => new Promise<void>((done) => setTimeout(done, 20)))
+    }
+  })
