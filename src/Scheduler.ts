@@ -179,8 +179,9 @@ export interface SchedulerShape {
 /** The scheduler service: present while its layer's scope is open. */
 export class Scheduler extends Context.Service<Scheduler, SchedulerShape>()("leasehold/Scheduler") {}
 
-/** After a failed round, try again after this long. */
+/** After a failed round, try again after this long, doubling while rounds keep failing, up to {@link MAX_RETRY_MS}. */
 const RETRY_MS = 1_000
+const MAX_RETRY_MS = 30_000
 
 /**
  * Start a scheduler in the current scope: upsert `schedules` (failing if the store refuses
@@ -233,14 +234,15 @@ export const make = (
       const after = yield* Clock.currentTimeMillis
       if (next > after) yield* Effect.sleep(next - after)
     })
+    let retryMs = RETRY_MS
     const loop = round.pipe(
-      Effect.catchCause((cause) =>
-        Cause.hasInterruptsOnly(cause)
-          ? Effect.failCause(cause)
-          : Effect.logWarning(`schedules: a round failed; trying again in ${RETRY_MS} ms`, cause).pipe(
-            Effect.andThen(Effect.sleep(RETRY_MS))
-          )
-      ),
+      Effect.tap(() => Effect.sync(() => void (retryMs = RETRY_MS))),
+      Effect.catchCause((cause) => {
+        if (Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause)
+        const wait = retryMs
+        retryMs = Math.min(retryMs * 2, MAX_RETRY_MS)
+        return Effect.logWarning(`schedules: a round failed; trying again in ${wait} ms`, cause).pipe(Effect.andThen(Effect.sleep(wait)))
+      }),
       Effect.forever,
       Effect.annotateLogs({ module: "Scheduler", scheduler: id })
     )
