@@ -375,7 +375,9 @@ export const make = <R>(
       Effect.forever(
         Effect.sleep("10 minutes").pipe(
           Effect.andThen(store.pruneAttempts(settings.attemptRetentionMs)),
-          Effect.catch((e) => Effect.logWarning(`attempt history not pruned: ${e.message}`))
+          Effect.catch((e) => Effect.logWarning(`attempt history not pruned: ${e.message}`)),
+          // Uniqueness reservations whose window ended, likewise (the next send of a key would replace one anyway).
+          Effect.andThen(store.pruneUniqueKeys.pipe(Effect.catch((e) => Effect.logWarning(`expired unique keys not pruned: ${e.message}`))))
         )
       ).pipe(Effect.annotateLogs(annotations))
     )

@@ -20,7 +20,7 @@ import type {
   SendResult
 } from "./Message.ts"
 import type { InvalidInput } from "./QueueError.ts"
-import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape, type ScheduleInfo } from "./QueueStore.ts"
 import * as AttemptResult from "./internal/result.ts"
 import * as Validate from "./internal/validate.ts"
 
@@ -136,7 +136,10 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             const existing = live(queue).find((r) => r.dedupKey === m.dedupKey)
             if (existing !== undefined) return { id: String(existing.id) as MessageId, deduplicated: true }
           }
+          const holder = m.unique === null ? undefined : reservation(queue, m.unique.key, now)
+          if (holder !== undefined) return { id: holder, deduplicated: true }
           const id = nextId++
+          if (m.unique !== null) reserved.set(uniqueKey(queue, m.unique.key), { until: now + m.unique.forMs, id: String(id) as MessageId })
           rows.set(id, {
             id,
             queue,
@@ -525,7 +528,98 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         return future.length === 0 ? Option.none() : Option.some(new Date(Math.min(...future)))
       })
 
+    // -------------------------------------------------------------------------
+    // Uniqueness windows and schedules, as the SQL store keeps them (migration 7).
+
+    /** Reservations by queue and key: they outlive their message, as the unique_keys table does. */
+    const reserved = new Map<string, { until: number; id: MessageId }>()
+    const uniqueKey = (queue: string, key: string) => `${queue}\u0000${key}`
+    /** The holder of a live reservation, if any. */
+    const reservation = (queue: string, key: string, now: number): MessageId | undefined => {
+      const held = reserved.get(uniqueKey(queue, key))
+      return held !== undefined && held.until > now ? held.id : undefined
+    }
+
+    const scheduleRows = new Map<string, ScheduleInfo>()
+
+    const upsertSchedules: QueueStoreShape["upsertSchedules"] = (specs, options) =>
+      Effect.gen(function*() {
+        // Every payload checked before the first write, as the one SQL statement does.
+        const payloads = yield* Effect.forEach(specs, (spec) =>
+          Effect.map(Validate.prepareMessage(spec.queue, { task: spec.task, payload: spec.payload }, limits), (m) =>
+            JSON.parse(m.payloadJson) as unknown))
+        const now = options.now
+        return specs.map((spec, i): ScheduleInfo => {
+          const old = scheduleRows.get(spec.key)
+          if (old !== undefined && options.replace === false) {
+            const seen: ScheduleInfo = { ...old, lastSeenAt: old.lastSeenAt < now ? now : old.lastSeenAt, lastSeenBy: options.seenBy }
+            scheduleRows.set(spec.key, seen)
+            return seen
+          }
+          const changed = old !== undefined && (old.cron !== spec.cron || old.tz !== spec.tz)
+          const row: ScheduleInfo = {
+            ...spec,
+            payload: payloads[i],
+            lastSlot: old === undefined ? now : changed && old.lastSlot < now ? now : old.lastSlot,
+            firedAt: old?.firedAt ?? null,
+            lastSeenAt: old === undefined || old.lastSeenAt < now ? now : old.lastSeenAt,
+            lastSeenBy: options.seenBy
+          }
+          scheduleRows.set(spec.key, row)
+          return row
+        }).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
+      })
+
+    /** Send a schedule's message (the store's own send: same checks, same wake-ups). */
+    const sendScheduled = (row: ScheduleInfo, slot: string) =>
+      Effect.map(
+        send(row.queue, [{ task: row.task, payload: row.payload, headers: { "leasehold-schedule": row.key, "leasehold-slot": slot } }]),
+        (results) => Option.some(results[0]!)
+      )
+
+    // The fence as the SQL store applies it: only a later slot of the same definition fires.
+    // Nothing yields between the check and the move, so a concurrent fiber sees the moved row.
+    const fireSchedule: QueueStoreShape["fireSchedule"] = (key, fire) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        const row = scheduleRows.get(key)
+        if (row === undefined || !(row.lastSlot < fire.slot) || row.cron !== fire.cron || row.tz !== fire.tz) {
+          return Effect.succeedNone
+        }
+        const moved: ScheduleInfo = { ...row, lastSlot: fire.slot, nextSlot: fire.nextSlot, firedAt: new Date(now) }
+        scheduleRows.set(key, moved)
+        return sendScheduled(moved, fire.slot.toISOString())
+      })
+
+    const triggerSchedule: QueueStoreShape["triggerSchedule"] = (key) =>
+      Effect.suspend(() => {
+        const row = scheduleRows.get(key)
+        return row === undefined ? Effect.succeedNone : sendScheduled(row, "manual")
+      })
+
+    const schedules: QueueStoreShape["schedules"] = Effect.sync(() =>
+      [...scheduleRows.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
+    )
+
+    const removeSchedule: QueueStoreShape["removeSchedule"] = (key) => Effect.sync(() => scheduleRows.delete(key))
+
+    const pruneUniqueKeys: QueueStoreShape["pruneUniqueKeys"] = Effect.map(Clock.currentTimeMillis, (now) => {
+      let removed = 0
+      for (const [k, held] of reserved) {
+        if (held.until <= now) {
+          reserved.delete(k)
+          removed++
+        }
+      }
+      return removed
+    })
+
     return fromOperations({
+      upsertSchedules,
+      fireSchedule,
+      triggerSchedule,
+      schedules,
+      removeSchedule,
+      pruneUniqueKeys,
       send,
       claim,
       renew,

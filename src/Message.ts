@@ -3,6 +3,7 @@
  *
  * @since 0.1.0
  */
+import type { Duration } from "effect"
 import { Schema } from "effect"
 
 /** The id of a message: a decimal string (a `bigint` in the database), stable across redrives. */
@@ -81,9 +82,24 @@ export interface NewMessage {
   readonly delay?: number | undefined
   readonly maxAttempts?: number | undefined
   readonly dedupKey?: string | undefined
+  /**
+   * Reserve `key` on the queue for `for` (a duration) from now, whatever happens to the
+   * message (acked, dead-lettered, purged): a send with the same key inside the window
+   * returns this message's id with `deduplicated: true`. Not with `dedupKey`.
+   */
+  readonly unique?: UniqueWindow | undefined
 }
 
-/** The outcome of sending one message: its id, and whether a live duplicate was found instead. */
+/** A uniqueness window: the key, and how long after the send it stays reserved. */
+export interface UniqueWindow {
+  readonly key: string
+  readonly for: Duration.Input
+}
+
+/**
+ * The outcome of sending one message: its id, and whether a duplicate was found instead
+ * (a live message with its `dedupKey`, or the holder of its `unique` key's window).
+ */
 export interface SendResult {
   readonly id: MessageId
   readonly deduplicated: boolean

@@ -25,7 +25,15 @@ import * as Migrations from "./Migrations.ts"
 import * as Pooler from "./Pooler.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, type ConfigInvalid, InvalidInput, type StoreError } from "./QueueError.ts"
-import { type Completion, defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+import {
+  type Completion,
+  defaults,
+  type DeadLetterFilter,
+  fromOperations,
+  QueueStore,
+  type QueueStoreShape,
+  type ScheduleInfo
+} from "./QueueStore.ts"
 import * as Abandon from "./internal/abandon.ts"
 import * as AttemptResult from "./internal/result.ts"
 import { hash31 } from "./internal/hash.ts"
@@ -143,6 +151,37 @@ const toDeadLetter = (row: MessageRow): DeadLetter => ({
   reason: row.dead_reason ?? "",
   deadAt: row.dead_at ?? row.visible_at
 })
+
+/** A row of the schedules table. */
+interface ScheduleRow {
+  readonly key: string
+  readonly cron: string
+  readonly tz: string
+  readonly queue: string
+  readonly task: string
+  readonly payload: unknown
+  readonly last_slot: Date
+  readonly next_slot: Date | null
+  readonly fired_at: Date | null
+  readonly last_seen_at: Date
+  readonly last_seen_by: string
+}
+
+const toSchedule = (row: ScheduleRow): ScheduleInfo => ({
+  key: row.key,
+  cron: row.cron,
+  tz: row.tz,
+  queue: row.queue,
+  task: row.task,
+  payload: row.payload,
+  nextSlot: row.next_slot,
+  lastSlot: row.last_slot,
+  firedAt: row.fired_at,
+  lastSeenAt: row.last_seen_at,
+  lastSeenBy: row.last_seen_by
+})
+
+const byKey = (a: { readonly key: string }, b: { readonly key: string }) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)
 
 /**
  * An array parameter of one element type, named rather than inferred: inference fails on
@@ -273,6 +312,8 @@ export const make = (
     const queuesTable = sql(`${schema}.queues`)
     /** Subscribers of `cancels`, per queue: opened by the `sends` listeners of this store. */
     const cancelListeners = new Map<string, Set<Latch.Latch>>()
+    const uniqueTable = sql(`${schema}.unique_keys`)
+    const schedulesTable = sql(`${schema}.schedules`)
     const leaseSql = (yield* makeLeaseClient(options.leasePool)) ?? sql
     const pg = yield* Effect.serviceOption(PgClient.PgClient)
     const channel = notifyChannel(schema)
@@ -359,6 +400,48 @@ export const make = (
         Effect.catchIf((e): e is "dedup-race" => e === "dedup-race", () => Effect.die(new Error("dedup insert raced 6 times")))
       )
 
+    // Insert one message under a uniqueness window, or find the holder of the window.
+    // The id is drawn first (nextval of the messages' own sequence) so the reservation can be
+    // written before the message: the INSERT ... ON CONFLICT on unique_keys takes the key when
+    // it is free or its window ended, and only then is the message inserted (from `reserved`).
+    // A live reservation makes `reserved` empty and the last branch answers with its holder.
+    // A reservation committed by a concurrent send after this statement's snapshot answers
+    // neither branch: then the statement is run again, like the dedup race above.
+    const insertUnique = (queue: string, now: Date | null, m: PreparedMessage, unique: NonNullable<PreparedMessage["unique"]>) =>
+      sql<{ id: bigint; inserted: boolean }>`
+        WITH fresh AS (
+          SELECT nextval(${`${schema}.messages_id_seq`}::regclass) AS id
+        ), reserved AS (
+          INSERT INTO ${uniqueTable} AS u (queue, key, until, message_id)
+          SELECT ${queue}, ${unique.key},
+                 coalesce(${now}::timestamptz, now()) + ${unique.forMs}::bigint * interval '1 millisecond', fresh.id
+          FROM fresh
+          ON CONFLICT (queue, key) DO UPDATE SET until = excluded.until, message_id = excluded.message_id
+          WHERE u.until <= coalesce(${now}::timestamptz, now())
+          RETURNING u.message_id
+        ), ins AS (
+          INSERT INTO ${table} (id, queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts)
+          SELECT reserved.message_id, ${queue}, ${m.task}, ${m.payloadJson}::jsonb, ${JSON.stringify(m.headers)}::jsonb, ${m.priority},
+                 coalesce(${now}::timestamptz, now()),
+                 coalesce(${now}::timestamptz, now()) + ${m.delayMs}::bigint * interval '1 millisecond',
+                 ${m.maxAttempts}
+          FROM reserved
+          RETURNING id
+        )
+        SELECT id, true AS inserted FROM ins
+        UNION ALL
+        SELECT message_id AS id, false AS inserted FROM ${uniqueTable}
+        WHERE queue = ${queue} AND key = ${unique.key} AND until > coalesce(${now}::timestamptz, now())
+          AND NOT EXISTS (SELECT 1 FROM reserved)`.pipe(
+        Effect.flatMap((rows) =>
+          rows.length === 0
+            ? Effect.fail("unique-race" as const)
+            : Effect.succeed<SendResult>({ id: String(rows[0]!.id) as MessageId, deduplicated: !rows[0]!.inserted })
+        ),
+        Effect.retry({ while: (e) => e === "unique-race", times: 5 }),
+        Effect.catchIf((e): e is "unique-race" => e === "unique-race", () => Effect.die(new Error("unique insert raced 6 times")))
+      )
+
     // The common single send, ready now, outside any transaction: the row and its announcement in
     // one statement, so a waiting consumer hears of it one round trip sooner. The NOTIFY is part of
     // the INSERT's own transaction (delivered at its commit, never before the row); nothing else
@@ -385,7 +468,7 @@ export const make = (
         if (prepared.length === 0) return []
         const now = yield* currentTime
         const single = prepared.length === 1 ? prepared[0]! : undefined
-        if (single !== undefined && single.dedupKey === null && single.delayMs === 0) {
+        if (single !== undefined && single.dedupKey === null && single.unique === null && single.delayMs === 0) {
           const inTransaction = yield* Effect.serviceOption(sql.transactionService)
           if (Option.isNone(inTransaction)) return yield* insertAnnounced(queue, now, single)
         }
@@ -401,12 +484,12 @@ export const make = (
             })
           })
           for (const m of prepared) {
-            if (m.dedupKey === null) {
+            if (m.dedupKey === null && m.unique === null) {
               run.push(m)
               if (run.length >= SEND_CHUNK) yield* flush
             } else {
               yield* flush
-              results.push(yield* insertDeduplicated(queue, now, m))
+              results.push(yield* (m.unique === null ? insertDeduplicated(queue, now, m) : insertUnique(queue, now, m, m.unique)))
             }
           }
           yield* flush
@@ -1056,7 +1139,135 @@ export const make = (
         return Option.fromNullishOr(row?.at)
       }).pipe((e) => op("nextVisibleAt", { queue }, e))
 
+    // -------------------------------------------------------------------------
+    // Schedules (migration 7): one row per key; `last_slot` fences each firing.
+
+    // All specs in one statement (jsonb_to_recordset), one row per key. A new key starts at
+    // `now` (slots before its declaration never fire). An existing key takes the declared
+    // definition when `replace` (a worker starting); a changed cron or tz also moves last_slot
+    // up to `now`, so the new expression starts from now instead of firing a "missed" slot of
+    // itself at once. Without `replace` (the periodic heartbeat) only last_seen moves: two
+    // versions of a worker during a rolling deploy do not flip the row back and forth.
+    const upsertSchedules: QueueStoreShape["upsertSchedules"] = (specs, options) =>
+      Effect.gen(function*() {
+        const docs = yield* Effect.forEach(specs, (spec) =>
+          Effect.map(Validate.prepareMessage(spec.queue, { task: spec.task, payload: spec.payload }, limits), (m) => ({
+            key: spec.key,
+            cron: spec.cron,
+            tz: spec.tz,
+            queue: spec.queue,
+            task: spec.task,
+            payload: JSON.parse(m.payloadJson) as unknown,
+            next_slot: spec.nextSlot?.toISOString() ?? null
+          })))
+        if (docs.length === 0) return []
+        const replace = options.replace ?? true
+        const rows = yield* sql<ScheduleRow>`
+          INSERT INTO ${schedulesTable} AS s
+            (key, cron, tz, queue, task, payload, last_slot, next_slot, last_seen_at, last_seen_by)
+          SELECT d.key, d.cron, d.tz, d.queue, d.task, d.payload, ${options.now}, d.next_slot, ${options.now}, ${options.seenBy}
+          FROM jsonb_to_recordset(${JSON.stringify(docs)}::jsonb)
+            AS d(key text, cron text, tz text, queue text, task text, payload jsonb, next_slot timestamptz)
+          ON CONFLICT (key) DO UPDATE SET
+            last_slot    = CASE WHEN ${replace}::boolean AND (s.cron, s.tz) IS DISTINCT FROM (excluded.cron, excluded.tz)
+                                THEN greatest(s.last_slot, excluded.last_slot) ELSE s.last_slot END,
+            updated_at   = CASE WHEN ${replace}::boolean AND (s.cron, s.tz, s.queue, s.task, s.payload) IS DISTINCT FROM
+                                     (excluded.cron, excluded.tz, excluded.queue, excluded.task, excluded.payload)
+                                THEN now() ELSE s.updated_at END,
+            cron         = CASE WHEN ${replace}::boolean THEN excluded.cron ELSE s.cron END,
+            tz           = CASE WHEN ${replace}::boolean THEN excluded.tz ELSE s.tz END,
+            queue        = CASE WHEN ${replace}::boolean THEN excluded.queue ELSE s.queue END,
+            task         = CASE WHEN ${replace}::boolean THEN excluded.task ELSE s.task END,
+            payload      = CASE WHEN ${replace}::boolean THEN excluded.payload ELSE s.payload END,
+            next_slot    = CASE WHEN ${replace}::boolean THEN excluded.next_slot ELSE s.next_slot END,
+            last_seen_at = greatest(s.last_seen_at, excluded.last_seen_at),
+            last_seen_by = excluded.last_seen_by
+          RETURNING s.*`
+        return rows.map(toSchedule).sort(byKey)
+      }).pipe((e) => op("upsertSchedules", { count: specs.length }, e))
+
+    // The fence and the send in one statement, so one transaction on one connection: the
+    // UPDATE matches only while the row's last slot is earlier than this one (and its
+    // definition is the one the worker computed the slot from). It locks the row, so a
+    // concurrent firer of the same slot waits, re-reads the row, finds last_slot = slot and
+    // matches nothing: no row, so no INSERT. A slot's row never moves without its message,
+    // nor does the message land without the row. A loser costs one UPDATE that matches
+    // nothing (no BEGIN/COMMIT round trips). The NOTIFY is delivered at the statement's commit.
+    // The payload was checked when the schedule was upserted.
+    const fireSchedule: QueueStoreShape["fireSchedule"] = (key, fire) =>
+      Effect.gen(function*() {
+        const now = yield* currentTime
+        const headers = JSON.stringify({ "leasehold-schedule": key, "leasehold-slot": fire.slot.toISOString() })
+        const rows = yield* sql<{ id: bigint }>`
+          WITH fired AS (
+            UPDATE ${schedulesTable} SET last_slot = ${fire.slot}, next_slot = ${fire.nextSlot},
+                   fired_at = coalesce(${now}::timestamptz, now())
+            WHERE key = ${key} AND last_slot < ${fire.slot} AND cron = ${fire.cron} AND tz = ${fire.tz}
+            RETURNING queue, task, payload
+          ), ins AS (
+            INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts)
+            SELECT queue, task, payload, ${headers}::jsonb, 0,
+                   coalesce(${now}::timestamptz, now()), coalesce(${now}::timestamptz, now()), ${limits.defaultMaxAttempts}
+            FROM fired
+            RETURNING id, queue
+          )
+          SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify(${channel}, ins.queue)) AS announced`
+        return rows.length === 0
+          ? Option.none<SendResult>()
+          : Option.some<SendResult>({ id: String(rows[0]!.id) as MessageId, deduplicated: false })
+      }).pipe((e) => op("fireSchedule", { key, slot: fire.slot.toISOString() }, e))
+
+    // A manual run: the row is read (and locked against a concurrent remove) and its message
+    // sent in one transaction; last_slot is not touched, so the slots go on as before.
+    const triggerSchedule: QueueStoreShape["triggerSchedule"] = (key) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const [row] = yield* sql<{ queue: string; task: string; payload: unknown }>`
+          SELECT queue, task, payload FROM ${schedulesTable} WHERE key = ${key} FOR SHARE`
+        if (row === undefined) return Option.none<SendResult>()
+        const headers = { "leasehold-schedule": key, "leasehold-slot": "manual" }
+        const [sent] = yield* send(row.queue, [{ task: row.task, payload: row.payload, headers }])
+        return Option.some(sent!)
+      })).pipe((e) => op("triggerSchedule", { key }, e))
+
+    const schedules: QueueStoreShape["schedules"] = sql<ScheduleRow>`SELECT * FROM ${schedulesTable} ORDER BY key`.pipe(
+      Effect.map((rows) => rows.map(toSchedule)),
+      (e) => op("schedules", {}, e)
+    )
+
+    const removeSchedule: QueueStoreShape["removeSchedule"] = (key) =>
+      sql<{ key: string }>`DELETE FROM ${schedulesTable} WHERE key = ${key} RETURNING key`.pipe(
+        Effect.map((rows) => rows.length === 1),
+        (e) => op("removeSchedule", { key }, e)
+      )
+
+    // Expired reservations are only clutter (the next send with the key takes them over):
+    // deleted oldest first through the `until` index, in bounded batches.
+    const pruneUniqueKeys: QueueStoreShape["pruneUniqueKeys"] = Effect.gen(function*() {
+      const now = yield* currentTime
+      let total = 0
+      while (true) {
+        const [row] = yield* sql<{ n: number }>`
+          WITH doomed AS (
+            SELECT queue, key FROM ${uniqueTable} WHERE until <= coalesce(${now}::timestamptz, now())
+            ORDER BY until LIMIT ${PRUNE_BATCH}
+          ), gone AS (
+            DELETE FROM ${uniqueTable} AS u USING doomed AS d
+            WHERE u.queue = d.queue AND u.key = d.key AND u.until <= coalesce(${now}::timestamptz, now())
+            RETURNING 1
+          )
+          SELECT count(*)::int AS n FROM gone`
+        total += row?.n ?? 0
+        if ((row?.n ?? 0) < PRUNE_BATCH) return total
+      }
+    }).pipe((e) => op("pruneUniqueKeys", {}, e))
+
     return fromOperations({
+      upsertSchedules,
+      fireSchedule,
+      triggerSchedule,
+      schedules,
+      removeSchedule,
+      pruneUniqueKeys,
       send,
       claim,
       renew,

@@ -53,6 +53,8 @@ export const eventLoopLag = Metric.gauge("leasehold_event_loop_lag_ms", { descri
  * gone and its heartbeat stale, so they were made visible at once (counted as lease expiries).
  */
 export const reaped = Metric.counter("leasehold_messages_reaped", { description: "Claims of dead consumers released by the reaper" })
+/** Schedule slots this process fired (one message each); slots another worker fired first are not counted. */
+export const schedulesFired = Metric.counter("leasehold_schedule_slots_fired", { description: "Schedule slots fired by this process" })
 
 // ---------------------------------------------------------------------------
 // Per queue and task. The series above without attributes are the totals of the process

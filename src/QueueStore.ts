@@ -229,6 +229,69 @@ export interface QueueStoreShape {
    * ending or a lease expiring), so an idle consumer can sleep exactly until then.
    */
   readonly nextVisibleAt: (queue: string) => Effect.Effect<Option.Option<Date>, InvalidInput | StoreError>
+
+  // Schedules (see `Scheduler`): rows keyed by schedule key, fired at most once per slot.
+
+  /**
+   * Insert or update schedules as a worker declares them, and record that `seenBy` still
+   * declares them at `now` (the scheduler's clock). A new schedule's last slot is `now`, so
+   * only later slots fire; a changed cron or time zone moves it up to `now` too (the new
+   * expression starts from now, nothing "missed" under it fires). Every spec is checked
+   * (names, payload) before anything is written. Returns the rows as stored.
+   *
+   * With `replace: false` (a worker's periodic "still declared"), an existing row keeps its
+   * definition and next slot and only its last-seen time moves; a missing row is inserted.
+   */
+  readonly upsertSchedules: (
+    specs: ReadonlyArray<ScheduleSpec>,
+    options: { readonly seenBy: string; readonly now: Date; readonly replace?: boolean | undefined }
+  ) => Effect.Effect<ReadonlyArray<ScheduleInfo>, InvalidInput | StoreError>
+  /**
+   * Fire one slot of a schedule: move its last slot to `slot` only if it is earlier (the
+   * fence) and the row still holds `cron` and `tz`, and send its message, in one
+   * transaction. `none` when another worker fired this slot or a later one (or the row
+   * changed or is gone): nothing was sent. The message carries the headers
+   * `leasehold-schedule` (the key) and `leasehold-slot` (the slot, ISO 8601).
+   */
+  readonly fireSchedule: (
+    key: string,
+    fire: { readonly slot: Date; readonly nextSlot: Date | null; readonly cron: string; readonly tz: string }
+  ) => Effect.Effect<Option.Option<SendResult>, InvalidInput | StoreError>
+  /**
+   * Send a schedule's message now, outside its slots (its last slot is left alone); the
+   * message carries `leasehold-schedule` and `leasehold-slot: manual`. `none` for an unknown key.
+   */
+  readonly triggerSchedule: (key: string) => Effect.Effect<Option.Option<SendResult>, InvalidInput | StoreError>
+  /** Every stored schedule, by key. */
+  readonly schedules: Effect.Effect<ReadonlyArray<ScheduleInfo>, StoreError>
+  /** Delete a schedule (a worker that still declares it upserts it again); false for an unknown key. */
+  readonly removeSchedule: (key: string) => Effect.Effect<boolean, InvalidInput | StoreError>
+  /** Delete uniqueness reservations whose window ended before now; returns how many. */
+  readonly pruneUniqueKeys: Effect.Effect<number, StoreError>
+}
+
+/** A schedule as a worker declares it to the store: the cron and time zone are checked by `Scheduler`. */
+export interface ScheduleSpec {
+  readonly key: string
+  readonly cron: string
+  readonly tz: string
+  readonly queue: string
+  readonly task: string
+  /** The payload as sent (already encoded). */
+  readonly payload: unknown
+  /** The next slot after now, for `schedules list`. */
+  readonly nextSlot: Date | null
+}
+
+/** A stored schedule: its definition, how far it fired, and who declared it last. */
+export interface ScheduleInfo extends ScheduleSpec {
+  /** The latest slot fired (or the time it was declared or its cron changed): later slots fire. */
+  readonly lastSlot: Date
+  /** When a slot was last fired, if ever. */
+  readonly firedAt: Date | null
+  /** When a worker last declared it: a schedule no running worker declares stops being seen. */
+  readonly lastSeenAt: Date
+  readonly lastSeenBy: string
 }
 
 /**
@@ -263,7 +326,31 @@ export const fromOperations = (shape: QueueStoreShape): QueueStoreShape =>
         return yield* shape.cancelWhere({ queue: filter.queue, task: filter.task })
       }),
     purge: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.purge),
-    deadLetters: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.deadLetters)
+    deadLetters: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.deadLetters),
+    upsertSchedules: (specs, options) => Effect.flatMap(checkSpecs(specs, options.seenBy), () => shape.upsertSchedules(specs, options)),
+    fireSchedule: (key, fire) => Effect.flatMap(Validate.name("schedule key", key), () => shape.fireSchedule(key, fire)),
+    triggerSchedule: (key) => Effect.flatMap(Validate.name("schedule key", key), shape.triggerSchedule),
+    removeSchedule: (key) => Effect.flatMap(Validate.name("schedule key", key), shape.removeSchedule)
+  })
+
+/** Check the names of schedules before an upsert (the payloads are checked by the store, against its limits). */
+const checkSpecs = (specs: ReadonlyArray<ScheduleSpec>, seenBy: string): Effect.Effect<void, InvalidInput> =>
+  Effect.gen(function*() {
+    yield* Validate.name("consumer", seenBy)
+    const keys = new Set<string>()
+    for (const spec of specs) {
+      yield* Validate.name("schedule key", spec.key)
+      yield* Validate.name("queue", spec.queue)
+      yield* Validate.name("task", spec.task)
+      if (keys.has(spec.key)) {
+        return yield* new InvalidInput({
+          field: "schedule key",
+          rule: "unique among the schedules declared together",
+          message: `schedule key ${JSON.stringify(spec.key)} is declared twice (rule: unique among the schedules declared together)`
+        })
+      }
+      keys.add(spec.key)
+    }
   })
 
 const maxMessageId = 2n ** 63n - 1n

@@ -8,7 +8,7 @@
  *
  * @since 0.1.0
  */
-import { Effect, Schema } from "effect"
+import { Effect, Result, Schema } from "effect"
 import type * as Consumer from "./Consumer.ts"
 import * as Outcome from "./internal/outcome.ts"
 import * as AttemptResult from "./internal/result.ts"
@@ -17,6 +17,7 @@ import type { Claim, SendResult } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { type ConnectionDead, DecodeFailed, InvalidInput, type QueryFailed, UnknownTask, Unrecoverable } from "./QueueError.ts"
 import { QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+import * as Scheduler from "./Scheduler.ts"
 
 /** How a task retries a failed attempt: jittered exponential backoff. */
 export interface RetryPolicy {
@@ -257,6 +258,12 @@ export interface SendOptions {
   readonly runAt?: Date | undefined
   readonly priority?: number | undefined
   readonly dedupKey?: string | undefined
+  /**
+   * Keep `key` reserved on the queue for `for` ("1h", or milliseconds) after this send,
+   * whatever happens to the message: a send with the key inside the window returns this
+   * message's id with `deduplicated: true`. Not with `dedupKey`.
+   */
+  readonly unique?: { readonly key: string; readonly for: QueueConfig.DurationLike } | undefined
   /** Overrides the task's max attempts. */
   readonly maxAttempts?: number | undefined
   readonly headers?: Readonly<Record<string, string>> | undefined
@@ -310,6 +317,10 @@ export const sendWith = <Name extends string, A, I>(
     const encoded = yield* Effect.forEach(payloads, (p) => Effect.mapError(encode(p), (e) => encodeIssue(task, e)))
     const delayMs = yield* Effect.mapError(sendDelay(options), (e) =>
       new InvalidInput({ field: e.field, rule: e.rule, message: `task "${task.name}": ${e.message}` }))
+    const unique = options.unique === undefined ? undefined : yield* Effect.mapError(
+      QueueConfig.parseDuration("unique.for", options.unique.for),
+      (e) => new InvalidInput({ field: "unique.for", rule: e.rule, message: `task "${task.name}": ${e.message}` })
+    ).pipe(Effect.map((ms) => ({ key: options.unique!.key, for: ms })))
     return yield* store.send(
       options.queue ?? task.queue,
       encoded.map((payload) => ({
@@ -319,7 +330,8 @@ export const sendWith = <Name extends string, A, I>(
         priority: options.priority,
         delay: delayMs,
         maxAttempts: options.maxAttempts ?? task.maxAttempts,
-        dedupKey: options.dedupKey
+        dedupKey: options.dedupKey,
+        unique
       }))
     )
   })
@@ -341,6 +353,30 @@ const sendDelay = (options: SendOptions): Effect.Effect<number | undefined, Inva
     }
     return until
   })
+
+/**
+ * A cron schedule of `task`: every slot of `cron` (in `tz`, default UTC) sends one message
+ * of it with `payload`, encoded through its schema now, to its queue. `key` names the
+ * schedule across workers (default: the task's name). Give the result to `Scheduler.layer`
+ * beside the consumer. A payload that does not encode, an invalid cron expression or time
+ * zone, or a bad key throws an `InvalidInput` naming it and the rule (see `Scheduler.define`).
+ *
+ * @throws InvalidInput when a rule is broken.
+ */
+export const schedule = <Name extends string, A, I>(
+  task: Declaration<Name, A, I>,
+  options: {
+    readonly cron: string
+    readonly tz?: string | undefined
+    readonly payload: A
+    readonly key?: string | undefined
+    readonly missed?: Scheduler.Missed | undefined
+  }
+): Scheduler.Schedule => {
+  const encoded = Schema.encodeResult(task.payload)(options.payload)
+  if (Result.isFailure(encoded)) throw encodeIssue(task, encoded.failure)
+  return Scheduler.define({ ...options, key: options.key ?? task.name, queue: task.queue, task: task.name, payload: encoded.success })
+}
 
 /** The task's failure, as recorded: JSON through its error schema when it has one and it encodes. */
 const describeFailure = (task: Any, error: unknown): Effect.Effect<never, unknown> =>

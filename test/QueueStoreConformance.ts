@@ -9,7 +9,7 @@ import { assert, layer } from "@effect/vitest"
 import { type Duration, Effect, Fiber, type Layer, Option } from "effect"
 import { TestClock } from "effect/testing"
 import { type Claim, isResultTooLarge, type MessageId, type MessageState, type NewMessage } from "../src/Message.ts"
-import { defaults, QueueStore } from "../src/QueueStore.ts"
+import { defaults, QueueStore, type ScheduleSpec } from "../src/QueueStore.ts"
 
 let counter = 0
 /** A queue name no other test of this run uses. */
@@ -351,6 +351,226 @@ export const conformance = (
         assert.isTrue(yield* store.deadLetter(second, { reason: "test" }))
         const [afterDead] = yield* sendAll(queue, [msg("fifth", { dedupKey: "k2" })])
         assert.strictEqual(afterDead!.deduplicated, false)
+      }))
+
+    // Uniqueness windows: the reservation outlives the message.
+    it.effect("unique: a key is held for its window after the send, through ack, dead-letter and purge", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("unique")
+        const [a] = yield* sendAll(queue, [msg("first", { unique: { key: "u1", for: "1 hour" } })])
+        assert.strictEqual(a!.deduplicated, false)
+        // In one batch too: the second of the key finds the first.
+        const [b, c, d] = yield* sendAll(queue, [
+          msg("second", { unique: { key: "u1", for: "1 hour" } }),
+          msg("other", { unique: { key: "u2", for: "1 hour" } }),
+          msg("other-again", { unique: { key: "u2", for: "1 hour" } })
+        ])
+        assert.deepStrictEqual(b, { id: a!.id, deduplicated: true })
+        assert.strictEqual(c!.deduplicated, false)
+        assert.deepStrictEqual(d, { id: c!.id, deduplicated: true })
+        assert.strictEqual((yield* store.messages(queue)).length, 2, "duplicates wrote nothing")
+        // Another queue does not share keys; a plain dedup key is another namespace.
+        assert.isFalse((yield* sendAll(freshQueue("unique-other"), [msg("x", { unique: { key: "u1", for: "1 hour" } })]))[0]!.deduplicated)
+        assert.isFalse((yield* sendAll(queue, [msg("x", { dedupKey: "u1" })]))[0]!.deduplicated)
+        // Acked: the message is gone, the key is still held by its id.
+        const claims = yield* claimAll(queue)
+        const first = claims.find((x) => x.id === a!.id)!
+        assert.isTrue(yield* store.ack(first))
+        assert.deepStrictEqual((yield* sendAll(queue, [msg("after-ack", { unique: { key: "u1", for: "1 hour" } })]))[0], {
+          id: a!.id,
+          deduplicated: true
+        })
+        // Dead-lettered, then purged: still held.
+        const second = claims.find((x) => x.id === c!.id)!
+        assert.isTrue(yield* store.deadLetter(second, { reason: "test" }))
+        assert.deepStrictEqual((yield* sendAll(queue, [msg("after-dead", { unique: { key: "u2", for: "1 hour" } })]))[0], {
+          id: c!.id,
+          deduplicated: true
+        })
+        assert.deepStrictEqual(yield* store.purge({ ids: [c!.id] }), [c!.id])
+        assert.deepStrictEqual((yield* sendAll(queue, [msg("after-purge", { unique: { key: "u2", for: "1 hour" } })]))[0], {
+          id: c!.id,
+          deduplicated: true
+        })
+        assert.strictEqual(yield* store.pruneUniqueKeys, 0, "nothing expired yet")
+      }))
+
+    movesTime("unique: the window ends after `for`; the next send takes the key over and holds it anew", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("unique-window")
+        yield* TestClock.setTime(5_000_000)
+        const [a] = yield* sendAll(queue, [msg(1, { unique: { key: "k", for: "10 seconds" } })])
+        yield* TestClock.adjust("9999 millis")
+        assert.deepStrictEqual((yield* sendAll(queue, [msg(2, { unique: { key: "k", for: "10 seconds" } })]))[0], { id: a!.id, deduplicated: true })
+        yield* TestClock.adjust("1 millis")
+        const [b] = yield* sendAll(queue, [msg(3, { unique: { key: "k", for: "1 minute" } })])
+        assert.strictEqual(b!.deduplicated, false)
+        assert.notStrictEqual(b!.id, a!.id)
+        yield* TestClock.adjust("30 seconds")
+        assert.deepStrictEqual((yield* sendAll(queue, [msg(4, { unique: { key: "k", for: "1 second" } })]))[0], { id: b!.id, deduplicated: true })
+        // An expired reservation of another key is pruned; the live one stays.
+        yield* sendAll(queue, [msg(5, { unique: { key: "short", for: "1 second" } })])
+        yield* TestClock.adjust("2 seconds")
+        assert.isAtLeast(yield* store.pruneUniqueKeys, 1)
+        assert.deepStrictEqual((yield* sendAll(queue, [msg(6, { unique: { key: "k", for: "1 second" } })]))[0], { id: b!.id, deduplicated: true })
+      }))
+
+    it.effect("unique: bad windows are refused naming the rule, and nothing is written", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("unique-bad")
+        const cases: ReadonlyArray<readonly [NewMessage, string, RegExp]> = [
+          [msg(1, { unique: { key: "", for: "1 hour" } }), "unique.key", /1-512/],
+          [msg(1, { unique: { key: "k", for: "soon" as Duration.Input } }), "unique.for", /duration/],
+          [msg(1, { unique: { key: "k", for: 0 } }), "unique.for", /between 1 ms/],
+          [msg(1, { unique: { key: "k", for: "1 hour" }, dedupKey: "d" }), "unique", /not both/]
+        ]
+        for (const [m, field, rule] of cases) {
+          const e = (yield* Effect.flip(store.send(queue, [msg("fine"), m]))) as { _tag: string; field: string; message: string }
+          assert.strictEqual(e._tag, "InvalidInput")
+          assert.strictEqual(e.field, field)
+          assert.match(e.message, rule)
+        }
+        assert.strictEqual((yield* store.messages(queue)).length, 0)
+      }))
+
+    it.effect("unique: concurrent sends of one key create exactly one message", () =>
+      Effect.gen(function*() {
+        const queue = freshQueue("unique-race")
+        const results = yield* Effect.forEach(
+          Array.from({ length: 20 }, (_, i) => i),
+          (i) => sendAll(queue, [msg(i, { unique: { key: "once", for: "1 hour" } })]),
+          { concurrency: 20 }
+        )
+        const ids = new Set(results.map((r) => r[0]!.id))
+        assert.strictEqual(ids.size, 1)
+        assert.strictEqual(results.filter((r) => !r[0]!.deduplicated).length, 1)
+        const store = yield* QueueStore
+        assert.strictEqual((yield* store.messages(queue)).length, 1)
+      }))
+
+    // Schedules: the rows workers upsert, and the fence that fires each slot once.
+    const spec = (key: string, queue: string, extra: Partial<ScheduleSpec> = {}): ScheduleSpec => ({
+      key,
+      cron: "*/5 * * * *",
+      tz: "UTC",
+      queue,
+      task: "tick",
+      payload: { n: 1 },
+      nextSlot: new Date("2026-01-01T00:05:00Z"),
+      ...extra
+    })
+    const at = (iso: string) => new Date(iso)
+
+    it.effect("schedules: upsert, list, fire each slot once (fenced), trigger, remove", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("sched")
+        const key = freshQueue("key")
+        const [row] = yield* store.upsertSchedules([spec(key, queue)], { seenBy: "w1", now: at("2026-01-01T00:01:00Z") })
+        assert.strictEqual(row!.lastSlot.toISOString(), "2026-01-01T00:01:00.000Z", "a new schedule starts at its declaration")
+        assert.strictEqual(row!.lastSeenBy, "w1")
+        assert.deepStrictEqual(row!.payload, { n: 1 })
+        const fire = (iso: string, extra: { cron?: string; tz?: string } = {}) =>
+          store.fireSchedule(key, { slot: at(iso), nextSlot: null, cron: extra.cron ?? "*/5 * * * *", tz: extra.tz ?? "UTC" })
+        assert.isTrue(Option.isNone(yield* fire("2026-01-01T00:00:00Z")), "a slot before the declaration never fires")
+        const first = yield* fire("2026-01-01T00:05:00Z")
+        assert.isTrue(Option.isSome(first))
+        assert.isTrue(Option.isNone(yield* fire("2026-01-01T00:05:00Z")), "the same slot fires once")
+        assert.isTrue(Option.isNone(yield* fire("2026-01-01T00:10:00Z", { cron: "*/10 * * * *" })), "another definition does not fire")
+        assert.isTrue(Option.isNone(yield* fire("2026-01-01T00:10:00Z", { tz: "Europe/Berlin" })))
+        assert.isTrue(Option.isSome(yield* fire("2026-01-01T00:10:00Z")))
+        const sent = yield* store.messages(queue)
+        assert.deepStrictEqual(sent.map((m) => [m.task, m.payload, m.headers["leasehold-schedule"], m.headers["leasehold-slot"]]), [
+          ["tick", { n: 1 }, key, "2026-01-01T00:05:00.000Z"],
+          ["tick", { n: 1 }, key, "2026-01-01T00:10:00.000Z"]
+        ])
+        assert.strictEqual(sent[0]!.id, Option.getOrThrow(first).id)
+        const listed = (yield* store.schedules).find((s) => s.key === key)!
+        assert.strictEqual(listed.lastSlot.toISOString(), "2026-01-01T00:10:00.000Z")
+        assert.isNotNull(listed.firedAt)
+        // Trigger: a message now, the slots untouched.
+        const triggered = yield* store.triggerSchedule(key)
+        assert.isTrue(Option.isSome(triggered))
+        assert.strictEqual((yield* store.messages(queue)).at(-1)!.headers["leasehold-slot"], "manual")
+        assert.strictEqual((yield* store.schedules).find((s) => s.key === key)!.lastSlot.toISOString(), "2026-01-01T00:10:00.000Z")
+        // Remove: gone; a fire, a trigger and a second remove find nothing.
+        assert.isTrue(yield* store.removeSchedule(key))
+        assert.isFalse(yield* store.removeSchedule(key))
+        assert.isTrue(Option.isNone(yield* store.triggerSchedule(key)))
+        assert.isTrue(Option.isNone(yield* fire("2026-01-01T00:15:00Z")))
+        assert.isUndefined((yield* store.schedules).find((s) => s.key === key))
+        assert.strictEqual((yield* store.messages(queue)).length, 3)
+      }))
+
+    it.effect("schedules: a changed definition replaces the row (a new cron starts from now); a heartbeat only marks it seen", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("sched-change")
+        const key = freshQueue("key")
+        yield* store.upsertSchedules([spec(key, queue)], { seenBy: "w1", now: at("2026-01-01T00:00:00Z") })
+        yield* store.fireSchedule(key, { slot: at("2026-01-01T00:05:00Z"), nextSlot: null, cron: "*/5 * * * *", tz: "UTC" })
+        // Same cron, new payload: the definition changes, the last slot stays.
+        const [same] = yield* store.upsertSchedules([spec(key, queue, { payload: { n: 2 } })], { seenBy: "w2", now: at("2026-01-01T01:00:00Z") })
+        assert.deepStrictEqual([same!.lastSlot.toISOString(), same!.payload, same!.lastSeenBy], ["2026-01-01T00:05:00.000Z", { n: 2 }, "w2"])
+        // A heartbeat of an older worker: seen, its definition not taken.
+        const [seen] = yield* store.upsertSchedules([spec(key, queue, { cron: "0 * * * *", payload: { n: 1 } })], {
+          seenBy: "old",
+          now: at("2026-01-01T01:30:00Z"),
+          replace: false
+        })
+        assert.deepStrictEqual([seen!.cron, seen!.payload, seen!.lastSeenBy, seen!.lastSeenAt.toISOString()], [
+          "*/5 * * * *",
+          { n: 2 },
+          "old",
+          "2026-01-01T01:30:00.000Z"
+        ])
+        // A changed cron: the last slot moves up to now, so the new expression fires from now on.
+        const [changed] = yield* store.upsertSchedules([spec(key, queue, { cron: "0 * * * *" })], { seenBy: "w3", now: at("2026-01-01T02:00:00Z") })
+        assert.deepStrictEqual([changed!.cron, changed!.lastSlot.toISOString()], ["0 * * * *", "2026-01-01T02:00:00.000Z"])
+        const stale = yield* store.fireSchedule(key, { slot: at("2026-01-01T02:00:00Z"), nextSlot: null, cron: "0 * * * *", tz: "UTC" })
+        assert.isTrue(Option.isNone(stale))
+        // A heartbeat for a removed schedule inserts it again (a worker still declares it).
+        yield* store.removeSchedule(key)
+        const [back] = yield* store.upsertSchedules([spec(key, queue)], { seenBy: "w4", now: at("2026-01-01T03:00:00Z"), replace: false })
+        assert.strictEqual(back!.lastSlot.toISOString(), "2026-01-01T03:00:00.000Z")
+      }))
+
+    it.effect("schedules: bad keys and payloads are refused naming the rule; nothing is written", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("sched-bad")
+        const good = freshQueue("key")
+        const now = at("2026-01-01T00:00:00Z")
+        const refused = (specs: ReadonlyArray<ScheduleSpec>) =>
+          Effect.map(Effect.flip(store.upsertSchedules(specs, { seenBy: "w1", now })), (e) => e as { _tag: string; field: string; message: string })
+        const badKey = yield* refused([spec(good, queue), spec("a b", queue)])
+        assert.deepStrictEqual([badKey._tag, badKey.field], ["InvalidInput", "schedule key"])
+        assert.match(badKey.message, /"a b" is not a valid name/)
+        assert.strictEqual((yield* refused([spec(good, queue), spec(good, queue)])).field, "schedule key")
+        assert.strictEqual((yield* refused([spec(good, "bad queue")])).field, "queue")
+        assert.strictEqual((yield* refused([spec(good, queue), spec(`${good}-2`, queue, { payload: () => 1 })])).field, "payload")
+        assert.isUndefined((yield* store.schedules).find((s) => s.key.startsWith(good)), "nothing written")
+        for (const op of [store.triggerSchedule("x'; --") as Effect.Effect<unknown, unknown>, store.removeSchedule("")]) {
+          assert.strictEqual(((yield* Effect.flip(op)) as { field: string }).field, "schedule key")
+        }
+      }))
+
+    it.effect("schedules: many workers firing the same slots at once send one message per slot", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("sched-race")
+        const key = freshQueue("key")
+        yield* store.upsertSchedules([spec(key, queue)], { seenBy: "w1", now: at("2026-01-01T00:00:00Z") })
+        const slots = Array.from({ length: 12 }, (_, i) => at("2026-01-01T00:00:00Z").getTime() + (i + 1) * 300_000)
+        const worker = Effect.forEach(slots, (ms) =>
+          store.fireSchedule(key, { slot: new Date(ms), nextSlot: null, cron: "*/5 * * * *", tz: "UTC" }))
+        const results = yield* Effect.all(Array.from({ length: 6 }, () => worker), { concurrency: 6 })
+        assert.strictEqual(results.flat().filter(Option.isSome).length, slots.length)
+        const sent = yield* store.messages(queue, { limit: 1000 })
+        assert.deepStrictEqual(sent.map((m) => m.headers["leasehold-slot"]), slots.map((ms) => new Date(ms).toISOString()))
       }))
 
     movesTime("renew extends the lease and returns exactly the ids still held", () =>

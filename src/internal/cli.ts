@@ -3,11 +3,12 @@
  * each, `--json` for scripts. Every argument is parsed and checked by the
  * command's flags before its handler runs, so a bad one is refused (exit 2,
  * naming the flag and the rule) before anything connects; unknown flags are
- * refused too. Only `migrate`, `send`, `dead-letters redrive`,
- * `dead-letters purge`, `queues pause|resume` and `cancel` may migrate the schema; the read-only commands work with
- * a read-only role, and on a schema not (fully) migrated they fail with
+ * refused too. Only `migrate`, `send`, `dead-letters redrive`, `dead-letters purge`,
+ * `queues pause|resume`, `cancel`, `schedules trigger` and `schedules remove` may
+ * migrate the schema; the read-only commands work with a read-only role, and on
+ * a schema not (fully) migrated they fail with
  * `SchemaNotMigrated` (exit 1). Message ids that match nothing fail with
- * `UnknownIds` (exit 1).
+ * `UnknownIds` (exit 1), schedule keys that match nothing with `UnknownSchedule` (exit 1).
  */
 import { createRequire } from "node:module"
 import { Cause, Console, Context, Data, Effect, Exit, Layer, Option, Runtime } from "effect"
@@ -518,12 +519,72 @@ const deadLetters = Command.make("dead-letters").pipe(
   Command.withSubcommands([list, redrive, purge])
 )
 
+// ---------------------------------------------------------------------------
+// Schedules: list is read-only; trigger and remove write (and may migrate, like send).
+
+/** A schedule key the command names that no stored schedule has. */
+export class UnknownSchedule extends Data.TaggedError("UnknownSchedule")<{
+  readonly key: string
+}> {
+  override get message(): string {
+    return `no schedule with key ${JSON.stringify(this.key)} (see \`leasehold schedules list\`)`
+  }
+}
+
+/** A schedule key argument, checked by the name rule before connecting. */
+const scheduleKey = Argument.String("key").pipe(
+  Argument.withDescription("The schedule's key (as `leasehold schedules list` shows it)"),
+  Argument.mapEffect((text) =>
+    Validate.namePattern.test(text)
+      ? Effect.succeed(text)
+      : refuse(`key ${JSON.stringify(text)} is not a schedule key (rule: ${Validate.nameRule})`)
+  )
+)
+
+const schedulesList = Command.make("list", { json: jsonFlag }, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: false })
+    const rows = yield* store.schedules
+    const now = Date.now()
+    yield* print(
+      input.json
+        ? Out.json(rows.map((row) => ({ ...row, declared: Out.declared(row, now) })))
+        : Out.schedulesTable(rows, now)
+    )
+  }))).pipe(
+    Command.withDescription(
+      `Every stored schedule: its cron, last and next slot, and when a worker last declared it (NOT SEEN after ${Out.scheduleStaleAfter})`
+    )
+  )
+
+const schedulesTrigger = Command.make("trigger", { key: scheduleKey }, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: true })
+    const sent = yield* store.triggerSchedule(input.key)
+    if (Option.isNone(sent)) return yield* Effect.fail(new UnknownSchedule({ key: input.key }))
+    yield* print(Out.json(sent.value))
+  }))).pipe(Command.withDescription("Send a schedule's message now (its slots go on as before); prints its id as JSON"))
+
+const schedulesRemove = Command.make("remove", { key: scheduleKey }, (input) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { store } = yield* connect({ migrate: true })
+    if (!(yield* store.removeSchedule(input.key))) return yield* Effect.fail(new UnknownSchedule({ key: input.key }))
+    yield* print(Out.json({ removed: input.key }))
+  }))).pipe(
+    Command.withDescription("Delete a schedule no worker declares any more (a running worker that still declares it adds it back)")
+  )
+
+const schedules = Command.make("schedules").pipe(
+  Command.withDescription("List, trigger or remove cron schedules"),
+  Command.withSubcommands([schedulesList, schedulesTrigger, schedulesRemove])
+)
+
 /** The whole command tree. */
 export const leasehold = Command.make("leasehold").pipe(
   Command.withDescription(
     "Operate leasehold queues. Connects with LEASEHOLD_DATABASE_URL (required); tables in LEASEHOLD_SCHEMA (default leasehold)"
   ),
-  Command.withSubcommands([migrate, send, stats, get, messages, attempts, deadLetters, queues, cancel, serve])
+  Command.withSubcommands([migrate, send, stats, get, messages, attempts, deadLetters, queues, cancel, schedules, serve])
 )
 
 // ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 import { Duration, Effect } from "effect"
 import type { SqlClient } from "effect/sql"
 import { type Attempt, type CancelResult, type DeadLetter, isResultTooLarge, type MessageInfo, type QueueInfo, type QueueStats } from "../Message.ts"
+import type { ScheduleInfo } from "../QueueStore.ts"
 
 /** JSON of command output: bigint ids as text (they are message ids), dates as ISO text. */
 export const json = (value: unknown, pretty = true): string =>
@@ -165,3 +166,32 @@ export const queuesWithMessages = (sql: SqlClient.SqlClient, schema: string) => 
     (rows) => rows.map((r) => r.queue)
   )
 }
+
+/**
+ * A schedule no worker has declared for this long is shown as NOT SEEN: workers record that
+ * they still declare their schedules every minute (the Scheduler's default heartbeat).
+ */
+export const scheduleStaleAfter = "5 minutes"
+const staleAfterMs = 5 * 60_000
+
+/** Whether a running worker still declares the schedule, as of `now`. */
+export const declared = (row: ScheduleInfo, now: number): boolean => now - row.lastSeenAt.getTime() <= staleAfterMs
+
+export const schedulesTable = (rows: ReadonlyArray<ScheduleInfo>, now: number): string =>
+  rows.length === 0
+    ? "no schedules"
+    : table(
+      ["KEY", "CRON", "TZ", "QUEUE", "TASK", "LAST SLOT", "NEXT SLOT", "LAST SEEN", "BY", "DECLARED"],
+      rows.map((r) => [
+        r.key,
+        r.cron,
+        r.tz,
+        r.queue,
+        r.task,
+        r.firedAt === null ? "-" : iso(r.lastSlot),
+        r.nextSlot === null ? "-" : iso(r.nextSlot),
+        now - r.lastSeenAt.getTime() < 1_000 ? "just now" : `${age(now - r.lastSeenAt.getTime())} ago`,
+        r.lastSeenBy,
+        declared(r, now) ? "yes" : `NOT SEEN for ${age(now - r.lastSeenAt.getTime())}`
+      ])
+    )

@@ -86,6 +86,8 @@ export interface PreparedMessage {
   readonly delayMs: number
   readonly maxAttempts: number
   readonly dedupKey: string | null
+  /** The uniqueness window: the key and its length in milliseconds. */
+  readonly unique: { readonly key: string; readonly forMs: number } | null
 }
 
 /** Limits a store applies to what it is sent. */
@@ -243,7 +245,25 @@ const prepareChecked = (
     if (dedupKey !== null && (typeof dedupKey !== "string" || dedupKey.length === 0 || dedupKey.length > 512 || dedupKey.includes("\u0000") || !dedupKey.isWellFormed())) {
       return yield* invalid("dedupKey", "a string of 1-512 characters", `${show(dedupKey)} is not allowed`)
     }
-    return { queue, task, payloadJson, headers, priority, delayMs: Math.round(delay), maxAttempts, dedupKey }
+    const unique = yield* uniqueWindow(message.unique, dedupKey)
+    return { queue, task, payloadJson, headers, priority, delayMs: Math.round(delay), maxAttempts, dedupKey, unique }
+  })
+
+/** Check a `unique` send option: a key like a dedup key, a window from 1 ms to ten years, never with a dedup key. */
+const uniqueWindow = (
+  unique: NewMessage["unique"],
+  dedupKey: string | null
+): Effect.Effect<PreparedMessage["unique"], InvalidInput> =>
+  Effect.gen(function*() {
+    if (unique === undefined || unique === null) return null
+    if (typeof unique !== "object") return yield* invalid("unique", "an object { key, for }", `${show(unique)} is not allowed`)
+    if (dedupKey !== null) return yield* invalid("unique", "either unique or dedupKey, not both", "is given with a dedupKey")
+    const key = unique.key
+    if (typeof key !== "string" || key.length === 0 || key.length > 512 || key.includes("\u0000") || !key.isWellFormed()) {
+      return yield* invalid("unique.key", "a string of 1-512 characters", `${show(key)} is not allowed`)
+    }
+    const forMs = yield* durationMs("unique.for", unique.for, { min: 1 })
+    return { key, forMs }
   })
 
 /**

@@ -38,11 +38,12 @@ export interface Worker {
 
 /**
  * Spawn a worker named `name` with `env` (LEASEHOLD_* settings; the database URL
- * and a consumer id `<name>-xxxx` are filled in), added to `into`.
+ * and a consumer id `<name>-xxxx` are filled in), added to `into`. `script` runs another
+ * fixture than test/fixtures/worker.ts (it must print `READY <LEASEHOLD_CONSUMER_ID>` too).
  */
-export const spawnWorker = (name: string, env: Record<string, string>, into: Array<Worker>): Worker => {
+export const spawnWorker = (name: string, env: Record<string, string>, into: Array<Worker>, script: string = WORKER): Worker => {
   const consumerId = `${name}-${Math.random().toString(36).slice(2, 6)}`
-  const proc = spawn(nodeBinary, [WORKER], {
+  const proc = spawn(nodeBinary, [resolve(script)], {
     env: { ...process.env, LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), LEASEHOLD_CONSUMER_ID: consumerId, ...env },
     stdio: ["ignore", "pipe", "pipe"]
   })
