@@ -50,7 +50,7 @@ const envWith = (extra: Record<string, string>): NodeJS.ProcessEnv => {
 }
 
 /** Run the CLI to completion (killed after `timeoutMs`). */
-const run = (args: ReadonlyArray<string>, env: NodeJS.ProcessEnv, timeoutMs = 20_000): Promise<Result> =>
+const run = (args: ReadonlyArray<string>, env: NodeJS.ProcessEnv, timeoutMs = 50_000): Promise<Result> =>
   new Promise((done, fail) => {
     const startedAt = Date.now()
     const proc = spawn(nodeBinary, [CLI, ...args], { env, stdio: ["ignore", "pipe", "pipe"] })
