@@ -700,7 +700,7 @@ export const make = (
             WHERE m.id = i.id AND m.lease_token = i.token
               AND (i.kind IN ('Ack', 'Cancel')
                    OR (i.kind IN ('Retry', 'DeadLetter', 'Release') AND m.cancel_requested_at IS NOT NULL))
-            RETURNING m.id, i.kind <> 'Ack' AS cancelled
+            RETURNING m.id, m.attempt_base, i.kind <> 'Ack' AS cancelled
           ), updated AS (
             UPDATE ${table} AS m SET
               visible_at  = CASE WHEN i.kind IN ('Retry', 'Release')
@@ -717,18 +717,20 @@ export const make = (
             FROM items AS i
             WHERE i.kind IN ('Retry', 'DeadLetter', 'Release') AND m.id = i.id AND m.lease_token = i.token
               AND m.cancel_requested_at IS NULL
-            RETURNING m.id
+            RETURNING m.id, m.attempt_base
           ), held AS (
-            SELECT id FROM acked UNION ALL SELECT id FROM updated
+            SELECT id, attempt_base, cancelled FROM acked
+            UNION ALL SELECT id, attempt_base, false FROM updated
           ), recorded AS (
+            -- Joined to what the writes returned (their rows' redrive base, the history numbering
+            -- attempts on from it): only a message whose lease was lost looks its base up.
             INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error, result)
             SELECT i.id, i.queue, i.task,
-                   -- Numbered on after a redrive (the row as it was before this statement).
-                   i.attempt + coalesce((SELECT b.attempt_base FROM ${table} AS b WHERE b.id = i.id), 0),
+                   i.attempt + coalesce(h.attempt_base, (SELECT b.attempt_base FROM ${table} AS b WHERE b.id = i.id), 0),
                    i.consumer, i.started_at, coalesce(${now}::timestamptz, now()),
-                   CASE WHEN i.id IN (SELECT id FROM acked WHERE cancelled) THEN 'cancelled'
-                        WHEN i.id IN (SELECT id FROM held) THEN i.outcome ELSE 'lease-lost' END, i.error, i.result
-            FROM items AS i
+                   CASE WHEN h.cancelled THEN 'cancelled' WHEN h.id IS NOT NULL THEN i.outcome ELSE 'lease-lost' END,
+                   i.error, i.result
+            FROM items AS i LEFT JOIN held AS h ON h.id = i.id
           )
           SELECT id FROM held`
         return ids(rows)
