@@ -296,6 +296,8 @@ describe("Http /metrics with the queue-depth collector (real time)", () => {
         r.status === 200 &&
         sampleOf(r.body, "leasehold_queue_ready", depth) === 3 &&
         sampleOf(r.body, "leasehold_queue_dead", depth) === 1 &&
+        // A sample taken between the sends above can be the one scraped: wait for the delayed one too.
+        sampleOf(r.body, "leasehold_queue_delayed", depth) === 1 &&
         sampleOf(r.body, "leasehold_task_messages_acked", ["queue=\"http_worked\"", "task=\"email\""]) === 2 &&
         sampleOf(r.body, "leasehold_queue_ready", ["queue=\"http_worked\""]) === 0)
       assert.strictEqual(sampleOf(scraped.body, "leasehold_queue_delayed", depth), 1)
