@@ -307,9 +307,9 @@ const storeFailure = (error: InvalidInput | StoreError): BadRequest | Unavailabl
 
 const digest = (text: string) => createHash("sha256").update(text, "utf8").digest()
 
-/** Whether `given` is the token: equal-length digests compared in constant time. */
+/** Whether `given` (never empty: the caller refuses that first) is the token: equal-length digests compared in constant time. */
 const tokenMatches = (token: Redacted.Redacted, given: string): boolean =>
-  given !== "" && timingSafeEqual(digest(Redacted.value(token)), digest(given))
+  timingSafeEqual(digest(Redacted.value(token)), digest(given))
 
 /**
  * The {@link AdminAuth} middleware over `token`: none refuses every changing

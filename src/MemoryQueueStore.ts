@@ -415,11 +415,11 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
 
     /** Keep a record as SQL would: error text bounded, a result bounded as JSON, null or undefined as none. */
     const pushAttempt = ({ result, ...a }: Attempt): void => {
-      const json = result === undefined || result === null ? undefined : JSON.stringify(result) as string | undefined
+      const json = AttemptResult.textOf(result)
       history.push({
         ...a,
         error: a.error === null ? null : Validate.boundedText(a.error),
-        ...(json === undefined ? {} : { result: JSON.parse(AttemptResult.bounded(json)) })
+        ...(json === undefined ? {} : { result: JSON.parse(json) })
       })
     }
 

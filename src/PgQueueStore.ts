@@ -192,11 +192,7 @@ const array = (values: ReadonlyArray<unknown>, elementOid: number): PgTypes.Para
 const textArray = (values: ReadonlyArray<string | null>) => array(values, PgTypes.OID.text)
 
 /** An attempt's result as JSON text to store (bounded), or NULL for none (undefined or null). */
-const resultText = (result: unknown): string | null => {
-  if (result === undefined || result === null) return null
-  const json = JSON.stringify(result) as string | undefined
-  return json === undefined ? null : AttemptResult.bounded(json)
-}
+const resultText = (result: unknown): string | null => AttemptResult.textOf(result) ?? null
 
 /** An attempt read back: `result` only when the row has one (NULL reads as none). */
 const withResult = (attempt: Attempt, result: unknown): Attempt =>

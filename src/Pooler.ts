@@ -56,8 +56,6 @@ export interface SessionTarget {
   readonly config: PgClient.PgClientConfig
   /** `none` for the direct URL; the main URL's mode otherwise. */
   readonly mode: Mode
-  /** True when it is the direct URL. */
-  readonly direct: boolean
 }
 
 /**
@@ -81,12 +79,11 @@ export const sessionTarget = (main: PgClient.PgClientConfig): Effect.Effect<Opti
           password: undefined,
           prepare: undefined
         },
-        mode: "none",
-        direct: true
+        mode: "none"
       })
       : pooler.mode === "transaction"
       ? Option.none()
-      : Option.some({ config: main, mode: pooler.mode, direct: false }))
+      : Option.some({ config: main, mode: pooler.mode }))
 
 /**
  * Startup parameters (such as `statement_timeout`) for a client on `mode`:

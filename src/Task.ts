@@ -195,17 +195,7 @@ export const define = <const Name extends string, A, I, S extends Schema.Top | u
 export const implement = <Name extends string, A, I, E = never, R = never, S extends Schema.Top | undefined = Schema.Top | undefined>(
   declaration: Declaration<Name, A, I, S>,
   handler: (payload: A, context: TaskContext) => Effect.Effect<unknown, E | Unrecoverable, R>
-): Task<Name, A, I, E, R, S> => ({
-  name: declaration.name,
-  queue: declaration.queue,
-  payload: declaration.payload,
-  success: declaration.success,
-  error: declaration.error,
-  retry: declaration.retry,
-  maxAttempts: declaration.maxAttempts,
-  maxRuntime: declaration.maxRuntime,
-  handler
-})
+): Task<Name, A, I, E, R, S> => ({ ...declaration, handler })
 
 /**
  * Declare and implement a task in one step ({@link define} then {@link implement}):

@@ -202,7 +202,9 @@ const stats = Command.make("stats", {
       const queues = input.queues.length > 0
         ? input.queues
         : yield* queuesWithMessages(sql, schema)
-      return yield* Effect.forEach(queues, (q) => store.stats(q))
+      // One statement for all of them (depths answers each distinct queue once; every argument gets its row).
+      const counted = yield* store.depths(queues)
+      return queues.map((q) => counted.find((row) => row.queue === q)!)
     })
     const show = (rows: ReadonlyArray<QueueStats>) =>
       input.json
@@ -251,12 +253,11 @@ const attempts = Command.make("attempts", {
   json: jsonFlag
 }, (input) =>
   Effect.scoped(Effect.gen(function*() {
-    const { schema, sql, store } = yield* connect({ migrate: false })
+    const { store } = yield* connect({ migrate: false })
     const history = yield* store.attempts(input.id)
     // No attempts: a message not yet claimed, or no such message (attempts outlive their message, so only now look).
-    if (history.length === 0) {
-      const found = yield* sql.unsafe(`SELECT 1 FROM ${schema}.messages WHERE id = $1::bigint`, [input.id]).pipe(classify("find message"))
-      if (found.length === 0) return yield* Effect.fail(new UnknownIds({ what: "no message and no recorded attempts with id", ids: [input.id] }))
+    if (history.length === 0 && Option.isNone(yield* store.get(input.id))) {
+      return yield* Effect.fail(new UnknownIds({ what: "no message and no recorded attempts with id", ids: [input.id] }))
     }
     yield* print(input.json ? Out.json(history) : Out.attemptsTable(history))
   }))).pipe(Command.withDescription("The attempt history of a message, oldest first"))

@@ -31,3 +31,10 @@ export const bounded = (json: string): string => {
   const bytes = Buffer.byteLength(json, "utf8")
   return bytes <= defaults.maxResultBytes ? json : tooLarge(bytes)
 }
+
+/** A result value as the history keeps it: bounded JSON text, or undefined for none (undefined or null). */
+export const textOf = (result: unknown): string | undefined => {
+  if (result === undefined || result === null) return undefined
+  const json = JSON.stringify(result) as string | undefined
+  return json === undefined ? undefined : bounded(json)
+}
