@@ -179,7 +179,9 @@ describe("Admin API on real PostgreSQL", () => {
       const consumers = yield* request(base, "GET", "/api/consumers")
       assert.strictEqual(consumers.status, 200, consumers.text)
       assert.deepInclude(consumers.body[0], { id: "worker-1", host: "box", pid: 42, inFlight: 1, sessionLiveness: true })
+      // Registered just above with heartbeat_at = now(): a small age, in milliseconds.
       assert.isAtLeast(consumers.body[0].heartbeatAgeMs, 0)
+      assert.isAtMost(consumers.body[0].heartbeatAgeMs, 10_000)
       const flight = yield* request(base, "GET", "/api/in-flight")
       assert.deepStrictEqual(flight.body.map((m: any) => [m.queue, m.leasedBy, typeof m.leasedAt]), [["mail", "worker-1", "string"]])
 

@@ -5,43 +5,14 @@
  * deletes it; an unknown key fails (exit 1, UnknownSchedule), a malformed one is refused before
  * connecting (exit 2); list never migrates (exit 1, SchemaNotMigrated on a bare schema).
  */
-import { spawn } from "node:child_process"
-import { resolve } from "node:path"
 import { Effect, ManagedRuntime } from "effect"
 import { SqlClient } from "effect/sql"
 import { afterAll, assert, beforeAll, describe, it } from "vitest"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import type { QueueStoreShape } from "../src/QueueStore.ts"
+import { cli as run, type CliResult as Result } from "./support/CliProcess.ts"
 import * as PgTest from "./support/PgTest.ts"
-
-const CLI = resolve("src/bin/leasehold.ts")
-
-interface Result {
-  readonly code: number | null
-  readonly stdout: string
-  readonly stderr: string
-}
-
-const run = (args: ReadonlyArray<string>, schema: string): Promise<Result> =>
-  new Promise((done, fail) => {
-    const env: NodeJS.ProcessEnv = {}
-    for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("LEASEHOLD_")) env[key] = value
-    const proc = spawn(process.execPath, [CLI, ...args], {
-      env: { ...env, LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), LEASEHOLD_SCHEMA: schema },
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    proc.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")))
-    proc.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")))
-    const timer = setTimeout(() => proc.kill("SIGKILL"), 20_000)
-    proc.on("error", fail)
-    proc.on("close", (code) => {
-      clearTimeout(timer)
-      done({ code, stdout, stderr })
-    })
-  })
 
 const show = (r: Result) => `exit ${r.code}\n--- stdout ---\n${r.stdout}\n--- stderr ---\n${r.stderr}`
 

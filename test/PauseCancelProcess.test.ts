@@ -112,7 +112,9 @@ describe("pause, resume and cancel from the CLI, with a real worker", () => {
     const flagged = (await ledger(schema)).find((r) => r.message_id === doomed && r.event === "cancel-flagged")!
     const tookMs = interrupted.at.getTime() - flagged.at.getTime()
     console.log(`cancel of a running message: handler interrupted ${tookMs} ms after the cancel (renew interval ${RENEW_EVERY_MS} ms)`)
-    assert.isAtMost(tookMs, RENEW_EVERY_MS + 2_000, "within the renew interval (plus two seconds for a loaded machine)")
+    // The notification wakes the renewer (measured 15-41 ms): a quarter of the renew interval, which a renewal
+    // alone meets only when it happens to fall due that soon.
+    assert.isAtMost(tookMs, RENEW_EVERY_MS / 4, "the cancel's notification, not the next renewal, stopped the handler")
 
     await waitFor("the cancelled message to be deleted", async () => {
       const rows = await db.query(`SELECT 1 FROM ${schema}.messages WHERE id = $1::bigint`, [doomed])
