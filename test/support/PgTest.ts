@@ -37,7 +37,7 @@ export const dropSchemaOnRelease = (schema: string) =>
  */
 export const storeLayer = (
   options: Omit<PgQueueStore.PgQueueStoreOptions, "schema"> & { readonly maxConnections?: number } = {}
-): Layer.Layer<QueueStore | SqlClient.SqlClient | PgClient.PgClient, unknown> => {
+): Layer.Layer<QueueStore | PgQueueStore.PgQueueStoreSettings | SqlClient.SqlClient | PgClient.PgClient, unknown> => {
   const schema = uniqueSchema()
   return PgQueueStore.layer({ clock: "effect", ...options, schema }).pipe(
     Layer.provideMerge(dropSchemaOnRelease(schema)),
