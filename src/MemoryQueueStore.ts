@@ -118,11 +118,16 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         )
         .sort((a, b) => (a.deadAt ?? 0) - (b.deadAt ?? 0) || (a.id < b.id ? -1 : 1))
     }
+    /**
+     * A fenced finishing write (retry, release, dead letter) of a held message; one whose
+     * cancel was asked for while it ran is deleted instead (as SQL does): never run again.
+     */
     const fencedWrite = <A>(id: MessageId, token: string, write: (row: Row, now: number) => A) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
         const row = held(id, token)
         if (row === undefined) return false
-        write(row, now)
+        if (row.cancelRequestedAt !== null) rows.delete(BigInt(id))
+        else write(row, now)
         return true
       })
 

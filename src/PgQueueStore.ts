@@ -8,10 +8,11 @@
 import { PgClient, PgTypes } from "@effect/sql-pg"
 import { Clock, Context, Deferred, Duration, Effect, Fiber, Latch, Layer, Option, Queue, Result, type Scope, type Tracer } from "effect"
 import { Reactivity } from "effect/reactivity"
-import { SqlClient, type SqlError } from "effect/sql"
+import { SqlClient, type SqlError, type Statement } from "effect/sql"
 import type {
   Attempt,
   CancelResult,
+  ClaimRef,
   Claim,
   DeadLetter,
   MessageId,
@@ -602,6 +603,25 @@ export const make = (
         (e) => op("ack", { messageId: ref.id }, e)
       )
 
+    /**
+     * One fenced finishing write that hands the message back (`set`: the columns a retry,
+     * release or dead letter writes; the lease is cleared too). A message whose cancel was
+     * asked for while it ran is deleted instead, as `complete` does: never run again. Either
+     * way `true` while the lease was held; the history is the caller's to record.
+     */
+    const finishOne = (ref: ClaimRef, set: Statement.Fragment) =>
+      leaseSql<{ id: bigint }>`
+        WITH cancelled AS (
+          DELETE FROM ${table}
+          WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid AND cancel_requested_at IS NOT NULL
+          RETURNING id
+        ), written AS (
+          UPDATE ${table} SET ${set}, lease_token = NULL, leased_by = NULL, leased_at = NULL
+          WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid AND cancel_requested_at IS NULL
+          RETURNING id
+        )
+        SELECT id FROM cancelled UNION ALL SELECT id FROM written`.pipe(Effect.map((rows) => rows.length === 1))
+
     const release: QueueStoreShape["release"] = (ref, options) =>
       Effect.gen(function*() {
         const delayMs = options?.delay === undefined
@@ -609,45 +629,30 @@ export const make = (
           : yield* Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie)
         const now = yield* currentTime
         // The attempt is given back: a release is not a failure of the handler.
-        const rows = yield* leaseSql<{ id: bigint }>`
-          UPDATE ${table} SET
+        return yield* finishOne(ref, sql`
             visible_at  = coalesce(${now}::timestamptz, now()) + ${delayMs}::bigint * interval '1 millisecond',
-            attempts    = greatest(attempts - 1, 0),
-            lease_token = NULL, leased_by = NULL, leased_at = NULL
-          WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid
-          RETURNING id`
-        return rows.length === 1
+            attempts    = greatest(attempts - 1, 0)`)
       }).pipe((e) => op("release", { messageId: ref.id }, e))
 
     const retry: QueueStoreShape["retry"] = (ref, options) =>
       Effect.gen(function*() {
         const delayMs = yield* Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie)
         const now = yield* currentTime
-        const rows = yield* leaseSql<{ id: bigint }>`
-          UPDATE ${table} SET
+        return yield* finishOne(ref, sql`
             visible_at  = coalesce(${now}::timestamptz, now()) + ${delayMs}::bigint * interval '1 millisecond',
-            last_error  = ${Validate.boundedText(options.error)},
-            lease_token = NULL, leased_by = NULL, leased_at = NULL
-          WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid
-          RETURNING id`
-        return rows.length === 1
+            last_error  = ${Validate.boundedText(options.error)}`)
       }).pipe((e) => op("retry", { messageId: ref.id }, e))
 
     const deadLetter: QueueStoreShape["deadLetter"] = (ref, options) =>
       Effect.gen(function*() {
         const now = yield* currentTime
         const error = options.error === undefined ? null : Validate.boundedText(options.error)
-        const rows = yield* leaseSql<{ id: bigint }>`
-          UPDATE ${table} SET
+        return yield* finishOne(ref, sql`
             state       = 'dead',
             attempts    = least(attempts, max_attempts),
             dead_reason = ${Validate.boundedText(options.reason)},
             dead_at     = coalesce(${now}::timestamptz, now()),
-            last_error  = coalesce(${error}::text, last_error),
-            lease_token = NULL, leased_by = NULL, leased_at = NULL
-          WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid
-          RETURNING id`
-        return rows.length === 1
+            last_error  = coalesce(${error}::text, last_error)`)
       }).pipe((e) => op("deadLetter", { messageId: ref.id }, e))
 
     /**

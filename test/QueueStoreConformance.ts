@@ -1120,6 +1120,25 @@ export const conformance = (
         assert.deepStrictEqual(history, [["cancelled"], ["cancelled"], ["cancelled"], ["acked"]])
       }))
 
+    it.effect("cancel of a running message: its single retry, release or dead letter deletes it too", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("cancel-single")
+        const sent = yield* sendAll(queue, [msg("retry"), msg("release"), msg("dead"), msg("kept")])
+        const [retried, released, dead, kept] = yield* claimAll(queue)
+        assert.deepStrictEqual(
+          (yield* store.cancel(sent.slice(0, 3).map((s) => s.id))).map((r) => r.result),
+          ["cancelling", "cancelling", "cancelling"]
+        )
+        assert.isTrue(yield* store.retry(retried!, { delay: 0, error: "boom" }), "held: the write landed as a delete")
+        assert.isTrue(yield* store.release(released!))
+        assert.isTrue(yield* store.deadLetter(dead!, { reason: "r" }))
+        assert.isTrue(yield* store.retry(kept!, { delay: 0, error: "boom" }), "a message not cancelled is retried")
+        assert.deepStrictEqual((yield* store.messages(queue)).map((m) => m.id), [kept!.id], "the cancelled ones are gone, dead letters included")
+        assert.isEmpty(yield* store.deadLetters({ queue, limit: 10 }))
+        assert.deepStrictEqual((yield* claimAll(queue)).map((c) => c.id), [kept!.id], "never claimed again")
+      }))
+
     it.effect("cancels: a cancel of a running message wakes a subscriber of its queue", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore

@@ -329,21 +329,11 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
         yield* Metric.update(QueueMetrics.finishFailures, 1)
         const error = `completing the message failed (a bug); retrying it now:\n${Cause.pretty(cause)}`
         yield* Effect.logError(error)
-        yield* Abandon.within(store.retry(f.claim, { delay: 0, error }), attemptTimeoutMs).pipe(Effect.catchCause(() => Effect.void))
-        yield* Abandon.within(
-          store.recordAttempt({
-            messageId: f.claim.id,
-            queue: f.claim.queue,
-            task: f.claim.task,
-            attempt: f.claim.attempts,
-            consumer: consumerId,
-            startedAt: new Date(f.startedAt),
-            endedAt: new Date(yield* Clock.currentTimeMillis),
-            outcome: "retried",
-            error
-          }),
-          attemptTimeoutMs
-        ).pipe(Effect.catchCause(() => Effect.void))
+        // The plain retry with its history record, one statement (a message cancelled meanwhile is deleted, recorded so).
+        const retry: Finished = { ...f, action: { _tag: "Retry", delayMs: 0, error } }
+        yield* Abandon.within(store.complete([completionOf(retry)]), attemptTimeoutMs).pipe(
+          Effect.catchCause(() => Effect.void)
+        )
         return "failed" as const
       })
 
