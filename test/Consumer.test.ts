@@ -3,7 +3,7 @@
  * every timing claim of the lease protocol, checked to the tick.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Clock, ConfigProvider, Context, Deferred, Effect, Exit, Fiber, Layer, Metric, Option, Ref, References, Scope, type Tracer } from "effect"
+import { Clock, ConfigProvider, Context, Deferred, Effect, Exit, Fiber, Layer, Metric, Option, Ref, References, Scope, Tracer } from "effect"
 import { TestClock } from "effect/testing"
 import * as Consumer from "../src/Consumer.ts"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
@@ -393,6 +393,24 @@ describe("Consumer: what a handler sees (memory store, TestClock)", () => {
       assert.deepInclude(annotations, { queue: "emails", task: "email.welcome", messageId: sent!.id, attempt: 1, consumer: "test-consumer" })
       // The span ended with the run; the message was acked.
       assert.strictEqual(span.status._tag, "Ended")
+      assert.strictEqual(spy.of("ack").length, 1)
+    }).pipe(Effect.provideService(Tracer.Tracer, Tracer.make({ span: (options) => new Tracer.NativeSpan(options) }))))
+
+  it.effect("with no tracer installed a handler gets no leasehold.handle span (nothing would export it), only the annotations", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const seen: Array<{ span: Option.Option<Tracer.AnySpan>; annotations: Record<string, unknown> }> = []
+      const handler: Consumer.Handler = () =>
+        Effect.gen(function*() {
+          seen.push({ span: yield* Effect.option(Effect.currentSpan), annotations: yield* References.CurrentLogAnnotations })
+        })
+      const [sent] = yield* spy.store.send("emails", [{ task: "email.welcome", payload: 1 }])
+      yield* startConsumer(spy, handler, { queues: ["emails"] })
+      yield* settle
+      assert.strictEqual(seen.length, 1)
+      const [{ span, annotations }] = seen as [typeof seen[number]]
+      assert.isTrue(Option.isNone(span) || span.value._tag !== "Span" || span.value.name !== "leasehold.handle")
+      assert.deepInclude(annotations, { queue: "emails", task: "email.welcome", messageId: sent!.id, attempt: 1, consumer: "test-consumer" })
       assert.strictEqual(spy.of("ack").length, 1)
     }))
 })
