@@ -21,7 +21,7 @@
  * @since 0.1.0
  */
 import { Context, Duration, Effect, Layer, Option, Schema } from "effect"
-import { HttpRouter, HttpServer, type HttpServerError, HttpServerResponse } from "effect/http"
+import { HttpRouter, HttpServer, type HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiScalar, HttpApiSchema, OpenApi } from "effect/http-api"
 import { SqlClient } from "effect/sql"
 import { createServer } from "node:http"
@@ -298,14 +298,45 @@ export const layerWithAdmin = (
 ): Layer.Layer<Listening, ConfigInvalid | HttpServerError.ServeError, Consumer | QueueStore> =>
   Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) => serveWithAdmin(address, options)))
 
+/** Whether `host` (a bind address) is this machine only. */
+const isLoopback = (host: string): boolean => host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host)
+
+/** The host name of a `Host` header (without the port; an IPv6 literal without its brackets). */
+const hostName = (header: string): string => {
+  const bracketed = /^\[([^\]]*)\](:\d+)?$/.exec(header)
+  return (bracketed ? bracketed[1]! : header.replace(/:\d+$/, "")).toLowerCase()
+}
+
+/**
+ * The admin server's own rules, around every route. Bound to this machine only, it answers
+ * only requests that name this machine in `Host` (421 otherwise): a web page elsewhere could
+ * otherwise point a name of its own at 127.0.0.1 (DNS rebinding) and have a browser on this
+ * machine read the messages through the routes that need no token. A 401 says how to
+ * authenticate (`WWW-Authenticate`).
+ */
+const adminGuard = (address: QueueConfig.HttpAddress) =>
+  HttpRouter.middleware((httpEffect) =>
+    Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+      const host = request.headers["host"]
+      if (isLoopback(address.host) && host !== undefined && !isLoopback(hostName(host))) {
+        return Effect.succeed(HttpServerResponse.text(
+          `this server answers requests for localhost only (it is bound to ${address.host}); got Host: ${host}`,
+          { status: 421 }
+        ))
+      }
+      return Effect.map(httpEffect, (response) =>
+        response.status === 401 ? HttpServerResponse.setHeader(response, "www-authenticate", 'Bearer realm="leasehold"') : response)
+    }), { global: true })
+
 const serveWithAdmin = (address: QueueConfig.HttpAddress, options: ProbeOptions & Admin.AdminOptions) =>
   serveRoutes(
     address,
-    Layer.merge(
+    Layer.mergeAll(
       HttpApiBuilder.layer(ApiWithAdmin, { openapiPath: "/openapi.json" }).pipe(
         Layer.provide([healthHandlers(options), metricsHandlers, Admin.layer(options)])
       ),
-      adminPages(ApiWithAdmin)
+      adminPages(ApiWithAdmin),
+      adminGuard(address)
     )
   )
 
@@ -320,11 +351,12 @@ export const layerAdminServer = (
   Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) =>
     serveRoutes(
       address,
-      Layer.merge(
+      Layer.mergeAll(
         HttpApiBuilder.layer(AdminServerApi, { openapiPath: "/openapi.json" }).pipe(
           Layer.provide([metricsHandlers, Admin.layer(options)])
         ),
-        adminPages(AdminServerApi)
+        adminPages(AdminServerApi),
+        adminGuard(address)
       )
     )))
 

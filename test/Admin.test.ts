@@ -14,6 +14,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { spawn } from "node:child_process"
+import { request as httpRequest } from "node:http"
 import { ConfigProvider, Context, Effect, Exit, Layer, Logger, Metric, Option, Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Consumer from "../src/Consumer.ts"
@@ -35,6 +36,7 @@ interface Reply {
   readonly body: any
   readonly text: string
   readonly contentType: string | null
+  readonly authenticate: string | null
 }
 
 const request = (base: string, method: "GET" | "POST", path: string, options: { body?: unknown; raw?: string; auth?: string } = {}) =>
@@ -56,8 +58,23 @@ const request = (base: string, method: "GET" | "POST", path: string, options: { 
     } catch {
       json = undefined
     }
-    return { status: response.status, body: json, text, contentType: response.headers.get("content-type") }
+    return { status: response.status, body: json, text, contentType: response.headers.get("content-type"), authenticate: response.headers.get("www-authenticate") }
   })
+
+/** A GET naming `host` in its `Host` header (which `fetch` always sets itself). */
+const getWithHost = (base: string, path: string, host: string) =>
+  Effect.promise(() =>
+    new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const request = httpRequest(`${base}${path}`, { headers: { host }, timeout: 10_000 }, (response) => {
+        let text = ""
+        response.setEncoding("utf8")
+        response.on("data", (chunk: string) => (text += chunk))
+        response.on("end", () => resolve({ status: response.statusCode ?? 0, text }))
+      })
+      request.on("error", reject)
+      request.end()
+    })
+  )
 
 /** Serve the admin API over `store` (in the returned context), for the length of the test's scope. */
 const serve = <E>(
@@ -260,6 +277,7 @@ describe("Admin API on real PostgreSQL", () => {
         const none = yield* request(base, "POST", path, { body })
         assert.strictEqual(none.status, 401, `${path} without a token: ${none.text}`)
         assert.match(none.body.message, /Authorization: Bearer/)
+        assert.strictEqual(none.authenticate, 'Bearer realm="leasehold"', "a 401 says how to authenticate")
         const wrong = yield* request(base, "POST", path, { body, auth: bearer(`${token}x`) })
         assert.strictEqual(wrong.status, 401, `${path} with a wrong token: ${wrong.text}`)
         assert.match(wrong.body.message, /wrong admin token/)
@@ -277,6 +295,19 @@ describe("Admin API on real PostgreSQL", () => {
       assert.include(logs, "Info admin: POST /api/queues/mail/resume")
       // Reading needs no token.
       assert.strictEqual((yield* request(base, "GET", "/api/queues")).status, 200)
+      // ...so a server bound to this machine answers only requests naming it: a page elsewhere
+      // pointing a name of its own at 127.0.0.1 (DNS rebinding) reads nothing.
+      const port = new URL(base).port
+      for (const host of [`localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`, "LOCALHOST"]) {
+        const ok = yield* getWithHost(base, `/api/messages/${live!.id}`, host)
+        assert.strictEqual(ok.status, 200, `Host: ${host}: ${ok.text}`)
+      }
+      for (const host of [`rebind.example:${port}`, "rebind.example", `127.0.0.1.rebind.example:${port}`, "[::2]"]) {
+        const refused = yield* getWithHost(base, `/api/messages/${live!.id}`, host)
+        assert.strictEqual(refused.status, 421, `Host: ${host}: ${refused.text}`)
+        assert.notInclude(refused.text, "payload")
+        assert.strictEqual((yield* getWithHost(base, "/", host)).status, 421, "the dashboard page too")
+      }
 
       // The same routes on a server with no token configured: 403, saying so.
       const open = yield* serve(pgStore(), {})
