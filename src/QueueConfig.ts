@@ -461,21 +461,33 @@ export const httpAddress = (
     return { port, host }
   })
 
+/** A variable's value, trimmed; undefined when unset or empty. */
+const readTrimmed = (name: string) =>
+  Effect.map(
+    Effect.mapError(optionalString(name), (e) => new ConfigInvalid({ variable: name, rule: "readable", message: `${name}: ${e.message}` })),
+    (o) => Option.getOrUndefined(Option.filter(Option.map(o, (s) => s.trim()), (s) => s !== ""))
+  )
+
+/**
+ * `LEASEHOLD_HTTP_HOST` alone (validated), for a server whose port comes from elsewhere
+ * (`leasehold serve --port`, or its default port).
+ */
+export const httpHostFromEnv: Effect.Effect<Option.Option<string>, ConfigInvalid> = Effect.gen(function*() {
+  const host = yield* readTrimmed(httpVariables.host)
+  if (host === undefined) return Option.none()
+  return Option.some((yield* httpAddress({ port: 0, host }, "env")).host)
+})
+
 /**
  * The HTTP server's address from `LEASEHOLD_HTTP_PORT` (a whole number from 0
  * to 65535) and `LEASEHOLD_HTTP_HOST` (default 127.0.0.1); none while
  * `LEASEHOLD_HTTP_PORT` is unset or empty (no server).
  */
 export const httpFromEnv: Effect.Effect<Option.Option<HttpAddress>, ConfigInvalid> = Effect.gen(function*() {
-  const read = (name: string) =>
-    Effect.map(
-      Effect.mapError(optionalString(name), (e) => new ConfigInvalid({ variable: name, rule: "readable", message: `${name}: ${e.message}` })),
-      (o) => Option.getOrUndefined(Option.filter(Option.map(o, (s) => s.trim()), (s) => s !== ""))
-    )
-  const port = yield* read(httpVariables.port)
+  const port = yield* readTrimmed(httpVariables.port)
   if (port === undefined) return Option.none()
   if (!/^\d+$/.test(port)) return yield* invalid(httpVariables.port, "a whole number from 0 to 65535", port)
-  return Option.some(yield* httpAddress({ port: Number(port), host: yield* read(httpVariables.host) }, "env"))
+  return Option.some(yield* httpAddress({ port: Number(port), host: yield* readTrimmed(httpVariables.host) }, "env"))
 })
 
 /**

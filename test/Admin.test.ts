@@ -404,7 +404,8 @@ describe("Admin API on real PostgreSQL", () => {
       yield* store.send("mail", [{ task: "send", payload: {} }])
       const output: Array<string> = []
       const proc = spawn(process.execPath, ["src/bin/leasehold.ts", "serve", "--port", "0"], {
-        env: { ...process.env, LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), LEASEHOLD_SCHEMA: schema, LEASEHOLD_ADMIN_TOKEN: token },
+        // The interface from LEASEHOLD_HTTP_HOST while the port comes from --port: 127.0.0.2, still this machine.
+        env: { ...process.env, LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), LEASEHOLD_SCHEMA: schema, LEASEHOLD_ADMIN_TOKEN: token, LEASEHOLD_HTTP_HOST: "127.0.0.2" },
         stdio: ["ignore", "pipe", "pipe"]
       })
       let exit: number | null | undefined
@@ -415,11 +416,12 @@ describe("Admin API on real PostgreSQL", () => {
       proc.stderr.on("data", (chunk: Buffer) => output.push(chunk.toString()))
       yield* Effect.addFinalizer(() => Effect.sync(() => exit === undefined && proc.kill("SIGKILL")))
       const base = yield* Effect.promise(() =>
-        waitForAsync("serve to print its address", () => /dashboard at (http:\/\/127\.0\.0\.1:\d+)\//.exec(output.join(""))?.[1], {
+        waitForAsync("serve to print its address", () => /dashboard at (http:\/\/127\.0\.0\.\d:\d+)\//.exec(output.join(""))?.[1], {
           timeoutMs: 30_000,
           describe: () => output.join("")
         })
       )
+      assert.match(base, /^http:\/\/127\.0\.0\.2:/, "bound where LEASEHOLD_HTTP_HOST says")
       const queues = yield* request(base, "GET", "/api/queues")
       assert.deepInclude((queues.body as Array<any>).find((q) => q.queue === "mail"), { ready: 1, paused: false })
       assert.strictEqual((yield* request(base, "POST", "/api/queues/mail/pause", { auth: bearer(token) })).status, 200)

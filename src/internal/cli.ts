@@ -493,7 +493,8 @@ const serve = Command.make("serve", {
   Effect.scoped(Effect.gen(function*() {
     const fromEnv = yield* QueueConfig.httpFromEnv
     const port = Option.getOrElse(input.port, () => Option.match(fromEnv, { onNone: () => defaultServePort, onSome: (a) => a.port }))
-    const host = Option.getOrElse(input.host, () => Option.match(fromEnv, { onNone: () => QueueConfig.defaultHttpHost, onSome: (a) => a.host }))
+    const hostFromEnv = yield* QueueConfig.httpHostFromEnv
+    const host = Option.getOrElse(input.host, () => Option.getOrElse(hostFromEnv, () => QueueConfig.defaultHttpHost))
     // Loaded here, not at the top: the other commands start without the HTTP stack.
     const Http = yield* Effect.promise(() => import("../Http.ts"))
     // A few connections: the dashboard asks five routes at once every 2 s.
