@@ -472,6 +472,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         visibleAt: state === "dead" ? null : new Date(row.visibleAt),
         leasedBy: state === "in-flight" ? row.leasedBy : null,
         leasedAt: state === "in-flight" && row.leasedAt !== null ? new Date(row.leasedAt) : null,
+        cancelRequestedAt: state === "in-flight" && row.cancelRequestedAt !== null ? new Date(row.cancelRequestedAt) : null,
         deadReason: row.deadReason,
         deadAt: row.deadAt === null ? null : new Date(row.deadAt)
       }

@@ -213,6 +213,11 @@ export const MessageInfo = Schema.Struct({
   leasedBy: Schema.NullOr(Schema.String),
   /** When the current claim was taken, while in flight (how long it has run); `null` otherwise. */
   leasedAt: Schema.NullOr(Schema.Date),
+  /**
+   * When an operator asked to cancel it while in flight: its consumer stops the handler and
+   * deletes it (at its next renewal, sooner when told at once); `null` otherwise.
+   */
+  cancelRequestedAt: Schema.NullOr(Schema.Date),
   /** Why it was dead-lettered, when dead. */
   deadReason: Schema.NullOr(Schema.String),
   /** When it was dead-lettered, when dead. */

@@ -128,6 +128,7 @@ const toMessage = (row: MessageColumns & { readonly queue?: string }, queue: str
 /** A row with where it stands, as `get` and `messages` read it. */
 interface InfoRow extends MessageRow {
   readonly view_state: MessageState
+  readonly cancel_requested_at: Date | null
 }
 
 const toInfo = (row: InfoRow): MessageInfo => ({
@@ -136,6 +137,7 @@ const toInfo = (row: InfoRow): MessageInfo => ({
   visibleAt: row.view_state === "dead" ? null : row.visible_at,
   leasedBy: row.view_state === "in-flight" ? row.leased_by : null,
   leasedAt: row.view_state === "in-flight" ? row.leased_at : null,
+  cancelRequestedAt: row.view_state === "in-flight" ? row.cancel_requested_at : null,
   deadReason: row.dead_reason,
   deadAt: row.dead_at
 })

@@ -1064,8 +1064,17 @@ export const conformance = (
         }
         assert.deepStrictEqual((yield* store.attempts(ready!.id)).map((a) => [a.attempt, a.outcome]), [[0, "cancelled"]])
         assert.deepStrictEqual((yield* store.attempts(dead!.id)).map((a) => [a.attempt, a.outcome]), [[1, "cancelled"]])
-        // The running one is still there, in flight, until its holder finishes it; its renewal says so.
-        assert.strictEqual(Option.getOrThrow(yield* store.get(running!.id)).state, "in-flight")
+        // The running one is still there, in flight, until its holder finishes it; its renewal says so,
+        // and so do get and messages (a message merely in flight says nothing of the kind).
+        const flagged = Option.getOrThrow(yield* store.get(running!.id))
+        assert.strictEqual(flagged.state, "in-flight")
+        assert.instanceOf(flagged.cancelRequestedAt, Date)
+        assert.deepStrictEqual((yield* store.messages(queue, { state: "in-flight", limit: 10 })).map((m) => [m.id, m.cancelRequestedAt !== null]), [[running!.id, true]])
+        const [other] = yield* sendAll(freshQueue("cancel-other"), [msg("other")])
+        yield* store.claim(Option.getOrThrow(yield* store.get(other!.id)).queue, { lease: "30 seconds", limit: 1, consumer: "c" })
+        const unflagged = Option.getOrThrow(yield* store.get(other!.id))
+        assert.strictEqual(unflagged.state, "in-flight")
+        assert.isNull(unflagged.cancelRequestedAt)
         assert.deepStrictEqual(yield* store.renew([claimedRunning!], "30 seconds"), { held: [running!.id], cancelling: [running!.id] })
         assert.deepStrictEqual(yield* store.cancel([running!.id]), [{ id: running!.id, result: "cancelling" }], "asked again")
         const held = yield* store.complete([{

@@ -76,7 +76,7 @@ export const messageDetail = (id: string, message: MessageInfo | undefined, atte
       ["id", message.id],
       ["queue", message.queue],
       ["task", message.task],
-      ["state", message.state],
+      ["state", message.cancelRequestedAt === null ? message.state : `${message.state}, cancelling (asked ${iso(message.cancelRequestedAt)})`],
       ["attempts", `${message.attempts} of ${message.maxAttempts}`],
       ["priority", String(message.priority)],
       ["enqueued at", iso(message.enqueuedAt)],
@@ -101,7 +101,7 @@ export const messagesTable = (page: ReadonlyArray<MessageInfo>, limit: number): 
     page.map((m) => [
       m.id,
       m.task,
-      m.state,
+      m.cancelRequestedAt === null ? m.state : `${m.state} (cancelling)`,
       `${m.attempts}/${m.maxAttempts}`,
       String(m.priority),
       iso(m.enqueuedAt),

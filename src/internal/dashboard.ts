@@ -145,7 +145,8 @@ const flightRow = (m, now) => {
   tr.append(cell(m.id, "num"), cell(m.queue), cell(m.task), cell(m.leasedBy), cell(m.attempts + " of " + m.maxAttempts, "num"),
     cell(leasedAt === null ? "-" : age(now - leasedAt), "num"), cell(leaseEnd === null ? "-" : age(leaseEnd - now), "num"));
   const actions = document.createElement("td");
-  actions.appendChild(button("cancel", () => change("/api/messages/cancel", { ids: [m.id] }, "cancel " + m.id)));
+  if (m.cancelRequestedAt) actions.textContent = "cancelling";
+  else actions.appendChild(button("cancel", () => change("/api/messages/cancel", { ids: [m.id] }, "cancel " + m.id)));
   tr.appendChild(actions);
   return tr;
 };
