@@ -20,7 +20,15 @@ import type {
   SendResult
 } from "./Message.ts"
 import type { InvalidInput } from "./QueueError.ts"
-import { defaults, type DeadLetterFilter, fromOperations, QueueStore, type QueueStoreShape, type ScheduleInfo } from "./QueueStore.ts"
+import {
+  defaults,
+  type DeadLetterFilter,
+  fromOperations,
+  historyErrors,
+  QueueStore,
+  type QueueStoreShape,
+  type ScheduleInfo
+} from "./QueueStore.ts"
 import * as AttemptResult from "./internal/result.ts"
 import * as Validate from "./internal/validate.ts"
 
@@ -184,8 +192,25 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
         const now = yield* Clock.currentTimeMillis
         if (pauses.get(queue)?.paused === true) return []
-        const picked = live(queue).filter((r) => r.visibleAt <= now).sort(claimOrder).slice(0, limit)
-        // Same rule as SQL: a suspect (lease expired now or before) is claimed alone.
+        const all = live(queue).filter((r) => r.visibleAt <= now).sort(claimOrder).slice(0, limit)
+        // Same rules as SQL: a message whose cancel was asked for while it ran, and whose holder
+        // stopped before finishing it, is deleted (never run again); a suspect (lease expired now
+        // or before) is claimed alone.
+        for (const row of all.filter((r) => r.cancelRequestedAt !== null)) {
+          rows.delete(row.id)
+          pushAttempt({
+            messageId: String(row.id) as MessageId,
+            queue: row.queue,
+            task: row.task,
+            attempt: row.attemptBase + row.attempts,
+            consumer: row.leasedBy ?? "",
+            startedAt: new Date(row.leasedAt ?? row.visibleAt),
+            endedAt: new Date(now),
+            outcome: "cancelled",
+            error: historyErrors.cancelledUnfinished
+          })
+        }
+        const picked = all.filter((r) => r.cancelRequestedAt === null)
         const suspect = (r: Row) => r.leaseExpiries > 0 || r.leaseToken !== null
         const chosen = picked.length > 0 && suspect(picked[0]!) ? [picked[0]!] : picked.filter((r) => !suspect(r))
         return chosen.map((row): Claim => {
@@ -200,7 +225,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
               startedAt: new Date(row.leasedAt ?? row.visibleAt),
               endedAt: new Date(row.visibleAt),
               outcome: "lease-expired",
-              error: "lease expired: the holder stopped renewing (died, hung or lost its connection)"
+              error: historyErrors.leaseExpired
             })
           }
           const readyAt = row.visibleAt

@@ -31,6 +31,7 @@ import {
   defaults,
   type DeadLetterFilter,
   fromOperations,
+  historyErrors,
   QueueStore,
   type QueueStoreShape,
   type ScheduleInfo
@@ -518,7 +519,8 @@ export const make = (
         // its lease expired. Such a suspect (or one that expired before) is
         // claimed alone, never batched with others; otherwise only non-suspects
         // are taken. The expired attempt is recorded in the history in the same
-        // statement. The final SELECT restores claim order, which RETURNING does not keep.
+        // statement. A picked row flagged for cancel (its holder stopped) is deleted, not
+        // claimed. The final SELECT restores claim order, which RETURNING does not keep.
         // `head` is the first picked row: a top-1 pick, cheaper than numbering them all.
         // Only what a claim carries comes back (queue and consumer are the caller's own).
         // Shaped for a generic plan, planned once per connection: a custom plan of this
@@ -533,6 +535,7 @@ export const make = (
           WITH picked AS (
             SELECT id, priority, visible_at, lease_token IS NOT NULL AS expired,
                    lease_token IS NOT NULL OR lease_expiries > 0 AS suspect,
+                   cancel_requested_at IS NOT NULL AS cancelled,
                    leased_by AS prev_consumer, leased_at AS prev_leased_at
             FROM ${table}
             WHERE queue = ${queue} AND state = 'ready' AND visible_at <= coalesce(${now}::timestamptz, now())
@@ -543,10 +546,20 @@ export const make = (
             LIMIT (SELECT ${limit}::int)
             FOR UPDATE SKIP LOCKED
           ), head AS (
-            SELECT id, suspect FROM picked ORDER BY priority, visible_at, id LIMIT 1
+            SELECT id, suspect FROM picked WHERE NOT cancelled ORDER BY priority, visible_at, id LIMIT 1
           ), chosen AS (
             SELECT picked.* FROM picked, head
-            WHERE CASE WHEN head.suspect THEN picked.id = head.id ELSE NOT picked.suspect END
+            WHERE NOT picked.cancelled AND CASE WHEN head.suspect THEN picked.id = head.id ELSE NOT picked.suspect END
+          ), dropped AS (
+            -- Cancelled while it ran, and its holder stopped before finishing it (its lease expired,
+            -- or the reaper released it): deleted, never run again, as the holder would have.
+            DELETE FROM ${table} AS m WHERE m.id = ANY(ARRAY(SELECT id FROM picked WHERE cancelled))
+            RETURNING m.id, m.queue, m.task, m.attempt_base + m.attempts AS attempt, m.leased_by, m.leased_at, m.visible_at
+          ), dropped_attempts AS (
+            INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
+            SELECT id, queue, task, attempt, coalesce(leased_by, ''), coalesce(leased_at, visible_at), coalesce(${now}::timestamptz, now()),
+                   'cancelled', ${historyErrors.cancelledUnfinished}::text
+            FROM dropped
           ), claimed AS (
             -- Every chosen row is locked by picked: its lease token is still the one read there.
             UPDATE ${table} AS m SET
@@ -564,7 +577,7 @@ export const make = (
             INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
             SELECT c.id, c.queue, c.task, c.attempt_base + c.attempts - 1, coalesce(h.prev_consumer, ''),
                    coalesce(h.prev_leased_at, h.visible_at), h.visible_at,
-                   'lease-expired', 'lease expired: the holder stopped renewing (died, hung or lost its connection)'
+                   'lease-expired', ${historyErrors.leaseExpired}::text
             FROM claimed AS c JOIN chosen AS h ON h.id = c.id WHERE h.expired
           )
           SELECT c.id, c.task, c.payload, c.headers, c.priority, c.attempts, c.max_attempts, c.enqueued_at, c.visible_at,

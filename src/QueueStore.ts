@@ -112,7 +112,9 @@ export interface QueueStoreShape {
    * and give each a fresh lease token. A message whose previous lease expired
    * (its holder died) has `leaseExpiries` counted up, its expired attempt
    * recorded, and is claimed alone: a suspected worker-killer is never batched
-   * with other messages.
+   * with other messages. A message whose cancel was asked for while it ran, and
+   * whose holder stopped before finishing it, is deleted instead (history
+   * `cancelled`): never run again.
    */
   readonly claim: (queue: string, options: ClaimOptions) => Effect.Effect<ReadonlyArray<Claim>, InvalidInput | StoreError>
   /**
@@ -386,6 +388,12 @@ const messagesOptions = (queue: string, options: MessagesOptions): Effect.Effect
     }
     return { state: options.state, limit, after: options.after }
   })
+
+/** The history's error texts that the stores write themselves (the same in both). */
+export const historyErrors = {
+  leaseExpired: "lease expired: the holder stopped renewing (died, hung or lost its connection)",
+  cancelledUnfinished: "cancelled while it ran; its holder stopped before finishing it (died, hung or was reaped)"
+} as const
 
 /** Defaults shared by the stores. */
 export const defaults = {

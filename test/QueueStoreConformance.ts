@@ -1148,6 +1148,27 @@ export const conformance = (
         assert.deepStrictEqual((yield* claimAll(queue)).map((c) => c.id), [kept!.id], "never claimed again")
       }))
 
+    movesTime("cancel of a running message whose holder stops before finishing it: the next claim deletes it, never runs it", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("cancel-orphan")
+        const [doomed, other] = yield* sendAll(queue, [msg("doomed"), msg("other")])
+        const [held] = yield* claimAll(queue, { lease: "10 seconds", limit: 1 })
+        assert.strictEqual(held!.id, doomed!.id)
+        assert.deepStrictEqual(yield* store.cancel([doomed!.id]), [{ id: doomed!.id, result: "cancelling" }])
+        // Its holder dies: no renewal, no finish. Once the lease has run out the message is ready again...
+        yield* TestClock.adjust("11 seconds")
+        // ...and the next claim takes the other message only (a suspect would be claimed alone: it is not one).
+        const next = yield* claimAll(queue)
+        assert.deepStrictEqual(next.map((c) => c.id), [other!.id])
+        assert.isTrue(Option.isNone(yield* store.get(doomed!.id)), "deleted")
+        const history = yield* store.attempts(doomed!.id)
+        assert.deepStrictEqual(history.map((a) => a.outcome), ["cancelled"])
+        assert.match(history[0]!.error!, /cancelled while it ran/)
+        // The dead holder's late finish finds nothing to write.
+        assert.isFalse(yield* store.ack(held!))
+      }))
+
     it.effect("cancels: a cancel of a running message wakes a subscriber of its queue", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
