@@ -12,7 +12,7 @@
  * - `LEASEHOLD_POOLER=transaction` without a direct URL: unavailable at once.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Layer, Option, Redacted } from "effect"
+import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
@@ -62,8 +62,6 @@ describe("session liveness behind PgBouncer", () => {
       const presence = Layer.succeedContext(context)
       yield* Effect.gen(function*() {
         const service = yield* ConsumerPresence.ConsumerPresence
-        const store = yield* QueueStore
-        const sql = yield* SqlClient.SqlClient
         // Detected while registering, before any lock is advertised (register waits for the first
         // attempt): the proof, not the backend-age heuristic, nor a later probe that happened to
         // see another backend: the lock went with the backend to another client.
@@ -83,6 +81,13 @@ describe("session liveness behind PgBouncer", () => {
         const b = yield* service.register("alive-b")
         yield* liveness(b, "unavailable")
         // Both hold claims, and stay registered without a lock: the reaper must never release them.
+        // The claims are made over a direct connection: repeated statements of this undeclared
+        // setup (prepared, as on a direct connection) may reach a backend that never saw them.
+        const direct = yield* Layer.build(
+          PgQueueStore.layer({ schema, migrate: false }).pipe(Layer.provideMerge(PgTest.clientLayer({ maxConnections: 2 })))
+        )
+        const store = Context.get(direct, QueueStore)
+        const sql = Context.get(direct, SqlClient.SqlClient)
         yield* store.send("pooled", [{ task: "t", payload: 1 }, { task: "t", payload: 2 }])
         const [ca] = yield* store.claim("pooled", { lease: "60 seconds", limit: 1, consumer: "alive-a" })
         const [cb] = yield* store.claim("pooled", { lease: "60 seconds", limit: 1, consumer: "alive-b" })
