@@ -196,19 +196,21 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         // Same rules as SQL: a message whose cancel was asked for while it ran, and whose holder
         // stopped before finishing it, is deleted (never run again); a suspect (lease expired now
         // or before) is claimed alone.
+        /** The history record of the attempt its last holder left unfinished. */
+        const unfinished = (row: Row, endedAt: number, outcome: "cancelled" | "lease-expired", error: string): Attempt => ({
+          messageId: String(row.id) as MessageId,
+          queue: row.queue,
+          task: row.task,
+          attempt: row.attemptBase + row.attempts,
+          consumer: row.leasedBy ?? "",
+          startedAt: new Date(row.leasedAt ?? row.visibleAt),
+          endedAt: new Date(endedAt),
+          outcome,
+          error
+        })
         for (const row of all.filter((r) => r.cancelRequestedAt !== null)) {
           rows.delete(row.id)
-          pushAttempt({
-            messageId: String(row.id) as MessageId,
-            queue: row.queue,
-            task: row.task,
-            attempt: row.attemptBase + row.attempts,
-            consumer: row.leasedBy ?? "",
-            startedAt: new Date(row.leasedAt ?? row.visibleAt),
-            endedAt: new Date(now),
-            outcome: "cancelled",
-            error: historyErrors.cancelledUnfinished
-          })
+          pushAttempt(unfinished(row, now, "cancelled", historyErrors.cancelledUnfinished))
         }
         const picked = all.filter((r) => r.cancelRequestedAt === null)
         const suspect = (r: Row) => r.leaseExpiries > 0 || r.leaseToken !== null
@@ -216,17 +218,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         return chosen.map((row): Claim => {
           if (row.leaseToken !== null) {
             row.leaseExpiries += 1
-            history.push({
-              messageId: String(row.id) as MessageId,
-              queue: row.queue,
-              task: row.task,
-              attempt: row.attemptBase + row.attempts,
-              consumer: row.leasedBy ?? "",
-              startedAt: new Date(row.leasedAt ?? row.visibleAt),
-              endedAt: new Date(row.visibleAt),
-              outcome: "lease-expired",
-              error: historyErrors.leaseExpired
-            })
+            history.push(unfinished(row, row.visibleAt, "lease-expired", historyErrors.leaseExpired))
           }
           const readyAt = row.visibleAt
           row.visibleAt = now + leaseMs
