@@ -322,7 +322,9 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
      * leave the message leased silently: report it at ERROR and hand the message
      * back for a retry now, the attempt counted (so a defect that repeats ends in
      * dead letters once the attempts are used up, never in a loop). Written alone,
-     * with the plain fenced retry, so one bad entry cannot fail a batch again.
+     * as a plain retry (no delay to refuse, no result), so one bad entry cannot fail
+     * a batch again; should that fail too, it is logged and the message runs again
+     * after its lease, as after a crash.
      */
     const onDefect = (f: Finished, cause: Cause.Cause<unknown>) =>
       Effect.gen(function*() {
