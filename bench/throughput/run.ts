@@ -50,7 +50,8 @@
  *   BENCH_LATENCY_INTERVAL     time between sends (default 20ms)
  *   BENCH_FAST_PG=1            the embedded server without durability (fsync, synchronous_commit, full_page_writes off)
  *   BENCH_PG_STATS=1           count each worker's statements on the server (pg_stat_statements, preloaded in the embedded
- *                              server): execution time and WAL per message, by statement kind, beside each run and in a table
+ *                              server, planning tracked): execution and planning time and WAL per message, by statement kind,
+ *                              beside each run and in a table
  *   BENCH_CPU_PROF=1           run the leasehold worker at the largest C with `node --cpu-prof`; print its hottest frames
  *                              (frames of the compiled .js in the build folder; its .js.map files lead back to the .ts)
  *   BENCH_RUN_BUDGET           time budget of one throughput run (default 30s; 0: none): a worker that has not
@@ -427,9 +428,12 @@ const whenEmpty = async (admin: Admin, schema: string, timeoutMs: number): Promi
 
 /** What the server spent on one worker's statements during a run (`pg_stat_statements`), per message. */
 interface ServerStatements {
-  /** Per kind of statement: calls, execution microseconds and WAL bytes per message acked. */
-  readonly kinds: ReadonlyArray<{ readonly kind: string; readonly calls: number; readonly execUs: number; readonly walBytes: number }>
+  /** Per kind of statement: calls, execution and planning microseconds and WAL bytes per message acked. */
+  readonly kinds: ReadonlyArray<
+    { readonly kind: string; readonly calls: number; readonly execUs: number; readonly planUs: number; readonly walBytes: number }
+  >
   readonly execUs: number
+  readonly planUs: number
   readonly walBytes: number
 }
 
@@ -446,34 +450,43 @@ const statementKind = (text: string): string =>
  * table excluded), summed by kind and divided by the messages acked.
  */
 const serverStatements = async (admin: Admin, schema: string, messages: number): Promise<ServerStatements> => {
-  const rows = await query<{ query: string; calls: string; exec_ms: number; wal_bytes: string }>(
+  const rows = await query<{ query: string; calls: string; exec_ms: number; plan_ms: number; wal_bytes: string }>(
     admin,
-    `SELECT query, calls, total_exec_time AS exec_ms, wal_bytes FROM pg_stat_statements
+    `SELECT query, calls, total_exec_time AS exec_ms, total_plan_time AS plan_ms, wal_bytes FROM pg_stat_statements
      WHERE query LIKE '%' || $1 || '%' AND query NOT LIKE '%count(*)::int AS n FROM%'`,
     [schema]
   )
-  const byKind = new Map<string, { calls: number; execMs: number; walBytes: number }>()
+  const byKind = new Map<string, { calls: number; execMs: number; planMs: number; walBytes: number }>()
   for (const row of rows) {
     const kind = statementKind(row.query)
-    const k = byKind.get(kind) ?? { calls: 0, execMs: 0, walBytes: 0 }
+    const k = byKind.get(kind) ?? { calls: 0, execMs: 0, planMs: 0, walBytes: 0 }
     k.calls += Number(row.calls)
     k.execMs += Number(row.exec_ms)
+    k.planMs += Number(row.plan_ms)
     k.walBytes += Number(row.wal_bytes)
     byKind.set(kind, k)
   }
   const per = Math.max(1, messages)
-  const kinds = [...byKind].map(([kind, k]) => ({ kind, calls: k.calls, execUs: (k.execMs * 1000) / per, walBytes: k.walBytes / per }))
-    .sort((a, b) => b.execUs - a.execUs)
+  const kinds = [...byKind].map(([kind, k]) => ({
+    kind,
+    calls: k.calls,
+    execUs: (k.execMs * 1000) / per,
+    planUs: (k.planMs * 1000) / per,
+    walBytes: k.walBytes / per
+  })).sort((a, b) => b.execUs - a.execUs)
   return {
     kinds,
     execUs: kinds.reduce((sum, k) => sum + k.execUs, 0),
+    planUs: kinds.reduce((sum, k) => sum + k.planUs, 0),
     walBytes: kinds.reduce((sum, k) => sum + k.walBytes, 0)
   }
 }
 
 const formatServer = (s: ServerStatements) =>
-  `${s.execUs.toFixed(1)} us executing and ${Math.round(s.walBytes)} B of WAL per message (` +
-  s.kinds.filter((k) => k.execUs >= 0.05).map((k) => `${k.kind} ${k.calls} calls ${k.execUs.toFixed(1)} us ${Math.round(k.walBytes)} B`).join("; ") + ")"
+  `${s.execUs.toFixed(1)} us executing, ${s.planUs.toFixed(1)} us planning and ${Math.round(s.walBytes)} B of WAL per message (` +
+  s.kinds.filter((k) => k.execUs >= 0.05).map((k) =>
+    `${k.kind} ${k.calls} calls ${k.execUs.toFixed(1)} us + ${k.planUs.toFixed(1)} us planning ${Math.round(k.walBytes)} B`
+  ).join("; ") + ")"
 
 // ---------------------------------------------------------------------------------------------
 // Runs
@@ -675,7 +688,9 @@ const main = async (): Promise<number> => {
     } else {
       server = await startPostgres({
         forTests: config.fastPg,
-        settings: config.pgStats ? ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=top"] : []
+        settings: config.pgStats
+          ? ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=top", "pg_stat_statements.track_planning=on"]
+          : []
       })
     }
     const url = server?.url ?? externalUrl!
@@ -773,7 +788,15 @@ const main = async (): Promise<number> => {
     if (results.some((r) => r.profiled)) console.log("* this run was profiled (node --cpu-prof): slower than usual")
     if (config.pgStats) {
       // What each worker costs the server per message, whatever the disk and the noise did to the wall time.
-      const srows: Array<Array<string>> = [["C", "leasehold exec us/msg", "leasehold WAL B/msg", "baseline exec us/msg", "baseline WAL B/msg"]]
+      const srows: Array<Array<string>> = [[
+        "C",
+        "leasehold exec us/msg",
+        "leasehold plan us/msg",
+        "leasehold WAL B/msg",
+        "baseline exec us/msg",
+        "baseline plan us/msg",
+        "baseline WAL B/msg"
+      ]]
       for (const c of config.concurrencies) {
         const med = (kind: Kind, f: (s: ServerStatements) => number) =>
           median(results.filter((r) => r.kind === kind && r.c === c && r.server !== undefined).map((r) => f(r.server!)))
@@ -781,13 +804,15 @@ const main = async (): Promise<number> => {
         srows.push([
           String(c),
           fmt(med("leasehold", (s) => s.execUs), 1),
+          fmt(med("leasehold", (s) => s.planUs), 1),
           fmt(med("leasehold", (s) => s.walBytes), 0),
           fmt(med("raw", (s) => s.execUs), 1),
+          fmt(med("raw", (s) => s.planUs), 1),
           fmt(med("raw", (s) => s.walBytes), 0)
         ])
       }
       console.log("")
-      console.log("on the server (pg_stat_statements: statement execution time and WAL per message acked, commits' flushes not included)")
+      console.log("on the server (pg_stat_statements: statement execution and planning time and WAL per message acked, commits' flushes not included)")
       console.log(table(srows))
     }
 
