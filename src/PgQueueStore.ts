@@ -156,6 +156,23 @@ const toDeadLetter = (row: MessageRow): DeadLetter => ({
   deadAt: row.dead_at ?? row.visible_at
 })
 
+/**
+ * The answer of a keyed insert (dedup key or uniqueness window): the row inserted, or the
+ * holder of the key. No row means a concurrent send moved the key between this statement's
+ * conflict and its read: the statement is run again, at most five more times.
+ */
+const untilSettled = (key: "dedup" | "unique") =>
+<E, R>(statement: Effect.Effect<ReadonlyArray<{ id: bigint; inserted: boolean }>, E, R>): Effect.Effect<SendResult, E, R> =>
+  statement.pipe(
+    Effect.flatMap((rows) =>
+      rows.length === 0
+        ? Effect.fail("race" as const)
+        : Effect.succeed<SendResult>({ id: String(rows[0]!.id) as MessageId, deduplicated: !rows[0]!.inserted })
+    ),
+    Effect.retry({ while: (e) => e === "race", times: 5 }),
+    Effect.catchIf((e): e is "race" => e === "race", () => Effect.die(new Error(`${key} insert raced 6 times`)))
+  )
+
 /** A row of the schedules table. */
 interface ScheduleRow {
   readonly key: string
@@ -390,15 +407,7 @@ export const make = (
         UNION ALL
         SELECT id, false AS inserted FROM ${table}
         WHERE queue = ${queue} AND dedup_key = ${m.dedupKey} AND state = 'ready'
-        LIMIT 1`.pipe(
-        Effect.flatMap((rows) =>
-          rows.length === 0
-            ? Effect.fail("dedup-race" as const)
-            : Effect.succeed<SendResult>({ id: String(rows[0]!.id) as MessageId, deduplicated: !rows[0]!.inserted })
-        ),
-        Effect.retry({ while: (e) => e === "dedup-race", times: 5 }),
-        Effect.catchIf((e): e is "dedup-race" => e === "dedup-race", () => Effect.die(new Error("dedup insert raced 6 times")))
-      )
+        LIMIT 1`.pipe(untilSettled("dedup"))
 
     // Insert one message under a uniqueness window, or find the holder of the window.
     // The id is drawn first (nextval of the messages' own sequence) so the reservation can be
@@ -432,15 +441,7 @@ export const make = (
         UNION ALL
         SELECT message_id AS id, false AS inserted FROM ${uniqueTable}
         WHERE queue = ${queue} AND key = ${unique.key} AND until > coalesce(${now}::timestamptz, now())
-          AND NOT EXISTS (SELECT 1 FROM reserved)`.pipe(
-        Effect.flatMap((rows) =>
-          rows.length === 0
-            ? Effect.fail("unique-race" as const)
-            : Effect.succeed<SendResult>({ id: String(rows[0]!.id) as MessageId, deduplicated: !rows[0]!.inserted })
-        ),
-        Effect.retry({ while: (e) => e === "unique-race", times: 5 }),
-        Effect.catchIf((e): e is "unique-race" => e === "unique-race", () => Effect.die(new Error("unique insert raced 6 times")))
-      )
+          AND NOT EXISTS (SELECT 1 FROM reserved)`.pipe(untilSettled("unique"))
 
     // The common single send, ready now, outside any transaction: the row and its announcement in
     // one statement, so a waiting consumer hears of it one round trip sooner. The NOTIFY is part of
