@@ -12,12 +12,12 @@
  */
 import { spawn } from "node:child_process"
 import { existsSync, readFileSync } from "node:fs"
-import { createServer } from "node:net"
 import { resolve } from "node:path"
 import { Effect, ManagedRuntime } from "effect"
 import { SqlClient } from "effect/sql"
 import { afterAll, assert, beforeAll, describe, it } from "vitest"
 import type { Claim, MessageId } from "../src/Message.ts"
+import { freePort } from "../src/internal/EmbeddedPostgres.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import type { QueueStoreShape } from "../src/QueueStore.ts"
@@ -137,14 +137,7 @@ const withStore = <A>(schema: string, f: (store: QueueStoreShape) => Effect.Effe
   runtime.runPromise(Effect.scoped(Effect.flatMap(PgQueueStore.make({ schema, migrate: false, leasePool: false }), f)))
 
 /** A port nothing listens on: bind one, then close it. */
-const closedPort = () =>
-  new Promise<number>((done) => {
-    const server = createServer()
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => done(port))
-    })
-  })
+const closedPort = freePort
 
 const envFor = (schema: string) => envWith({ LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), LEASEHOLD_SCHEMA: schema })
 

@@ -7,11 +7,8 @@
  * worker's other messages run on; a queue paused from the CLI is not claimed, and resuming it
  * wakes the idle worker at once (NOTIFY), well before its poll interval.
  */
-import { Effect } from "effect"
 import { afterAll, afterEach, assert, beforeAll, describe, it } from "vitest"
 import type { MessageId } from "../src/Message.ts"
-import * as Migrations from "../src/Migrations.ts"
-import * as PgQueueStore from "../src/PgQueueStore.ts"
 import { cli } from "./support/CliProcess.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitForAsync as waitFor } from "./support/Wait.ts"
@@ -41,8 +38,7 @@ afterAll(async () => {
 const freshSchema = async () => {
   const schema = PgTest.uniqueSchema("steer")
   schemas.push(schema)
-  await db.runPromise(Migrations.run({ schema }))
-  await db.query(`CREATE TABLE ${schema}.ledger (message_id text, consumer text, event text, at timestamptz DEFAULT clock_timestamp())`)
+  await db.migrateWithLedger(schema)
   // When a cancel flags a message and a resume unpauses a queue, by the database's clock (written
   // just before the operator's command commits): what the latencies below are measured from.
   await db.query(`CREATE FUNCTION ${schema}.record_steering() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -62,10 +58,7 @@ const freshSchema = async () => {
 }
 
 const send = (schema: string, messages: ReadonlyArray<{ readonly task: string; readonly payload: unknown }>) =>
-  db.runPromise(Effect.scoped(Effect.gen(function*() {
-    const store = yield* PgQueueStore.make({ schema, migrate: false, leasePool: false })
-    return (yield* store.send(QUEUE, messages)).map((r) => r.id)
-  })))
+  db.send(schema, QUEUE, messages)
 
 interface LedgerRow {
   readonly message_id: string

@@ -8,11 +8,8 @@
  * - through transaction mode with `LEASEHOLD_DIRECT_DATABASE_URL`: claims go
  *   through the pooler, the presence session (and its pool) straight to the server.
  */
-import { Effect } from "effect"
 import { afterAll, afterEach, assert, beforeAll, describe, it } from "vitest"
 import type { MessageId } from "../src/Message.ts"
-import * as Migrations from "../src/Migrations.ts"
-import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as PgBouncer from "./support/PgBouncer.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitForAsync as waitFor } from "./support/Wait.ts"
@@ -43,23 +40,13 @@ afterEach(async () => {
 const freshSchema = async () => {
   const schema = PgTest.uniqueSchema("pp")
   cleanup.push(() => query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`))
-  await db.runPromise(Migrations.run({ schema }))
-  await query(`CREATE TABLE ${schema}.ledger (message_id text, consumer text, event text, at timestamptz DEFAULT clock_timestamp())`)
+  await db.migrateWithLedger(schema)
   return schema
 }
 
-const send = (schema: string, ms: number) =>
-  db.runPromise(Effect.scoped(Effect.gen(function*() {
-    const store = yield* PgQueueStore.make({ schema, migrate: false, leasePool: false })
-    const [sent] = yield* store.send(QUEUE, [{ task: "sleep", payload: { ms } }])
-    return sent!.id
-  })))
+const send = async (schema: string, ms: number) => (await db.send(schema, QUEUE, [{ task: "sleep", payload: { ms } }]))[0]!
 
-const starts = (schema: string, id: MessageId) =>
-  query<{ consumer: string; at: Date }>(
-    `SELECT consumer, at FROM ${schema}.ledger WHERE message_id = $1 AND event = 'start' ORDER BY at`,
-    [id]
-  )
+const starts = (schema: string, id: MessageId) => db.starts(schema, id)
 
 const killAndMeasure = async (mode: PgBouncer.PoolMode, env: (bouncer: PgBouncer.PgBouncer) => Record<string, string>) => {
   dumpOnFailure(workers)

@@ -10,11 +10,8 @@
  * (`Date.now()` at a signal or an exit) and database times come from the same
  * machine's clock.
  */
-import { Effect } from "effect"
 import { afterAll, afterEach, assert, beforeAll, describe, it } from "vitest"
 import type { MessageId } from "../src/Message.ts"
-import * as Migrations from "../src/Migrations.ts"
-import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitForAsync as waitFor } from "./support/Wait.ts"
 import { dumpOnFailure, killAll, spawnWorker as spawnProcess, sqlRuntime, waitExit, waitReady, type Worker } from "./support/WorkerProcess.ts"
@@ -39,10 +36,7 @@ const query = <A extends object>(text: string, params: ReadonlyArray<unknown> = 
 // ---------------------------------------------------------------------------------------------
 
 const createSchema = async (schema: string) => {
-  await db.runPromise(Migrations.run({ schema }))
-  await query(
-    `CREATE TABLE ${schema}.ledger (message_id text, consumer text, event text, at timestamptz DEFAULT clock_timestamp())`
-  )
+  await db.migrateWithLedger(schema)
   await query(`CREATE TABLE ${schema}.history (
     message_id text, op text, attempts int, lease_token uuid, leased_by text, visible_at timestamptz,
     at timestamptz DEFAULT clock_timestamp())`)
@@ -62,11 +56,7 @@ const createSchema = async (schema: string) => {
 }
 
 const send = (schema: string, messages: ReadonlyArray<{ readonly task: string; readonly payload: unknown }>) =>
-  db.runPromise(Effect.scoped(Effect.gen(function*() {
-    const store = yield* PgQueueStore.make({ schema, migrate: false, leasePool: false })
-    const results = yield* store.send(QUEUE, messages)
-    return results.map((r) => r.id)
-  })))
+  db.send(schema, QUEUE, messages)
 
 interface LedgerRow {
   readonly message_id: string

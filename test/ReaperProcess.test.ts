@@ -8,11 +8,8 @@
  * - SIGSTOP: a frozen worker stops heartbeating but its session (and lock)
  *   stays, so nobody takes its claim: both signals must agree.
  */
-import { Effect } from "effect"
 import { afterAll, afterEach, assert, beforeAll, describe, it } from "vitest"
 import type { MessageId } from "../src/Message.ts"
-import * as Migrations from "../src/Migrations.ts"
-import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitForAsync as waitFor } from "./support/Wait.ts"
 import { dumpOnFailure, killAll, spawnWorker as spawnProcess, sqlRuntime, type Worker } from "./support/WorkerProcess.ts"
@@ -45,23 +42,13 @@ const spawnWorker = (name: string, schema: string): Worker =>
 const freshSchema = async () => {
   const schema = PgTest.uniqueSchema("rp")
   schemas.push(schema)
-  await db.runPromise(Migrations.run({ schema }))
-  await query(`CREATE TABLE ${schema}.ledger (message_id text, consumer text, event text, at timestamptz DEFAULT clock_timestamp())`)
+  await db.migrateWithLedger(schema)
   return schema
 }
 
-const send = (schema: string, ms: number) =>
-  db.runPromise(Effect.scoped(Effect.gen(function*() {
-    const store = yield* PgQueueStore.make({ schema, migrate: false, leasePool: false })
-    const [sent] = yield* store.send(QUEUE, [{ task: "sleep", payload: { ms } }])
-    return sent!.id
-  })))
+const send = async (schema: string, ms: number) => (await db.send(schema, QUEUE, [{ task: "sleep", payload: { ms } }]))[0]!
 
-const starts = (schema: string, id: MessageId) =>
-  query<{ consumer: string; at: Date }>(
-    `SELECT consumer, at FROM ${schema}.ledger WHERE message_id = $1 AND event = 'start' ORDER BY at`,
-    [id]
-  )
+const starts = (schema: string, id: MessageId) => db.starts(schema, id)
 
 /** Both workers registered with session liveness (a lock key advertised). */
 const waitRegistered = (schema: string, ws: ReadonlyArray<Worker>) =>

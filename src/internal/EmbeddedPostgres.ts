@@ -89,8 +89,8 @@ const run = (file: string, args: ReadonlyArray<string>): Promise<string> =>
 const asPostgresUser = (bin: string, args: ReadonlyArray<string>): [string, Array<string>] =>
   isRoot() ? ["runuser", ["-u", "postgres", "--", bin, ...args]] : [bin, [...args]]
 
-/** A port that was free a moment ago (bind port 0, read it, close). */
-const freePort = (): Promise<number> =>
+/** A port that was free a moment ago (bind port 0, read it, close); also what a test wants for a port nothing listens on. */
+export const freePort = (): Promise<number> =>
   new Promise((resolve, reject) => {
     const server = createServer()
     server.unref()

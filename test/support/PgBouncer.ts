@@ -12,10 +12,10 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import { existsSync } from "node:fs"
 import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises"
-import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Context, Effect, Layer } from "effect"
+import { freePort } from "../../src/internal/EmbeddedPostgres.ts"
 
 /** Where Debian's package installs it; else whatever `pgbouncer` is on the PATH. */
 const binary = existsSync("/usr/sbin/pgbouncer") ? "/usr/sbin/pgbouncer" : "pgbouncer"
@@ -45,17 +45,6 @@ export interface PgBouncerOptions {
    */
   readonly ignoreStartupParameters?: ReadonlyArray<string>
 }
-
-const freePort = (): Promise<number> =>
-  new Promise((resolve, reject) => {
-    const server = createServer()
-    server.unref()
-    server.on("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address()
-      server.close(() => (typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port"))))
-    })
-  })
 
 /** A quoted value of pgbouncer.ini / the userlist: no newline, quote doubled. */
 const quote = (value: string): string => {

@@ -8,6 +8,9 @@ import { existsSync } from "node:fs"
 import { resolve } from "node:path"
 import { Effect, ManagedRuntime } from "effect"
 import { SqlClient } from "effect/sql"
+import type { MessageId } from "../../src/Message.ts"
+import * as Migrations from "../../src/Migrations.ts"
+import * as PgQueueStore from "../../src/PgQueueStore.ts"
 import { onTestFailed } from "vitest"
 import * as PgTest from "./PgTest.ts"
 import { waitForAsync } from "./Wait.ts"
@@ -103,14 +106,35 @@ export const dumpOnFailure = (workers: ReadonlyArray<Worker>) =>
     }
   })
 
-/** A SQL runtime of the test's own (4 connections to the test server): call `dispose` in afterAll. */
+/**
+ * A SQL runtime of the test's own (4 connections to the test server), with what the process
+ * tests share: call `dispose` in afterAll.
+ */
 export const sqlRuntime = () => {
   const runtime = ManagedRuntime.make(PgTest.clientLayer({ maxConnections: 4 }))
+  const query = <A extends object>(text: string, params: ReadonlyArray<unknown> = []) =>
+    runtime.runPromise(Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe<A>(text, params)))
   return {
     runPromise: runtime.runPromise,
     /** Run one statement. */
-    query: <A extends object>(text: string, params: ReadonlyArray<unknown> = []) =>
-      runtime.runPromise(Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe<A>(text, params))),
+    query,
+    /** Migrate `schema` and give it the `ledger` table the test worker writes its handler runs to. */
+    migrateWithLedger: async (schema: string) => {
+      await runtime.runPromise(Migrations.run({ schema }))
+      await query(`CREATE TABLE ${schema}.ledger (message_id text, consumer text, event text, at timestamptz DEFAULT clock_timestamp())`)
+    },
+    /** Send `messages` to `queue` through the store, as an application would; their ids in order. */
+    send: (schema: string, queue: string, messages: ReadonlyArray<{ readonly task: string; readonly payload: unknown }>) =>
+      runtime.runPromise(Effect.scoped(Effect.gen(function*() {
+        const store = yield* PgQueueStore.make({ schema, migrate: false, leasePool: false })
+        return (yield* store.send(queue, messages)).map((r) => r.id)
+      }))),
+    /** Who started message `id`, and when, in the order of the ledger. */
+    starts: (schema: string, id: MessageId) =>
+      query<{ consumer: string; at: Date }>(
+        `SELECT consumer, at FROM ${schema}.ledger WHERE message_id = $1 AND event = 'start' ORDER BY at`,
+        [id]
+      ),
     dispose: () => runtime.dispose()
   }
 }
