@@ -1169,9 +1169,23 @@ export const make = (
       Effect.gen(function*() {
         yield* Validate.name("queue", queue)
         const now = yield* currentTime
+        // Over the claim index (queue, priority, visible_at): the distinct priorities of the
+        // queue by a skip scan (one probe each), then per priority the first entry after now
+        // (one probe each). A plain min() over the queue would read every in-flight and delayed row.
         const [row] = yield* sql<{ at: Date | null }>`
-          SELECT min(visible_at) AS at FROM ${table}
-          WHERE queue = ${queue} AND state = 'ready' AND visible_at > coalesce(${now}::timestamptz, now())`
+          WITH RECURSIVE priorities(p) AS (
+            (SELECT priority FROM ${table} WHERE queue = ${queue} AND state = 'ready' ORDER BY priority LIMIT 1)
+            UNION ALL
+            SELECT (SELECT m.priority FROM ${table} AS m
+                    WHERE m.queue = ${queue} AND m.state = 'ready' AND m.priority > priorities.p
+                    ORDER BY m.priority LIMIT 1)
+            FROM priorities WHERE priorities.p IS NOT NULL
+          )
+          SELECT min((SELECT m.visible_at FROM ${table} AS m
+                      WHERE m.queue = ${queue} AND m.state = 'ready' AND m.priority = priorities.p
+                        AND m.visible_at > coalesce(${now}::timestamptz, now())
+                      ORDER BY m.visible_at LIMIT 1)) AS at
+          FROM priorities WHERE priorities.p IS NOT NULL`
         return Option.fromNullishOr(row?.at)
       }).pipe((e) => op("nextVisibleAt", { queue }, e))
 

@@ -779,6 +779,15 @@ export const conformance = (
         assert.strictEqual(Option.getOrThrow(yield* store.nextVisibleAt(queue)).getTime(), 20_000_000 + 20_000)
         yield* store.ack(c!)
         assert.strictEqual(Option.getOrThrow(yield* store.nextVisibleAt(queue)).getTime(), 20_000_000 + 90_000)
+        // Across priorities: the earliest of them all, whichever priority holds it.
+        yield* sendAll(queue, [
+          msg("high-in-60s", { delay: 60_000, priority: -5 }),
+          msg("low-in-30s", { delay: 30_000, priority: 9 }),
+          msg("low-in-45s", { delay: 45_000, priority: 9 })
+        ])
+        assert.strictEqual(Option.getOrThrow(yield* store.nextVisibleAt(queue)).getTime(), 20_000_000 + 30_000)
+        yield* TestClock.adjust("35 seconds")
+        assert.strictEqual(Option.getOrThrow(yield* store.nextVisibleAt(queue)).getTime(), 20_000_000 + 45_000, "a due message is not in the future")
       }))
 
     it.effect("bad input is refused with a typed error naming the problem, and nothing is written", () =>

@@ -1,13 +1,16 @@
 /**
- * The pause check of the claim statement, on real PostgreSQL: the statement the store
- * really sends (read from its span's `db.query.text`) is planned with the check as a
- * one-time filter over an InitPlan (one primary-key probe of the queues table per claim,
- * never one per candidate row); executed on a paused queue with 500 ready rows, the probe
- * runs once and the scan of the candidates never.
+ * The plans of the claim statement, on real PostgreSQL, read from the statement the store
+ * really sends (its span's `db.query.text`):
+ * - the pause check is a one-time filter over an InitPlan (one primary-key probe of the
+ *   queues table per claim, never one per candidate row); executed on a paused queue with
+ *   500 ready rows, the probe runs once and the scan of the candidates never;
+ * - on statistics gathered before the queue's backlog arrived, a claim still reads the head
+ *   of the claim index, not every ready row of the queue sorted.
  */
 import { assert, layer } from "@effect/vitest"
 import { Effect, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
+import { PgQueueStoreSettings } from "../src/PgQueueStore.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
 
@@ -93,7 +96,64 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
       }))
       console.log(`queues() names plan:\n${plan}`)
       assert.notMatch(plan, /Seq Scan/)
-      for (const index of ["messages_visible_idx", "messages_dead_idx", "attempts_queue_idx", "queues_pkey"]) assert.include(plan, index)
+      for (const index of ["messages_claim_idx", "messages_dead_idx", "attempts_queue_idx", "queues_pkey"]) assert.include(plan, index)
+    }))
+})
+
+layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("claim on stale statistics (PostgreSQL)", (it) => {
+  it.effect("a claim reads the head of the claim index even when the statistics predate the backlog", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const sql = yield* SqlClient.SqlClient
+      const messages = sql(`${(yield* PgQueueStoreSettings).schema}.messages`)
+      // Statistics that know only another queue, kept (autovacuum would refresh them within a
+      // minute or so): what a new queue, or a burst on a quiet one between two autovacuum runs,
+      // looks like. The planner then believes the bursting queue holds about one row.
+      yield* sql`ALTER TABLE ${messages} SET (autovacuum_enabled = false)`
+      yield* store.send("steady", Array.from({ length: 5_000 }, (_, i) => ({ task: "t", payload: i })))
+      yield* sql`ANALYZE ${messages}`
+      const queue = "burst"
+      yield* store.send(queue, Array.from({ length: 20_000 }, (_, i) => ({ task: "t", payload: i })))
+      const { spans, tracer } = collecting()
+      assert.lengthOf(yield* store.claim(queue, { lease: "30 seconds", limit: 1, consumer: "c" }).pipe(Effect.provideService(Tracer.Tracer, tracer)), 1)
+      const text = withValues(claimText(spans), queue)
+      // Executed in a transaction rolled back: a claim of 1000 reads 1000 candidates.
+      const plan = yield* sql.withTransaction(Effect.gen(function*() {
+        const rows = yield* sql.unsafe<{ "QUERY PLAN": string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${text}`)
+        return yield* Effect.fail({ plan: rows.map((r) => r["QUERY PLAN"]).join("\n") })
+      })).pipe(Effect.flip, Effect.map((e) => (e as { plan: string }).plan))
+      console.log(`claim of 1000 over 19,999 ready rows on stale statistics, executed:\n${plan}`)
+      assert.match(plan, /Index Scan using messages_claim_idx on messages \(actual rows=1000(\.00)? loops=1\)/, plan)
+      assert.notMatch(plan, /Sort Key: messages\.priority/, "the candidates come in index order, never sorted")
+    }))
+})
+
+layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("look-ahead of an idle consumer (PostgreSQL)", (it) => {
+  it.effect("nextVisibleAt probes the claim index once per priority, never reading the waiting rows", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const sql = yield* SqlClient.SqlClient
+      const queue = "waiting"
+      // 6,000 messages delayed by an hour or more, over three priorities.
+      for (const priority of [-1, 0, 7]) {
+        yield* store.send(queue, Array.from({ length: 2_000 }, (_, i) => ({ task: "t", payload: i, priority, delay: 3_600_000 + i * 1_000 })))
+      }
+      yield* sql`ANALYZE ${sql(`${(yield* PgQueueStoreSettings).schema}.messages`)}`
+      const { spans, tracer } = collecting()
+      const next = yield* store.nextVisibleAt(queue).pipe(Effect.provideService(Tracer.Tracer, tracer))
+      assert.isTrue(next._tag === "Some")
+      const texts = spans.map((s) => s.attributes.get("db.query.text")).filter((t): t is string => typeof t === "string")
+      const text = withValues(texts.find((t) => t.includes("WITH RECURSIVE priorities"))!, queue)
+      const plan = (yield* sql.unsafe<{ "QUERY PLAN": string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${text}`))
+        .map((r) => r["QUERY PLAN"]).join("\n")
+      console.log(`nextVisibleAt over 6,000 waiting rows in 3 priorities, executed:\n${plan}`)
+      assert.notMatch(plan, /Seq Scan on messages/)
+      const scans = [...plan.matchAll(/Scan using messages_claim_idx on messages m?\s*\(actual rows=([\d.]+) loops=(\d+)\)/g)]
+      assert.isAtLeast(scans.length, 2, plan)
+      for (const [line, rows, loops] of scans) {
+        assert.isAtMost(Number(rows), 1, `one row per probe: ${line}`)
+        assert.isAtMost(Number(loops), 4, `one probe per priority (and one to find none after the last): ${line}`)
+      }
     }))
 })
 
