@@ -289,6 +289,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
     const complete: QueueStoreShape["complete"] = (completions) =>
       Effect.gen(function*() {
         const landedIds: Array<MessageId> = []
+        const cancelledIds: Array<MessageId> = []
         for (const c of completions) {
           const f = c.finish
           // Read before the write (an ack deletes the row).
@@ -307,6 +308,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             ? yield* release(c.ref)
             : false
           if (landed) landedIds.push(c.ref.id)
+          if (landed && cancelled) cancelledIds.push(c.ref.id)
           pushAttempt({
             messageId: c.ref.id,
             queue: c.queue,
@@ -320,7 +322,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             ...(c.result === undefined ? {} : { result: JSON.parse(c.result) })
           })
         }
-        return landedIds
+        return { held: landedIds, cancelled: cancelledIds }
       })
 
     const redrive: QueueStoreShape["redrive"] = (filter) =>

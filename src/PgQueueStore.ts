@@ -681,7 +681,7 @@ export const make = (
      */
     const complete: QueueStoreShape["complete"] = (completions) =>
       Effect.gen(function*() {
-        if (completions.length === 0) return []
+        if (completions.length === 0) return { held: [], cancelled: [] }
         const now = yield* currentTime
         // One array per column (unnest builds the rows): binary parameters, no JSON to write or parse.
         const n = completions.length
@@ -714,7 +714,7 @@ export const make = (
         // plan then cannot see their lengths either, so it costs what the generic plan costs and the
         // generic plan is kept, planned once per connection. Otherwise every batch smaller than the
         // generic plan's guess of 10 rows was planned anew (~0.7 ms, more than it takes to run).
-        const rows = yield* leaseSql<{ id: bigint }>`
+        const rows = yield* leaseSql<{ id: bigint; cancelled: boolean }>`
           WITH items AS (
             SELECT u.* FROM (
               SELECT ${textArray(id)}::bigint[] AS id, ${array(token, PgTypes.OID.uuid)} AS token, ${textArray(kind)} AS kind,
@@ -766,8 +766,8 @@ export const make = (
                    i.error, i.result
             FROM items AS i LEFT JOIN held AS h ON h.id = i.id
           )
-          SELECT id FROM held`
-        return ids(rows)
+          SELECT id, cancelled FROM held`
+        return { held: ids(rows), cancelled: ids(rows.filter((row) => row.cancelled)) }
       }).pipe((e) => op("complete", completeAttributes(completions), e))
 
     // Dead-letter filters: a NULL parameter means "any".

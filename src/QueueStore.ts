@@ -74,6 +74,18 @@ export type Finish =
   /** Delete a message whose cancel was asked for (its handler stopped); the history says `cancelled`. */
   | { readonly _tag: "Cancel" }
 
+/** What {@link QueueStoreShape.complete} answers. */
+export interface Completed {
+  /** The ids whose lease was still held: their write landed. */
+  readonly held: ReadonlyArray<MessageId>
+  /**
+   * Of `held`, those deleted as cancelled (history `cancelled`): a `Cancel`, or a retry,
+   * release or dead letter of a message whose cancel was asked for while it ran (the
+   * handler ended before the flag reached it), which is never run again.
+   */
+  readonly cancelled: ReadonlyArray<MessageId>
+}
+
 /** One finished run for {@link QueueStoreShape.complete}: the fenced write and its history record. */
 export interface Completion {
   readonly ref: ClaimRef
@@ -134,12 +146,13 @@ export interface QueueStoreShape {
   /**
    * Finish many runs at once: each message's fenced write (as `ack`, `retry`,
    * `deadLetter` and `release` do one by one) and its attempt-history record,
-   * in one statement and one commit on PostgreSQL. Returns the ids whose lease
-   * was still held (their write landed); the others were left untouched and
-   * their history says `lease-lost`. Idempotent per message: a retried call
-   * finds its landed writes' tokens gone. Delays must be valid (0 .. ten years).
+   * in one statement and one commit on PostgreSQL. Answers the ids whose lease
+   * was still held (their write landed), and which of those were deleted as
+   * cancelled; the others were left untouched and their history says
+   * `lease-lost`. Idempotent per message: a retried call finds its landed
+   * writes' tokens gone. Delays must be valid (0 .. ten years).
    */
-  readonly complete: (completions: ReadonlyArray<Completion>) => Effect.Effect<ReadonlyArray<MessageId>, StoreError>
+  readonly complete: (completions: ReadonlyArray<Completion>) => Effect.Effect<Completed, StoreError>
   /** Make a failed message visible again after `delay`, recording `error`. */
   readonly retry: (
     claim: ClaimRef,

@@ -128,7 +128,7 @@ describe("Admin API on real PostgreSQL", () => {
         outcome: "dead-lettered",
         error: "boom"
       }])
-      assert.deepStrictEqual(finished, [doomed!.id])
+      assert.deepStrictEqual(finished, { held: [doomed!.id], cancelled: [] })
 
       const queues = yield* request(base, "GET", "/api/queues")
       assert.strictEqual(queues.status, 200)

@@ -311,7 +311,7 @@ describe("leasehold CLI (a real process)", () => {
           error: null,
           result: JSON.stringify({ total: 42 })
         }])
-        assert.deepStrictEqual(held, [done!.id])
+        assert.deepStrictEqual(held, { held: [done!.id], cancelled: [] })
         assert.strictEqual(claim!.id, leased!.id)
         return { leased: leased!.id, delayed: delayed!.id, ready: ready!.id, done: done!.id }
       }))

@@ -184,4 +184,26 @@ describe("Consumer: pause, resume and cancel (memory store, TestClock)", () => {
       assert.isTrue(Option.isNone(yield* spy.inner.get(sent!.id)))
       assert.deepStrictEqual((yield* spy.inner.attempts(sent!.id)).map((a) => a.outcome), ["cancelled"])
     }))
+
+  it.effect("a retry the store turns into a cancel (cancelled after the handler ended) is reported as cancelled, not retried", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const retriedBefore = yield* counter(QueueMetrics.retried)
+      const cancelledBefore = yield* counter(QueueMetrics.cancelled)
+      const taskCancelledBefore = yield* counter(QueueMetrics.forTask(queue, "t").cancelled)
+      // Cancelled and failed in one step: no renewal can carry the flag to the renewer first, so
+      // the consumer hands a retry to the completer and the store deletes the message instead.
+      const failing: Consumer.Handler = (m) => Effect.andThen(spy.store.cancel([m.id]), Effect.fail(new Error("boom")))
+      const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1, maxAttempts: 5 }])
+      yield* startConsumer(spy, failing, { lease }, logs)
+      yield* settle
+      assert.isTrue(Option.isNone(yield* spy.inner.get(sent!.id)))
+      assert.deepStrictEqual((yield* spy.inner.attempts(sent!.id)).map((a) => a.outcome), ["cancelled"])
+      assert.strictEqual((yield* counter(QueueMetrics.cancelled)) - cancelledBefore, 1)
+      assert.strictEqual((yield* counter(QueueMetrics.forTask(queue, "t").cancelled)) - taskCancelledBefore, 1)
+      assert.strictEqual((yield* counter(QueueMetrics.retried)) - retriedBefore, 0, "not counted as retried")
+      assert.isTrue(logs.entries.some((e) => e.level === "Warn" && /cancelled while running: cancelled by an operator after the handler ended; its retry was not written/.test(e.message)))
+      assert.isFalse(logs.entries.some((e) => /retry in/.test(e.message)), "no retry announced")
+    }))
 })

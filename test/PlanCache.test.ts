@@ -42,7 +42,7 @@ layer(PgTest.storeLayer({ clock: "database", maxConnections: 1, leasePool: false
         for (let round = 0; round < rounds; round++) {
           const claims = yield* store.claim("planned", { lease: "30 seconds", limit: 1 + (round % 3), consumer: "c" })
           assert.lengthOf(claims, 1 + (round % 3))
-          assert.lengthOf(yield* store.complete(claims.map(ack)), claims.length, "every ack held")
+          assert.lengthOf((yield* store.complete(claims.map(ack))).held, claims.length, "every ack held")
         }
         const plans = yield* sql<{ name: string; statement: string; params: number; generic_plans: string; custom_plans: string }>`
           SELECT name, statement, cardinality(parameter_types) AS params, generic_plans, custom_plans FROM pg_prepared_statements`

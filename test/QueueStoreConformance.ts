@@ -114,7 +114,7 @@ export const conformance = (
           outcome: "dead-lettered",
           error: "suspected worker-killer"
         }])
-        assert.deepStrictEqual(held, [a!.id])
+        assert.deepStrictEqual(held, { held: [a!.id], cancelled: [] })
         assert.isTrue(yield* store.deadLetter(byPayload("b"), { reason: "attempts exhausted" }))
         const dead = yield* store.deadLetters({ queue })
         assert.deepStrictEqual(dead.map((d) => [d.id, d.attempts, d.maxAttempts]).sort(), [[a!.id, 2, 2], [b!.id, 2, 2]].sort())
@@ -235,7 +235,8 @@ export const conformance = (
           completion(staleC, { _tag: "Ack" }, "acked"), // a token that is not (or no longer) the holder's
           completion(forgetC, { _tag: "Forget" }, "lease-lost", "another consumer holds it")
         ])
-        assert.deepStrictEqual([...held].sort(), [ackC.id, retryC.id, deadC.id, releaseC.id].sort())
+        assert.deepStrictEqual([...held.held].sort(), [ackC.id, retryC.id, deadC.id, releaseC.id].sort())
+        assert.deepStrictEqual(held.cancelled, [])
         // The ack deleted; the release is visible now with its attempt given back; the retry after 5 s
         // with its error; the dead letter is out of the ready set; the stale and forgotten ones untouched.
         const stats = yield* store.stats(queue)
@@ -248,7 +249,7 @@ export const conformance = (
         const later = yield* claimAll(queue, { consumer: "second" })
         assert.deepStrictEqual(later.map((c) => [c.id, c.attempts, c.lastError]), [[retryC.id, 2, "boom"]])
         // Idempotent: completing again finds every landed write's token gone.
-        assert.deepStrictEqual(yield* store.complete([completion(ackC, { _tag: "Ack" }, "acked")]), [])
+        assert.deepStrictEqual(yield* store.complete([completion(ackC, { _tag: "Ack" }, "acked")]), { held: [], cancelled: [] })
         // History: one record each, the outcome as asked where the lease was held, lease-lost where not.
         const outcomes = yield* Effect.forEach([ackC, retryC, deadC, releaseC, staleC, forgetC], (c) =>
           Effect.map(store.attempts(c.id), (a) => a.map((x) => [x.outcome, x.error, x.consumer, x.attempt])))
@@ -260,7 +261,7 @@ export const conformance = (
           [["lease-lost", null, "first", 1]],
           [["lease-lost", "another consumer holds it", "first", 1]]
         ])
-        assert.deepStrictEqual(yield* store.complete([]), [])
+        assert.deepStrictEqual(yield* store.complete([]), { held: [], cancelled: [] })
         void sent
       }))
 
@@ -296,7 +297,7 @@ export const conformance = (
           // A lost lease keeps the run's result on its lease-lost record too.
           ack(lostC, JSON.stringify([1]), "00000000-0000-4000-8000-000000000000" as Claim["leaseToken"])
         ])
-        assert.strictEqual(held.length, 5)
+        assert.strictEqual(held.held.length, 5)
         const only = (c: Claim) =>
           Effect.map(store.attempts(c.id), (history) => {
             assert.strictEqual(history.length, 1)
@@ -1097,7 +1098,7 @@ export const conformance = (
           outcome: "cancelled",
           error: "cancelled while running"
         }])
-        assert.deepStrictEqual(held, [running!.id])
+        assert.deepStrictEqual(held, { held: [running!.id], cancelled: [running!.id] })
         assert.isTrue(Option.isNone(yield* store.get(running!.id)))
         assert.deepStrictEqual((yield* store.attempts(running!.id)).map((a) => [a.attempt, a.outcome]), [[1, "cancelled"]])
         // Untouched: the message nobody cancelled; nothing of it recorded.
@@ -1132,7 +1133,8 @@ export const conformance = (
           outcome: outcomes[k]!,
           error: null
         })))
-        assert.deepStrictEqual([...held].sort(), sent.map((s) => s.id).sort())
+        assert.deepStrictEqual([...held.held].sort(), sent.map((s) => s.id).sort())
+        assert.deepStrictEqual([...held.cancelled].sort(), sent.slice(0, 3).map((s) => s.id).sort(), "the ack is no cancel")
         assert.deepStrictEqual(yield* store.messages(queue), [], "every one deleted")
         const history = yield* Effect.forEach(sent, (s) => Effect.map(store.attempts(s.id), (h) => h.map((a) => a.outcome)))
         assert.deepStrictEqual(history, [["cancelled"], ["cancelled"], ["cancelled"], ["acked"]])

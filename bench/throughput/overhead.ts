@@ -62,7 +62,7 @@ const instantStore = (base: QueueStoreShape, total: number): QueueStoreShape => 
         while (out.length < options.limit && next < total) out.push(claimOf(next++))
         return out
       }),
-    complete: (completions) => Effect.succeed(completions.map((c) => c.ref.id)),
+    complete: (completions) => Effect.succeed({ held: completions.map((c) => c.ref.id), cancelled: [] }),
     renew: (refs) => Effect.succeed({ held: refs.map((r) => r.id), cancelling: [] }),
     nextVisibleAt: () => Effect.succeed(Option.none())
   }

@@ -134,6 +134,20 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
         : announce(p.finished.claim, p.finished.action, held).pipe(annotate(p.finished.claim), Effect.andThen(p.done(held)))
 
     /**
+     * Report a retry, release or dead letter that the store wrote as a cancel (an operator
+     * cancelled the message after its handler ended, before the write): as cancelled, since
+     * it will not run again, and hand it back as held.
+     */
+    const answerCancelled = (p: Pending): Effect.Effect<void> => {
+      const name = nameOf(p.finished.action)
+      const action: Outcome.Action = {
+        _tag: "Cancel",
+        error: `cancelled by an operator after the handler ended; its ${name} was not written, the message was deleted`
+      }
+      return announce(p.finished.claim, action, true).pipe(annotate(p.finished.claim), Effect.andThen(p.done(true)))
+    }
+
+    /**
      * Acks of the flush being reported, per (queue, task): reused, cleared once counted (a
      * flush counts what is there, so with several flushers every ack is still counted once).
      */
@@ -150,7 +164,11 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
         const result = yield* Abandon.within(store.complete(batch.map((p) => p.completion)), attemptTimeoutMs).pipe(
           Effect.map(Option.match({
             onNone: () => ({ _tag: "Timeout" as const }),
-            onSome: (held) => ({ _tag: "Held" as const, held: new Set(held) })
+            onSome: (completed) => ({
+              _tag: "Held" as const,
+              held: new Set(completed.held),
+              cancelled: completed.cancelled.length === 0 ? undefined : new Set(completed.cancelled)
+            })
           })),
           Effect.catchTag("ConnectionDead", (error) => Effect.succeed({ _tag: "Dead" as const, error })),
           Effect.catchTag("QueryFailed", (error) => Effect.succeed({ _tag: "Failed" as const, error })),
@@ -167,6 +185,9 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
                 const metrics = QueueMetrics.forTask(p.completion.queue, p.completion.task)
                 ackedBy.set(metrics, (ackedBy.get(metrics) ?? 0) + 1)
                 yield* p.done(true)
+              } else if (held && result.cancelled?.has(p.completion.ref.id) === true && p.finished.action._tag !== "Cancel") {
+                // Cancelled after the handler ended, before this write: the store deleted it instead.
+                yield* answerCancelled(p)
               } else yield* answer(p, held)
             }
             // Counted per flush and per (queue, task), not per message: the hot path of a busy consumer.
