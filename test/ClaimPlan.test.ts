@@ -157,6 +157,29 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
     }))
 })
 
+layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("listing in-flight messages (PostgreSQL)", (it) => {
+  it.effect("messages(state: in-flight) reads the leased rows, not the backlog (what the dashboard asks every 2 s)", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const sql = yield* SqlClient.SqlClient
+      const queue = "busy"
+      yield* store.send(queue, Array.from({ length: 20_000 }, (_, i) => ({ task: "t", payload: i })))
+      const claimed = yield* store.claim(queue, { lease: "30 seconds", limit: 5, consumer: "c" })
+      yield* sql`ANALYZE ${sql(`${(yield* PgQueueStoreSettings).schema}.messages`)}`
+      const { spans, tracer } = collecting()
+      const listed = yield* store.messages(queue, { state: "in-flight", limit: 100 }).pipe(Effect.provideService(Tracer.Tracer, tracer))
+      assert.deepStrictEqual(listed.map((m) => m.id), claimed.map((c) => c.id))
+      const texts = spans.map((s) => s.attributes.get("db.query.text")).filter((t): t is string => typeof t === "string")
+      const text = withValues(texts.find((t) => t.includes("view_state"))!, queue).replace("m.id > 1000::bigint", "m.id > 0::bigint")
+      const plan = (yield* sql.unsafe<{ "QUERY PLAN": string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${text}`))
+        .map((r) => r["QUERY PLAN"]).join("\n")
+      console.log(`in-flight listing over 20,000 messages with 5 in flight, executed:\n${plan}`)
+      assert.match(plan, /messages_leased_by_idx on messages m \(actual rows=5(\.00)? loops=1\)/, plan)
+      assert.notMatch(plan, /Seq Scan on messages/, plan)
+      assert.notMatch(plan, /Rows Removed by Filter: \d{3,}/, `no row of the backlog read: ${plan}`)
+    }))
+})
+
 /**
  * The statement with its parameters written in, for EXPLAIN: `$n::timestamptz` (the store's
  * "now", null on the database clock) NULL, other casts (lease, limits) and LIMIT a number,
