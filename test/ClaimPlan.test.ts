@@ -27,13 +27,34 @@ const collecting = () => {
   return { spans, tracer }
 }
 
-/** The SQL text of the claim statement, as the store sent it. */
-const claimText = (spans: ReadonlyArray<Tracer.NativeSpan>): string => {
+/** The SQL text of the statement containing `marker`, as the store sent it. */
+const statementText = (spans: ReadonlyArray<Tracer.NativeSpan>, marker: string): string => {
   const texts = spans.map((s) => s.attributes.get("db.query.text")).filter((t): t is string => typeof t === "string")
-  const claim = texts.find((t) => t.includes("FOR UPDATE SKIP LOCKED"))
-  if (claim === undefined) throw new Error(`no claim statement among ${texts.length} statements`)
-  return claim
+  const found = texts.find((t) => t.includes(marker))
+  if (found === undefined) throw new Error(`no statement containing ${marker} among ${texts.length} statements`)
+  return found
 }
+
+/** The SQL text of the claim statement, as the store sent it. */
+const claimText = (spans: ReadonlyArray<Tracer.NativeSpan>): string => statementText(spans, "FOR UPDATE SKIP LOCKED")
+
+/** The plan of `statement` as EXPLAIN with `options` prints it. */
+const explain = (sql: SqlClient.SqlClient, statement: string, options = "COSTS OFF") =>
+  Effect.map(
+    sql.unsafe<{ "QUERY PLAN": string }>(`EXPLAIN (${options}) ${statement}`),
+    (rows) => rows.map((r) => r["QUERY PLAN"]).join("\n")
+  )
+
+/** `statement` executed under EXPLAIN ANALYZE (no costs, timings or summary): its plan with actual rows. */
+const executedPlan = (sql: SqlClient.SqlClient, statement: string) =>
+  explain(sql, statement, "ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF")
+
+/** What `effect` answers, run in a transaction that is then rolled back (nothing it wrote is kept). */
+const rolledBack = <A, E, R>(sql: SqlClient.SqlClient, effect: Effect.Effect<A, E, R>) =>
+  sql.withTransaction(Effect.flatMap(effect, (answer) => Effect.fail({ rolledBack: answer }))).pipe(
+    Effect.flip,
+    Effect.flatMap((e) => typeof e === "object" && e !== null && "rolledBack" in e ? Effect.succeed(e.rolledBack as A) : Effect.die(e))
+  )
 
 layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("claim on a paused queue (PostgreSQL)", (it) => {
   it.effect("the pause check is a one-time filter: planned as an InitPlan, probing the queues table once per claim", () =>
@@ -45,12 +66,7 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
       const { spans, tracer } = collecting()
       assert.lengthOf(yield* store.claim(queue, { lease: "30 seconds", limit: 1, consumer: "c" }).pipe(Effect.provideService(Tracer.Tracer, tracer)), 1)
       const text = withValues(claimText(spans), queue)
-      const explain = (options: string) =>
-        Effect.map(
-          sql.unsafe<{ "QUERY PLAN": string }>(`EXPLAIN (${options}) ${text}`),
-          (rows) => rows.map((r) => r["QUERY PLAN"]).join("\n")
-        )
-      const plan = yield* explain("COSTS OFF")
+      const plan = yield* explain(sql, text)
       console.log(`claim statement plan:\n${plan}`)
       assert.match(plan, /One-Time Filter: \(NOT \(InitPlan \d+\)/, "the pause check is evaluated once per execution")
       assert.match(plan, /InitPlan \d+[\s\S]*?->\s+(Index (Only )?Scan using queues_pkey|Seq Scan on queues)/)
@@ -59,11 +75,7 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
       // Executed (each in a transaction rolled back): over the 499 ready rows, the probe runs once
       // (loops=1) while the candidate scan returns them all; on the paused queue the scan never runs.
       const analyzed = (pausedFirst: boolean) =>
-        sql.withTransaction(Effect.gen(function*() {
-          if (pausedFirst) yield* store.pause(queue)
-          const out = yield* explain("ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF")
-          return yield* Effect.fail({ rolledBack: out })
-        })).pipe(Effect.flip, Effect.map((e) => (e as { rolledBack: string }).rolledBack))
+        rolledBack(sql, Effect.andThen(pausedFirst ? store.pause(queue) : Effect.void, executedPlan(sql, text)))
       const running = yield* analyzed(false)
       console.log(`claim of 1000 over 499 ready rows, executed:\n${running}`)
       assert.match(running, /InitPlan \d+[\s\S]*?queues[^\n]*\(actual rows=0(\.00)? loops=1\)/)
@@ -85,15 +97,9 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
       yield* store.send("listed", [{ task: "t", payload: 1 }])
       const { spans, tracer } = collecting()
       yield* store.queues().pipe(Effect.provideService(Tracer.Tracer, tracer))
-      const texts = spans.map((s) => s.attributes.get("db.query.text")).filter((t): t is string => typeof t === "string")
-      const names = texts.find((t) => t.includes("WITH RECURSIVE"))
-      assert.isDefined(names, "the statement listing the names")
+      const names = statementText(spans, "WITH RECURSIVE")
       // Tiny tables make a sequential scan the cheapest: forbid it, to see whether an index can serve every part.
-      const plan = yield* sql.withTransaction(Effect.gen(function*() {
-        yield* sql`SET LOCAL enable_seqscan = off`
-        const rows = yield* sql.unsafe<{ "QUERY PLAN": string }>(`EXPLAIN (COSTS OFF) ${names!}`)
-        return rows.map((r) => r["QUERY PLAN"]).join("\n")
-      }))
+      const plan = yield* sql.withTransaction(Effect.andThen(sql`SET LOCAL enable_seqscan = off`, explain(sql, names)))
       console.log(`queues() names plan:\n${plan}`)
       assert.notMatch(plan, /Seq Scan/)
       for (const index of ["messages_claim_idx", "messages_dead_idx", "attempts_queue_idx", "queues_pkey"]) assert.include(plan, index)
@@ -118,10 +124,7 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
       assert.lengthOf(yield* store.claim(queue, { lease: "30 seconds", limit: 1, consumer: "c" }).pipe(Effect.provideService(Tracer.Tracer, tracer)), 1)
       const text = withValues(claimText(spans), queue)
       // Executed in a transaction rolled back: a claim of 1000 reads 1000 candidates.
-      const plan = yield* sql.withTransaction(Effect.gen(function*() {
-        const rows = yield* sql.unsafe<{ "QUERY PLAN": string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${text}`)
-        return yield* Effect.fail({ plan: rows.map((r) => r["QUERY PLAN"]).join("\n") })
-      })).pipe(Effect.flip, Effect.map((e) => (e as { plan: string }).plan))
+      const plan = yield* rolledBack(sql, executedPlan(sql, text))
       console.log(`claim of 1000 over 19,999 ready rows on stale statistics, executed:\n${plan}`)
       assert.match(plan, /Index Scan using messages_claim_idx on messages \(actual rows=1000(\.00)? loops=1\)/, plan)
       assert.notMatch(plan, /Sort Key: messages\.priority/, "the candidates come in index order, never sorted")
@@ -142,10 +145,7 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
       const { spans, tracer } = collecting()
       const next = yield* store.nextVisibleAt(queue).pipe(Effect.provideService(Tracer.Tracer, tracer))
       assert.isTrue(next._tag === "Some")
-      const texts = spans.map((s) => s.attributes.get("db.query.text")).filter((t): t is string => typeof t === "string")
-      const text = withValues(texts.find((t) => t.includes("WITH RECURSIVE priorities"))!, queue)
-      const plan = (yield* sql.unsafe<{ "QUERY PLAN": string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${text}`))
-        .map((r) => r["QUERY PLAN"]).join("\n")
+      const plan = yield* executedPlan(sql, withValues(statementText(spans, "WITH RECURSIVE priorities"), queue))
       console.log(`nextVisibleAt over 6,000 waiting rows in 3 priorities, executed:\n${plan}`)
       assert.notMatch(plan, /Seq Scan on messages/)
       const scans = [...plan.matchAll(/Scan using messages_claim_idx on messages m?\s*\(actual rows=([\d.]+) loops=(\d+)\)/g)]
@@ -169,10 +169,8 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
       const { spans, tracer } = collecting()
       const listed = yield* store.messages(queue, { state: "in-flight", limit: 100 }).pipe(Effect.provideService(Tracer.Tracer, tracer))
       assert.deepStrictEqual(listed.map((m) => m.id), claimed.map((c) => c.id))
-      const texts = spans.map((s) => s.attributes.get("db.query.text")).filter((t): t is string => typeof t === "string")
-      const text = withValues(texts.find((t) => t.includes("view_state"))!, queue).replace("m.id > 1000::bigint", "m.id > 0::bigint")
-      const plan = (yield* sql.unsafe<{ "QUERY PLAN": string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${text}`))
-        .map((r) => r["QUERY PLAN"]).join("\n")
+      const text = withValues(statementText(spans, "view_state"), queue).replace("m.id > 1000::bigint", "m.id > 0::bigint")
+      const plan = yield* executedPlan(sql, text)
       console.log(`in-flight listing over 20,000 messages with 5 in flight, executed:\n${plan}`)
       assert.match(plan, /messages_leased_by_idx on messages m \(actual rows=5(\.00)? loops=1\)/, plan)
       assert.notMatch(plan, /Seq Scan on messages/, plan)
