@@ -208,10 +208,18 @@ export const make = <R>(
     /** The renewers of the claims in progress, so a presence watchdog can stop them all. */
     const renewers = new Set<LeaseRenewer.LeaseRenewer>()
 
-    // An operator cancelled a running message of our queues: every claim renews at once, and the
-    // one holding it hears so in the answer (instead of at its next renewal, up to lease/3 later).
+    // An operator cancelled running messages of our queues: the claims holding them renew at once
+    // and hear so in the answer (instead of at their next renewal, up to lease/3 later). A notice
+    // that names none (a cancel of thousands) wakes every claim.
     const cancelled = yield* store.cancels(settings.queues)
-    yield* Effect.forkScoped(Effect.forever(Effect.andThen(cancelled, Effect.sync(() => renewers.forEach((r) => r.renewNow())))))
+    const wake = (ids: ReadonlySet<Claim["id"]> | undefined) =>
+      renewers.forEach((renewer) => {
+        if (ids === undefined) return renewer.renewNow()
+        for (const id of ids) {
+          if (renewer.holds(id)) return renewer.renewNow()
+        }
+      })
+    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(cancelled, (ids) => Effect.sync(() => wake(ids)))))
 
     /** Process one claim: its renewer lives exactly as long as the claim's scope. */
     const processClaim = (claims: ReadonlyArray<Claim>, claimedAt: number) =>

@@ -67,6 +67,8 @@ export interface LeaseRenewer {
    * whether it is one of this claim's. Safe to call at any time.
    */
   readonly renewNow: () => void
+  /** Whether `id` is a message of this claim still running (not finished): what a cancel of it wakes. */
+  readonly holds: (id: MessageId) => boolean
 }
 
 interface Entry {
@@ -344,6 +346,10 @@ export const start = (
       stopped: (id) => entry(id).stopped,
       renewNow: () => {
         early.openUnsafe()
+      },
+      holds: (id) => {
+        const e = entries.get(id)
+        return e !== undefined && !e.finished
       },
       claimedAt: options.claimedAt,
       expiresAt: (id) => entry(id).renewedAt + leaseMs,

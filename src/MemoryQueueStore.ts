@@ -29,6 +29,7 @@ import {
   type QueueStoreShape,
   type ScheduleInfo
 } from "./QueueStore.ts"
+import * as CancelInbox from "./internal/cancelInbox.ts"
 import * as AttemptResult from "./internal/result.ts"
 import * as Validate from "./internal/validate.ts"
 
@@ -95,8 +96,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
     const rows = new Map<bigint, Row>()
     /** Subscribers per queue, woken by sends of messages ready now. */
     const listeners = new Map<string, Set<Latch.Latch>>()
-    /** Subscribers per queue, woken by cancels of running messages. */
-    const cancelListeners = new Map<string, Set<Latch.Latch>>()
+    /** Subscribers per queue, told of cancels of running messages. */
+    const cancelListeners: CancelInbox.Registry = new Map()
     const history: Array<Attempt> = []
     /** Queues ever paused (a resumed one stays, unpaused), with when they were paused. */
     const pauses = new Map<string, { paused: boolean; pausedAt: number | null }>()
@@ -408,7 +409,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
           const id = String(row.id) as MessageId
           if (stateOf(row, now) === "in-flight") {
             row.cancelRequestedAt ??= now
-            for (const latch of cancelListeners.get(row.queue) ?? []) latch.openUnsafe()
+            for (const inbox of cancelListeners.get(row.queue) ?? []) inbox.add([id])
             return { id, result: "cancelling" }
           }
           rows.delete(row.id)
@@ -477,7 +478,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
 
     const sends: QueueStoreShape["sends"] = (queues) => subscribe(listeners, queues)
 
-    const cancels: QueueStoreShape["cancels"] = (queues) => subscribe(cancelListeners, queues)
+    const cancels: QueueStoreShape["cancels"] = (queues) => CancelInbox.subscribe(cancelListeners, queues)
 
     /** Where a row stands at `now`, as `stats` counts it. */
     const stateOf = (row: Row, now: number): MessageState =>

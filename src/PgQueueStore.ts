@@ -37,6 +37,7 @@ import {
   type ScheduleInfo
 } from "./QueueStore.ts"
 import * as Abandon from "./internal/abandon.ts"
+import * as CancelInbox from "./internal/cancelInbox.ts"
 import * as AttemptResult from "./internal/result.ts"
 import { hash31 } from "./internal/hash.ts"
 import * as Span from "./internal/span.ts"
@@ -328,7 +329,7 @@ export const make = (
     const attemptsTable = sql(`${schema}.attempts`)
     const queuesTable = sql(`${schema}.queues`)
     /** Subscribers of `cancels`, per queue: opened by the `sends` listeners of this store. */
-    const cancelListeners = new Map<string, Set<Latch.Latch>>()
+    const cancelListeners: CancelInbox.Registry = new Map()
     const uniqueTable = sql(`${schema}.unique_keys`)
     const schedulesTable = sql(`${schema}.schedules`)
     const leaseSql = (yield* makeLeaseClient(options.leasePool)) ?? sql
@@ -906,8 +907,11 @@ export const make = (
             FROM items AS i WHERE m.id = i.id AND i.running
             RETURNING m.id, m.queue
           ), announced AS (
-            -- Consumers renew at once on hearing it (delivered at commit; see cancels).
-            SELECT count(pg_notify(${channel}, 'cancel ' || queue)) AS n FROM (SELECT DISTINCT queue FROM flagged) AS q
+            -- Consumers holding them renew at once on hearing it (delivered at commit; see cancels):
+            -- 'cancel <queue> <id>,<id>...', or 'cancel <queue>' when the ids would not fit a payload.
+            SELECT count(pg_notify(${channel}, 'cancel ' || queue ||
+                     CASE WHEN length(ids) <= ${CancelInbox.MAX_LISTED_BYTES}::int THEN ' ' || ids ELSE '' END)) AS n
+            FROM (SELECT queue, string_agg(id::text, ',' ORDER BY id) AS ids FROM flagged GROUP BY queue) AS q
           ), recorded AS (
             INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
             SELECT id, queue, task, attempt, '', coalesce(${now}::timestamptz, now()), coalesce(${now}::timestamptz, now()),
@@ -1042,11 +1046,12 @@ export const make = (
           while (true) {
             const notification = yield* Queue.take(notifications)
             if (wanted.has(notification.payload)) yield* latch.open
-            // A cancel of running messages, announced on the same channel (queue names have no spaces).
+            // A cancel of running messages, announced on the same channel (queue names have no spaces):
+            // `cancel <queue> <id>,<id>...`, or `cancel <queue>` naming none.
             else if (notification.payload.startsWith(cancelPrefix)) {
-              for (const cancelled of cancelListeners.get(notification.payload.slice(cancelPrefix.length)) ?? []) {
-                cancelled.openUnsafe()
-              }
+              const [queue = "", listed] = notification.payload.slice(cancelPrefix.length).split(" ", 2)
+              const ids = listed === undefined ? undefined : listed.split(",") as Array<MessageId>
+              for (const inbox of cancelListeners.get(queue) ?? []) inbox.add(ids)
             }
           }
         })).pipe(
@@ -1065,18 +1070,8 @@ export const make = (
         return Effect.andThen(latch.await, latch.close)
       })
 
-    // Heard by the listener of `sends`, which opens these latches on a `cancel <queue>` payload.
-    const cancels: QueueStoreShape["cancels"] = (queues) =>
-      Effect.gen(function*() {
-        const latch = yield* Latch.make(false)
-        for (const queue of queues) {
-          const set = cancelListeners.get(queue) ?? new Set()
-          set.add(latch)
-          cancelListeners.set(queue, set)
-        }
-        yield* Effect.addFinalizer(() => Effect.sync(() => queues.forEach((q) => cancelListeners.get(q)?.delete(latch))))
-        return Effect.andThen(latch.await, latch.close)
-      })
+    // Heard by the listener of `sends`, which fills these inboxes on a `cancel <queue>` payload.
+    const cancels: QueueStoreShape["cancels"] = (queues) => CancelInbox.subscribe(cancelListeners, queues)
 
     const depths: QueueStoreShape["depths"] = (queues) =>
       Effect.gen(function*() {

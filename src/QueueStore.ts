@@ -233,12 +233,16 @@ export interface QueueStoreShape {
   /**
    * Hear about cancels of running messages: subscribe to `queues` for the life of the
    * current scope; the returned effect completes when a running message of one of them was
-   * flagged by `cancel` since the last time it completed. A consumer then renews its claims
-   * at once, so the flag reaches the handler without waiting for the next renewal. On
-   * PostgreSQL it rides on the notifications of `sends` (heard while a `sends` subscription
-   * of the store is open, as a consumer always has). Best effort, like `sends`.
+   * flagged by `cancel` since the last time it completed, with the ids flagged meanwhile
+   * (`undefined` when a notice could not name them: a cancel of thousands at once). A
+   * consumer then renews the claims holding them at once, so the flag reaches the handler
+   * without waiting for the next renewal. On PostgreSQL it rides on the notifications of
+   * `sends` (heard while a `sends` subscription of the store is open, as a consumer always
+   * has). Best effort, like `sends`.
    */
-  readonly cancels: (queues: ReadonlyArray<string>) => Effect.Effect<Effect.Effect<void>, never, Scope.Scope>
+  readonly cancels: (
+    queues: ReadonlyArray<string>
+  ) => Effect.Effect<Effect.Effect<ReadonlySet<MessageId> | undefined>, never, Scope.Scope>
   /**
    * The earliest future time a message of `queue` becomes visible (a delay
    * ending or a lease expiring), so an idle consumer can sleep exactly until then.

@@ -131,6 +131,27 @@ describe("Consumer: pause, resume and cancel (memory store, TestClock)", () => {
       assert.deepStrictEqual([stats.ready, stats.delayed, stats.inFlight, stats.dead], [0, 0, 0, 0])
     }))
 
+  it.effect("a cancel wakes only the claim holding the message: the other claims renew on their own schedule", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const h = yield* gatedHandler()
+      // One message per claim: two claims, two renewers.
+      const [doomed, other] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }, { task: "t", payload: 2 }])
+      yield* startConsumer(spy, h.handler, { lease, batchSize: 1 })
+      yield* settle
+      assert.deepStrictEqual((yield* Ref.get(h.started)).map((s) => s.id), [doomed!.id, other!.id])
+      assert.deepStrictEqual(spy.of("claim").length, 2, "two claims")
+      yield* TestClock.adjust("3 seconds")
+      yield* spy.store.cancel([doomed!.id])
+      yield* settle
+      assert.deepStrictEqual(spy.of("renew").map((c) => [c.at, c.ids]), [[3_000, [doomed!.id]]], "only the doomed one's claim renewed early")
+      assert.deepStrictEqual(yield* Ref.get(h.finalized), [{ id: doomed!.id, at: 3_000 }])
+      yield* TestClock.adjust("7 seconds")
+      assert.deepStrictEqual(spy.of("renew").map((c) => [c.at, c.ids]), [[3_000, [doomed!.id]], [10_000, [other!.id]]], "the other at lease/3")
+      yield* h.open(other!.id)
+      yield* settle
+    }))
+
   it.effect("without the cancel notification, the next renewal carries the flag: interrupted within the renew interval", () =>
     Effect.gen(function*() {
       const spy = yield* makeSpy

@@ -1,8 +1,8 @@
 /**
- * Two store behaviours on real PostgreSQL that an in-memory store cannot show:
+ * Store behaviours on real PostgreSQL that an in-memory store cannot show:
  * the send notification never endangers the sender's transaction (whatever the
- * schema's name), and the attempt history is pruned by one consumer at a time,
- * in bounded batches.
+ * schema's name), a cancel notice too big for a payload names no ids, and the
+ * attempt history is pruned by one consumer at a time, in bounded batches.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, Fiber, Layer } from "effect"
@@ -59,6 +59,32 @@ describe("send notifications (real PostgreSQL)", () => {
         assert.strictEqual((yield* store.stats("q")).ready, 4)
         yield* Effect.sleep("300 millis")
         assert.isUndefined(heardAgain.pollUnsafe(), "nothing announced for a rolled-back send")
+      }).pipe(Effect.provide(storeIn(schema)), Effect.scoped)
+    }), 30_000)
+})
+
+describe("cancel notices (real PostgreSQL)", () => {
+  it.live("a cancel of more running messages than a notice can list is heard as naming none", () =>
+    Effect.gen(function*() {
+      const schema = PgTest.uniqueSchema("cnotice")
+      yield* Effect.gen(function*() {
+        const store = yield* QueueStore
+        yield* store.sends(["q"])
+        const heard = yield* store.cancels(["q"])
+        yield* store.send("q", Array.from({ length: 2_000 }, (_, i) => ({ task: "t", payload: i })))
+        const running = yield* store.claim("q", { lease: "1 minute", limit: 2_000, consumer: "c" })
+        assert.lengthOf(running, 2_000)
+        // 2,000 ids (up to four digits) and their commas: over 7,000 bytes.
+        assert.isAbove(running.map((c) => c.id).join(",").length, 7_000)
+        const waiter = yield* Effect.forkChild(heard)
+        yield* store.cancelWhere({ queue: "q" })
+        assert.isUndefined(yield* Fiber.join(waiter).pipe(Effect.timeout("10 seconds")))
+        // A small one names them.
+        yield* store.send("q", [{ task: "t", payload: "late" }])
+        const [late] = yield* store.claim("q", { lease: "1 minute", limit: 1, consumer: "c" })
+        const again = yield* Effect.forkChild(heard)
+        yield* store.cancel([late!.id])
+        assert.deepStrictEqual(yield* Fiber.join(again).pipe(Effect.timeout("10 seconds")), new Set([late!.id]))
       }).pipe(Effect.provide(storeIn(schema)), Effect.scoped)
     }), 30_000)
 })
