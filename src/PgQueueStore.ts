@@ -929,27 +929,24 @@ export const make = (
     // flight). A message whose lease expired has no holder that can still finish it: it is
     // deleted at once (should its holder still be at it, its renewal finds it gone).
     // Ids checked by `fromOperations`: valid and distinct.
-    const cancel: QueueStoreShape["cancel"] = (cancelIds) =>
-      cancelLocked((now) =>
-        sql<{ id: bigint; running: boolean }>`
-          SELECT id, (state = 'ready' AND lease_token IS NOT NULL AND visible_at > coalesce(${now}::timestamptz, now())) AS running
-          FROM ${table}
-          WHERE id = ANY(${textArray(cancelIds)}::bigint[])
-          ORDER BY id
-          FOR UPDATE`
-      ).pipe((e) => op("cancel", { count: cancelIds.length }, e))
+    /** Lock the rows `where` selects, in id order (two bulk cancels cannot deadlock), and say which are running. */
+    const lockForCancel = (where: Statement.Fragment) => (now: Date | null) =>
+      sql<{ id: bigint; running: boolean }>`
+        SELECT id, (state = 'ready' AND lease_token IS NOT NULL AND visible_at > coalesce(${now}::timestamptz, now())) AS running
+        FROM ${table} WHERE ${where}
+        ORDER BY id
+        FOR UPDATE`
 
-    // Every message of the queue (of one task, if given); the rows locked in id order, so two
-    // bulk cancels of one queue cannot deadlock.
+    const cancel: QueueStoreShape["cancel"] = (cancelIds) =>
+      cancelLocked(lockForCancel(sql`id = ANY(${textArray(cancelIds)}::bigint[])`)).pipe(
+        (e) => op("cancel", { count: cancelIds.length }, e)
+      )
+
+    // Every message of the queue (of one task, if given).
     const cancelWhere: QueueStoreShape["cancelWhere"] = (filter) =>
-      cancelLocked((now) =>
-        sql<{ id: bigint; running: boolean }>`
-          SELECT id, (state = 'ready' AND lease_token IS NOT NULL AND visible_at > coalesce(${now}::timestamptz, now())) AS running
-          FROM ${table}
-          WHERE queue = ${filter.queue} AND (${filter.task ?? null}::text IS NULL OR task = ${filter.task ?? null})
-          ORDER BY id
-          FOR UPDATE`
-      ).pipe((e) => op("cancelWhere", { queue: filter.queue, task: filter.task ?? "*" }, e))
+      cancelLocked(lockForCancel(sql`queue = ${filter.queue} AND (${filter.task ?? null}::text IS NULL OR task = ${filter.task ?? null})`)).pipe(
+        (e) => op("cancelWhere", { queue: filter.queue, task: filter.task ?? "*" }, e)
+      )
 
     const recordAttempt: QueueStoreShape["recordAttempt"] = (a) =>
       sql`
