@@ -13,19 +13,8 @@ import { SqlClient } from "effect/sql"
 import { PgQueueStoreSettings } from "../src/PgQueueStore.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { collecting } from "./support/Spans.ts"
 
-/** A tracer keeping every span it makes. */
-const collecting = () => {
-  const spans: Array<Tracer.NativeSpan> = []
-  const tracer = Tracer.make({
-    span(options) {
-      const span = new Tracer.NativeSpan(options)
-      spans.push(span)
-      return span
-    }
-  })
-  return { spans, tracer }
-}
 
 /** The SQL text of the statement containing `marker`, as the store sent it. */
 const statementText = (spans: ReadonlyArray<Tracer.NativeSpan>, marker: string): string => {

@@ -18,19 +18,8 @@ import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import { makeSpy, startConsumer } from "./support/ConsumerHarness.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { collecting } from "./support/Spans.ts"
 
-/** A tracer keeping every span it makes. */
-const collecting = () => {
-  const spans: Array<Tracer.NativeSpan> = []
-  const tracer = Tracer.make({
-    span(options) {
-      const span = new Tracer.NativeSpan(options)
-      spans.push(span)
-      return span
-    }
-  })
-  return { spans, tracer, named: (name: string) => spans.filter((s) => s.name === name) }
-}
 
 const parentId = (span: Tracer.AnySpan) => span._tag === "Span" ? Option.getOrUndefined(span.parent)?.spanId : undefined
 const attributes = (span: Tracer.NativeSpan) => Object.fromEntries(span.attributes)
