@@ -925,11 +925,12 @@ export const make = (
         return rows.map((row): CancelResult => ({ id: String(row.id) as MessageId, result: row.result }))
       }))
 
-    // Running, in both selections below: leased, the lease not expired (as `stats` counts in
-    // flight). A message whose lease expired has no holder that can still finish it: it is
-    // deleted at once (should its holder still be at it, its renewal finds it gone).
-    // Ids checked by `fromOperations`: valid and distinct.
-    /** Lock the rows `where` selects, in id order (two bulk cancels cannot deadlock), and say which are running. */
+    /**
+     * Lock the rows `where` selects, in id order (two bulk cancels cannot deadlock), and say
+     * which are running: leased, the lease not expired (as `stats` counts in flight). A message
+     * whose lease expired has no holder that can still finish it: it is deleted at once (should
+     * its holder still be at it, its renewal finds it gone).
+     */
     const lockForCancel = (where: Statement.Fragment) => (now: Date | null) =>
       sql<{ id: bigint; running: boolean }>`
         SELECT id, (state = 'ready' AND lease_token IS NOT NULL AND visible_at > coalesce(${now}::timestamptz, now())) AS running
@@ -937,6 +938,7 @@ export const make = (
         ORDER BY id
         FOR UPDATE`
 
+    // Ids checked by `fromOperations`: valid and distinct.
     const cancel: QueueStoreShape["cancel"] = (cancelIds) =>
       cancelLocked(lockForCancel(sql`id = ANY(${textArray(cancelIds)}::bigint[])`)).pipe(
         (e) => op("cancel", { count: cancelIds.length }, e)

@@ -127,25 +127,23 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     const queue: Array<Pending> = []
     const work = yield* Latch.make(false)
 
-    /** Report an entry's outcome (a line only for what is not a landed ack) and hand it back. */
-    const answer = (p: Pending, held: Held): Effect.Effect<void> =>
-      held === true && p.finished.action._tag === "Ack"
+    /**
+     * Report an entry's outcome (a line only for what is not a landed ack) and hand it back. `as`
+     * is what the store wrote when it differs from the action asked for.
+     */
+    const answer = (p: Pending, held: Held, as: Outcome.Action = p.finished.action): Effect.Effect<void> =>
+      held === true && as._tag === "Ack"
         ? p.done(held)
-        : announce(p.finished.claim, p.finished.action, held).pipe(annotate(p.finished.claim), Effect.andThen(p.done(held)))
+        : announce(p.finished.claim, as, held).pipe(annotate(p.finished.claim), Effect.andThen(p.done(held)))
 
     /**
-     * Report a retry, release or dead letter that the store wrote as a cancel (an operator
-     * cancelled the message after its handler ended, before the write): as cancelled, since
-     * it will not run again, and hand it back as held.
+     * What the store wrote for a retry, release or dead letter it turned into a cancel (an
+     * operator cancelled the message after its handler ended, before the write): it will not run again.
      */
-    const answerCancelled = (p: Pending): Effect.Effect<void> => {
-      const name = nameOf(p.finished.action)
-      const action: Outcome.Action = {
-        _tag: "Cancel",
-        error: `cancelled by an operator after the handler ended; its ${name} was not written, the message was deleted`
-      }
-      return announce(p.finished.claim, action, true).pipe(annotate(p.finished.claim), Effect.andThen(p.done(true)))
-    }
+    const cancelledInstead = (p: Pending): Outcome.Action => ({
+      _tag: "Cancel",
+      error: `cancelled by an operator after the handler ended; its ${nameOf(p.finished.action)} was not written, the message was deleted`
+    })
 
     /**
      * Acks of the flush being reported, per (queue, task): reused, cleared once counted (a
@@ -187,7 +185,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
                 yield* p.done(true)
               } else if (held && result.cancelled?.has(p.completion.ref.id) === true && p.finished.action._tag !== "Cancel") {
                 // Cancelled after the handler ended, before this write: the store deleted it instead.
-                yield* answerCancelled(p)
+                yield* answer(p, true, cancelledInstead(p))
               } else yield* answer(p, held)
             }
             // Counted per flush and per (queue, task), not per message: the hot path of a busy consumer.
