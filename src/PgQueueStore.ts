@@ -515,6 +515,7 @@ export const make = (
         const limit = yield* Validate.positiveInt("limit", options.limit, 10_000)
         const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
         const now = yield* currentTime
+        const asyncCommit = Option.isNone(yield* Effect.serviceOption(sql.transactionService))
         // Lock the first `limit` ready rows that no other claimer has locked
         // (SKIP LOCKED: concurrent claimers never wait on or share a row).
         // A row still carrying a lease token was not finished by its last holder:
@@ -544,6 +545,12 @@ export const make = (
               -- A paused queue gives nothing. Uncorrelated: planned as a one-time filter (an
               -- InitPlan, one primary-key probe per claim), never evaluated per row.
               AND NOT EXISTS (SELECT 1 FROM ${queuesTable} WHERE name = ${queue} AND paused)
+              -- Committed without waiting for its WAL flush (synchronous_commit off for this
+              -- statement's own transaction; never inside a caller's): a claim lost to a server
+              -- crash leaves its messages as they were, ready again, and the holder's fenced renew
+              -- or ack then finds its token gone (a double run, reported). Whatever is written after
+              -- it with a synchronous commit (a renewal, an ack) flushes it first. One-time filter.
+              AND (SELECT CASE WHEN ${asyncCommit}::boolean THEN set_config('synchronous_commit', 'off', true) ELSE '' END) IS NOT NULL
             ORDER BY priority, visible_at, id
             LIMIT (SELECT ${limit}::int)
             FOR UPDATE SKIP LOCKED
