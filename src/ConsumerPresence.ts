@@ -35,7 +35,7 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Cause, Clock, Config, Context, Deferred, type Duration, Effect, Exit, Layer, Metric, Option, Scope } from "effect"
-import { Reactivity } from "effect/reactivity"
+import * as Reactivity from "effect/reactivity/Reactivity"
 import { SqlClient } from "effect/sql"
 import * as os from "node:os"
 import { hash31 } from "./internal/hash.ts"

@@ -7,7 +7,7 @@
  */
 import { PgClient, PgTypes } from "@effect/sql-pg"
 import { Clock, Context, Deferred, Duration, Effect, Fiber, Latch, Layer, Option, Queue, Result, type Scope, type Tracer } from "effect"
-import { Reactivity } from "effect/reactivity"
+import * as Reactivity from "effect/reactivity/Reactivity"
 import { SqlClient, type SqlError, type Statement } from "effect/sql"
 import type {
   Attempt,
