@@ -6,6 +6,7 @@
  * Stdout protocol (one line each; stdout to a pipe is synchronous):
  *   READY <pid>                   set up (pool, schema, consumer), now claiming
  *   FIRST <wallMs>                the first handler started (throughput mode)
+ *   WARM <count> <wallMs>         the handler has run BENCH_WARMUP times: the measured part starts (throughput mode)
  *   HANDLED <count> <wallMs>      the handler has run BENCH_EXPECT times (throughput mode)
  *   LAT <ms> <warm 0|1>           handler start - send time of one message (latency mode)
  *   COUNT <count> <maxRssKb>      handler runs in total and peak RSS (resourceUsage), printed on exit
@@ -29,8 +30,10 @@ export type Mode = "throughput" | "latency"
 export interface WorkerEnv {
   readonly schema: string
   readonly mode: Mode
-  /** Throughput mode: print HANDLED after this many handler runs. */
+  /** Throughput mode: print HANDLED after this many handler runs (warm-up included). */
   readonly expect: number
+  /** Throughput mode: print WARM after this many handler runs (0: none). */
+  readonly warmup: number
   readonly concurrency: number
 }
 
@@ -45,6 +48,7 @@ export const workerEnv = (who: string): WorkerEnv => {
     schema,
     mode,
     expect: Number(process.env["BENCH_EXPECT"] ?? "0"),
+    warmup: Number(process.env["BENCH_WARMUP"] ?? "0"),
     concurrency: Number(process.env["BENCH_CONCURRENCY"] ?? "10")
   }
 }
@@ -57,7 +61,7 @@ export const announceReady = () => line(`READY ${process.pid}`)
 
 /**
  * The no-op handler's body: count the run, and in throughput mode note the
- * first start and the moment the expected count is reached; in latency mode
+ * first start, the end of the warm-up and the moment the expected count is reached; in latency mode
  * print start - send time (the payload carries `sentAt`).
  */
 export const makeRecorder = (env: WorkerEnv) => {
@@ -72,6 +76,7 @@ export const makeRecorder = (env: WorkerEnv) => {
       return
     }
     if (count === 1) line(`FIRST ${now.toFixed(3)}`)
+    if (count === env.warmup) line(`WARM ${count} ${now.toFixed(3)}`)
     if (count === env.expect) line(`HANDLED ${count} ${now.toFixed(3)}`)
   }
 }

@@ -3,13 +3,16 @@
  * the same server in the same run, pickup latency across processes, and the
  * worker's peak RSS (issue 9).
  *
- * Throughput, for each C (default 1, 10, 50): enqueue N no-op messages
- * (default 20,000) into a fresh schema (leasehold's tables, migrated; then
- * VACUUM ANALYZE and CHECKPOINT, so both workers start from the same state),
- * start ONE worker process, and time from its first handler start to the
+ * Throughput, for each C (default 1, 10, 50): enqueue W + N no-op messages
+ * (default 5,000 warm-up + 20,000 measured) into a fresh schema (leasehold's
+ * tables, migrated; then VACUUM ANALYZE and CHECKPOINT, so both workers start
+ * from the same state), start ONE worker process, and time from its W-th
+ * handler start (the end of its warm-up: a worker is a long-running process,
+ * measured here once its code is compiled, as it runs most of its life) to the
  * moment the table is seen empty (polled every 2 ms once the worker reports
- * its N-th handler run). Worker setup (connecting, migrating, registering) is
- * not counted. Workers:
+ * its (W + N)-th handler run): N messages. The same run also gives the cold
+ * rate, W + N messages from the first handler start, printed beside it.
+ * Worker setup (connecting, migrating, registering) is not counted. Workers:
  *   - leasehold: bench/throughput/leasehold-worker.ts, built like the README's
  *     worker, concurrency C, every other setting the consumer's default;
  *   - raw: bench/throughput/raw-worker.ts, a loop claiming up to C rows
@@ -39,7 +42,8 @@
  *
  * Knobs (environment):
  *   BENCH_QUICK=1              2,000 messages and 50 latency sends (a smoke check)
- *   BENCH_MESSAGES             messages per throughput run (default 20000)
+ *   BENCH_MESSAGES             measured messages per throughput run (default 20000)
+ *   BENCH_WARMUP               messages each worker runs first, unmeasured (default 5000; quick 500; 0: none)
  *   BENCH_CONCURRENCY          list of C (default "1,10,50")
  *   BENCH_REPS                 repetitions per C and worker, alternating (default 1)
  *   BENCH_ONLY                 "leasehold" or "raw": run one worker only
@@ -87,6 +91,7 @@ if (only !== undefined && only !== "" && only !== "leasehold" && only !== "raw")
 
 const config = {
   messages: envInt("BENCH_MESSAGES", quick ? 2_000 : 20_000),
+  warmup: envInt("BENCH_WARMUP", quick ? 500 : 5_000),
   concurrencies: (process.env["BENCH_CONCURRENCY"] ?? "1,10,50").split(",").map((c) => c.trim()).filter((c) => c !== "").map((c) => {
     if (!/^\d+$/.test(c) || Number(c) < 1) throw new Error(`BENCH_CONCURRENCY: expected a list of positive whole numbers, got ${JSON.stringify(c)}`)
     return Number(c)
@@ -497,9 +502,11 @@ interface ThroughputResult {
   readonly c: number
   readonly rep: number
   readonly ms: number
-  /** Messages acked in `ms`: all of them, or fewer when the time budget ran out. */
+  /** Measured messages acked in `ms` (after the warm-up): all of them, or fewer when the time budget ran out. */
   readonly done: number
   readonly rate: number
+  /** Warm-up and measured messages over the time from the first handler start. */
+  readonly coldRate: number
   readonly rssKb: number | undefined
   readonly cpuShare: number | undefined
   readonly handled: number | undefined
@@ -511,7 +518,7 @@ interface ThroughputResult {
 const workerScript = (kind: Kind) => (kind === "raw" ? "raw-worker" : "leasehold-worker")
 
 const workerEnvFor = (kind: Kind, url: string, schema: string, c: number, mode: "throughput" | "latency", expect: number) => {
-  const common = { BENCH_SCHEMA: schema, BENCH_MODE: mode, BENCH_EXPECT: String(expect), BENCH_CONCURRENCY: String(c) }
+  const common = { BENCH_SCHEMA: schema, BENCH_MODE: mode, BENCH_EXPECT: String(expect), BENCH_WARMUP: String(mode === "throughput" ? config.warmup : 0), BENCH_CONCURRENCY: String(c) }
   return kind === "raw"
     ? { ...common, BENCH_DATABASE_URL: url }
     : {
@@ -529,21 +536,24 @@ const profileDir = () => join(config.logDir, "profile")
 const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, rep: number): Promise<ThroughputResult> => {
   const tag = `${kind}-c${c}-r${rep}`
   const schema = `bench_${runId}_${kind === "raw" ? "raw" : "lh"}_c${c}_r${rep}`
-  const enqueueMs = await prepareSchema(admin, schema, config.messages)
+  const total = config.warmup + config.messages
+  const enqueueMs = await prepareSchema(admin, schema, total)
   const profiled = config.cpuProf && kind === "leasehold" && rep === 1 && c === Math.max(...config.concurrencies)
   const nodeArgs = profiled ? ["--cpu-prof", `--cpu-prof-dir=${profileDir()}`] : []
   if (config.pgStats) await query(admin, "SELECT pg_stat_statements_reset()")
-  const w = startProc(tag, workerScript(kind), workerEnvFor(kind, url, schema, c, "throughput", config.messages), nodeArgs)
+  const w = startProc(tag, workerScript(kind), workerEnvFor(kind, url, schema, c, "throughput", total), nodeArgs)
   try {
     await w.waitLine("READY", 60_000)
     const first = Number((await w.waitLine("FIRST", config.timeoutMs)).split(" ")[1])
+    // The measured part starts once the warm-up has run.
+    const start = config.warmup > 0 ? Number((await w.waitLine("WARM", config.timeoutMs)).split(" ")[2]) : first
     const cpu0 = cpuSeconds(w.pid)
     // Until the worker has run every message, or the run's time budget is spent.
     const handledLine = w.waitLine("HANDLED", config.timeoutMs)
     handledLine.catch(() => undefined)
     let budgetTimer: NodeJS.Timeout | undefined
     const budget = config.runBudgetMs > 0
-      ? new Promise<"budget">((r) => (budgetTimer = setTimeout(() => r("budget"), Math.max(0, first + config.runBudgetMs - wallMs()))))
+      ? new Promise<"budget">((r) => (budgetTimer = setTimeout(() => r("budget"), Math.max(0, start + config.runBudgetMs - wallMs()))))
       : new Promise<"budget">(() => undefined)
     const outcome = await Promise.race([handledLine.then(() => "handled" as const), budget])
     clearTimeout(budgetTimer)
@@ -555,16 +565,16 @@ const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, r
     } else {
       const left = (await query<{ n: number }>(admin, `SELECT count(*)::int AS n FROM ${schema}.messages`))[0]?.n ?? 0
       end = wallMs()
-      done = config.messages - left
+      done = Math.max(0, config.messages - left)
     }
     const cpu1 = cpuSeconds(w.pid)
     const hwm = vmHwmKb(w.pid)
     await stopProc(w)
-    const server = config.pgStats ? await serverStatements(admin, schema, done) : undefined
+    const server = config.pgStats ? await serverStatements(admin, schema, config.warmup + done) : undefined
     const countLine = w.linesWith("COUNT ")[0]?.split(" ")
     const handled = countLine === undefined ? undefined : Number(countLine[1])
     const rssKb = hwm ?? (countLine?.[2] === undefined ? undefined : Number(countLine[2]))
-    const ms = end - first
+    const ms = end - start
     const result: ThroughputResult = {
       kind,
       c,
@@ -572,6 +582,7 @@ const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, r
       ms,
       done,
       rate: done / (ms / 1000),
+      coldRate: (config.warmup + done) / ((end - first) / 1000),
       rssKb,
       cpuShare: cpu0 === undefined || cpu1 === undefined ? undefined : (cpu1 - cpu0) / (ms / 1000),
       handled,
@@ -580,7 +591,7 @@ const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, r
     }
     log(
       `${tag}: ${done === config.messages ? `all ${done}` : `${done} of ${config.messages} (time budget)`} messages in ` +
-        `${(ms / 1000).toFixed(2)} s = ${Math.round(result.rate)} msg/s, ` +
+        `${(ms / 1000).toFixed(2)} s = ${Math.round(result.rate)} msg/s after ${config.warmup} warm-up (cold: ${Math.round(result.coldRate)} msg/s), ` +
         `peak RSS ${fmtMb(rssKb)}, CPU ${fmtPct(result.cpuShare)} of a core, handler runs ${handled ?? "?"}` +
         ` (enqueue ${(enqueueMs / 1000).toFixed(1)} s)${profiled ? " [profiled]" : ""}`
     )
@@ -717,8 +728,9 @@ const main = async (): Promise<number> => {
         `shared_buffers=${Math.round(Number(setting("shared_buffers")) * 8 / 1024)} MB; ` +
         `serial commits: ${Math.round(commit.perSecond)}/s (p50 ${commit.p50Ms.toFixed(2)} ms)`,
       `at start: ${loadLine()}${loadavg()[0]! > availableParallelism() / 2 ? " -- the machine is busy: figures will be noisy" : ""}`,
-      `throughput: ${config.messages.toLocaleString("en-US")} no-op messages enqueued first, one worker process, C = ${config.concurrencies.join(", ")}, ` +
-        `${config.reps} repetition(s)${config.reps > 1 ? " alternating, medians" : ""}; timed from the first handler start to the table seen empty` +
+      `throughput: ${(config.warmup + config.messages).toLocaleString("en-US")} no-op messages enqueued first, one worker process, C = ${config.concurrencies.join(", ")}, ` +
+        `${config.reps} repetition(s)${config.reps > 1 ? " alternating, medians" : ""}; timed from the ${config.warmup > 0 ? `${config.warmup.toLocaleString("en-US")}-th` : "first"} handler start ` +
+        `(the warm-up's end) to the table seen empty` +
         (config.runBudgetMs > 0 ? ` or ${formatBudget()} (then: messages acked so far)` : ""),
       `leasehold worker: Consumer.layerFromEnv + ConsumerPresence.layerFromEnv() + PgQueueStore.layer(), concurrency C, ` +
         (Object.keys(leaseholdExtraEnv).length === 0
@@ -752,7 +764,7 @@ const main = async (): Promise<number> => {
 
     // The table.
     const misses: Array<string> = []
-    const rows: Array<Array<string>> = [["C", "leasehold msg/s", "baseline msg/s", "ratio", "leasehold RSS", "leasehold CPU", "baseline RSS", "baseline CPU"]]
+    const rows: Array<Array<string>> = [["C", "leasehold msg/s", "baseline msg/s", "ratio", "cold: leasehold", "baseline", "ratio", "leasehold RSS", "leasehold CPU", "baseline RSS", "baseline CPU"]]
     for (const c of config.concurrencies) {
       const of = (kind: Kind) => results.filter((r) => r.kind === kind && r.c === c)
       const med = (kind: Kind, f: (r: ThroughputResult) => number | undefined) =>
@@ -760,6 +772,8 @@ const main = async (): Promise<number> => {
       const lh = med("leasehold", (r) => r.rate)
       const raw = med("raw", (r) => r.rate)
       const ratio = lh !== undefined && raw !== undefined ? lh / raw : undefined
+      const lhCold = med("leasehold", (r) => r.coldRate)
+      const rawCold = med("raw", (r) => r.coldRate)
       const lhRss = med("leasehold", (r) => r.rssKb)
       const profiled = of("leasehold").some((r) => r.profiled)
       const partial = (kind: Kind) => (of(kind).some((r) => r.done < config.messages) ? " +" : "")
@@ -768,6 +782,9 @@ const main = async (): Promise<number> => {
         `${fmtRate(lh)}${partial("leasehold")}${profiled ? " *" : ""}`,
         `${fmtRate(raw)}${partial("raw")}`,
         ratio === undefined ? "-" : ratio.toFixed(2),
+        fmtRate(lhCold),
+        fmtRate(rawCold),
+        lhCold === undefined || rawCold === undefined ? "-" : (lhCold / rawCold).toFixed(2),
         fmtMb(lhRss),
         fmtPct(med("leasehold", (r) => r.cpuShare)),
         fmtMb(med("raw", (r) => r.rssKb)),
@@ -780,7 +797,10 @@ const main = async (): Promise<number> => {
       if (lhHandled.length > 0) console.log(`note: leasehold at C=${c} ran handlers ${lhHandled.join(", ")} times for ${config.messages} messages`)
     }
     console.log("")
-    console.log(`throughput (${config.messages.toLocaleString("en-US")} messages; ${config.reps > 1 ? `median of ${config.reps}` : "one run each"})`)
+    console.log(
+      `throughput (${config.messages.toLocaleString("en-US")} messages after ${config.warmup.toLocaleString("en-US")} of warm-up; ` +
+        `cold: all ${(config.warmup + config.messages).toLocaleString("en-US")} from the first handler start; ${config.reps > 1 ? `median of ${config.reps}` : "one run each"})`
+    )
     console.log(table(rows))
     for (const r of results.filter((r) => r.done < config.messages)) {
       console.log(`+ ${r.kind} at C=${r.c}: the ${formatBudget()} budget ran out with ${r.done.toLocaleString("en-US")} of ${config.messages.toLocaleString("en-US")} messages acked; the rate is theirs`)
