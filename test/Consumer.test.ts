@@ -746,3 +746,51 @@ describe("Consumer: which queues (memory store, TestClock)", () => {
       assert.deepStrictEqual(yield* queuesOf({ LEASEHOLD_QUEUES: "a,b" }), ["a", "b"])
     }))
 })
+
+describe("Consumer: a flush waits for the claim in flight (memory store, TestClock)", () => {
+  /**
+   * A store whose claims after the first wait for `gate`: the first claim's messages run and are
+   * queued for their finishing write while the next claim is in flight.
+   */
+  const stalledSecondClaim = Effect.gen(function*() {
+    const spy = yield* makeSpy
+    const gate = yield* Deferred.make<void>()
+    let claims = 0
+    const store = {
+      ...spy.store,
+      claim: (q: string, options: Parameters<typeof spy.store.claim>[1]) =>
+        ++claims === 1 ? spy.store.claim(q, options) : Effect.andThen(Deferred.await(gate), spy.store.claim(q, options))
+    }
+    yield* spy.store.send(queue, Array.from({ length: 3 }, (_, i) => ({ task: "t", payload: i })))
+    return { spy, store, gate, claims: () => claims }
+  })
+
+  it.effect("the first claim's acks are written once the next claim is answered, not while it is in flight", () =>
+    Effect.gen(function*() {
+      const { claims, gate, spy, store } = yield* stalledSecondClaim
+      let runs = 0
+      yield* startConsumer({ ...spy, store }, () => Effect.sync(() => { runs += 1 }), { lease, concurrency: 3 })
+      for (let i = 0; i < 100 && claims() < 2; i++) yield* settle
+      assert.strictEqual(runs, 3, "the first claim's messages ran")
+      assert.strictEqual(claims(), 2, "the next claim is in flight")
+      for (let i = 0; i < 10; i++) yield* settle
+      assert.strictEqual(spy.of("ack").length, 0, "no flush while the claim is in flight")
+      yield* Deferred.succeed(gate, undefined)
+      for (let i = 0; i < 100 && spy.of("ack").length < 3; i++) yield* settle
+      assert.strictEqual(spy.of("ack").length, 3, "flushed as the claim was answered")
+    }))
+
+  it.effect("the wait is bounded: a claim that does not answer holds the acks for at most 20 ms", () =>
+    Effect.gen(function*() {
+      const { claims, spy, store } = yield* stalledSecondClaim
+      yield* startConsumer({ ...spy, store }, () => Effect.void, { lease, concurrency: 3 })
+      for (let i = 0; i < 100 && claims() < 2; i++) yield* settle
+      assert.strictEqual(claims(), 2, "the next claim is in flight, and stays so")
+      yield* TestClock.adjust("19 millis")
+      for (let i = 0; i < 10; i++) yield* settle
+      assert.strictEqual(spy.of("ack").length, 0, "held within the bound")
+      yield* TestClock.adjust("1 millis")
+      for (let i = 0; i < 100 && spy.of("ack").length < 3; i++) yield* settle
+      assert.strictEqual(spy.of("ack").length, 3, "written once the bound passed")
+    }))
+})

@@ -28,6 +28,11 @@ export interface CompleterOptions {
   readonly flushers: number
   /** Completions per flush, at most. */
   readonly maxBatch: number
+  /**
+   * Awaited before each flush takes its batch (the caller bounds it): the consumer holds a flush
+   * while its claim statement is in flight, so the two do not compete for the server.
+   */
+  readonly beforeFlush?: Effect.Effect<void> | undefined
 }
 
 /** One finished run, ready to be written. */
@@ -262,6 +267,8 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     const flusher = Effect.gen(function*() {
       while (true) {
         yield* work.await
+        // Completions queued meanwhile join this batch.
+        if (options.beforeFlush !== undefined) yield* options.beforeFlush
         if (queue.length === 0) {
           yield* work.close
           continue
