@@ -11,9 +11,9 @@ import { assert, layer } from "@effect/vitest"
 import { Effect, Layer, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { startPostgres } from "../src/internal/EmbeddedPostgres.ts"
-import type { Claim } from "../src/Message.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
-import { type Completion, QueueStore } from "../src/QueueStore.ts"
+import { QueueStore } from "../src/QueueStore.ts"
+import { ackOf } from "./support/Completions.ts"
 
 /** A durable server for this file alone: the shared test server runs without fsync or synchronous commits. */
 const DurableServer = Layer.unwrap(Effect.gen(function*() {
@@ -27,17 +27,6 @@ const DurableServer = Layer.unwrap(Effect.gen(function*() {
   )
 }))
 
-const ack = (c: Claim): Completion => ({
-  ref: c,
-  finish: { _tag: "Ack" },
-  queue: c.queue,
-  task: c.task,
-  attempt: c.attempts,
-  consumer: "c",
-  startedAt: new Date(),
-  outcome: "acked",
-  error: null
-})
 
 /**
  * WAL a background process may write after a flush (the bgwriter's snapshot of running
@@ -64,7 +53,7 @@ layer(DurableServer, { excludeTestServices: true, timeout: 60_000 })("claim comm
       const claims = yield* store.claim("durable", { lease: "30 seconds", limit: 2, consumer: "c" })
       assert.lengthOf(claims, 2)
       assert.isAtLeast(yield* unflushed, CLAIM_WAL, "the claim's row versions and commit record are written, not yet flushed")
-      const { held } = yield* store.complete(claims.map(ack))
+      const { held } = yield* store.complete(claims.map((c) => ackOf(c)))
       assert.lengthOf(held, 2)
       assert.isAtMost(yield* unflushed, STRAY, "the ack's synchronous commit flushed the claim's WAL too")
     }))

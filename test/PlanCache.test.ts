@@ -10,22 +10,11 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
-import type { Claim } from "../src/Message.ts"
 import { PgQueueStoreSettings } from "../src/PgQueueStore.ts"
-import { type Completion, QueueStore } from "../src/QueueStore.ts"
+import { QueueStore } from "../src/QueueStore.ts"
+import { ackOf } from "./support/Completions.ts"
 import * as PgTest from "./support/PgTest.ts"
 
-const ack = (c: Claim): Completion => ({
-  ref: c,
-  finish: { _tag: "Ack" },
-  queue: c.queue,
-  task: c.task,
-  attempt: c.attempts,
-  consumer: "c",
-  startedAt: new Date(),
-  outcome: "acked",
-  error: null
-})
 
 layer(PgTest.storeLayer({ clock: "database", maxConnections: 1, leasePool: false }), { excludeTestServices: true })(
   "plan cache (PostgreSQL)",
@@ -42,7 +31,7 @@ layer(PgTest.storeLayer({ clock: "database", maxConnections: 1, leasePool: false
         for (let round = 0; round < rounds; round++) {
           const claims = yield* store.claim("planned", { lease: "30 seconds", limit: 1 + (round % 3), consumer: "c" })
           assert.lengthOf(claims, 1 + (round % 3))
-          assert.lengthOf((yield* store.complete(claims.map(ack))).held, claims.length, "every ack held")
+          assert.lengthOf((yield* store.complete(claims.map((c) => ackOf(c)))).held, claims.length, "every ack held")
         }
         const plans = yield* sql<{ name: string; statement: string; params: number; generic_plans: string; custom_plans: string }>`
           SELECT name, statement, cardinality(parameter_types) AS params, generic_plans, custom_plans FROM pg_prepared_statements`
