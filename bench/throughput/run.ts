@@ -41,7 +41,7 @@
  * (a schema per run, dropped after it).
  *
  * Knobs (environment):
- *   BENCH_QUICK=1              2,000 messages and 50 latency sends (a smoke check)
+ *   BENCH_QUICK=1              500 warm-up and 2,000 measured messages, 50 latency sends (a smoke check)
  *   BENCH_MESSAGES             measured messages per throughput run (default 20000)
  *   BENCH_WARMUP               messages each worker runs first, unmeasured (default 5000; quick 500; 0: none)
  *   BENCH_CONCURRENCY          list of C (default "1,10,50")
@@ -112,6 +112,9 @@ const config = {
   nodeArgs: (process.env["BENCH_NODE_ARGS"] ?? "").split(/\s+/).filter((a) => a !== ""),
   logDir: process.env["BENCH_LOG_DIR"] ?? join(repoRoot, ".tmp", "bench", new Date().toISOString().replace(/[:.]/g, "-"))
 }
+
+/** Messages enqueued for one throughput run: the warm-up, then the measured ones. */
+const perRun = config.warmup + config.messages
 
 /** What the leasehold worker gets besides URL, schema, queue and concurrency: only what a knob asks for. */
 const leaseholdExtraEnv: Record<string, string> = (() => {
@@ -536,12 +539,11 @@ const profileDir = () => join(config.logDir, "profile")
 const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, rep: number): Promise<ThroughputResult> => {
   const tag = `${kind}-c${c}-r${rep}`
   const schema = `bench_${runId}_${kind === "raw" ? "raw" : "lh"}_c${c}_r${rep}`
-  const total = config.warmup + config.messages
-  const enqueueMs = await prepareSchema(admin, schema, total)
+  const enqueueMs = await prepareSchema(admin, schema, perRun)
   const profiled = config.cpuProf && kind === "leasehold" && rep === 1 && c === Math.max(...config.concurrencies)
   const nodeArgs = profiled ? ["--cpu-prof", `--cpu-prof-dir=${profileDir()}`] : []
   if (config.pgStats) await query(admin, "SELECT pg_stat_statements_reset()")
-  const w = startProc(tag, workerScript(kind), workerEnvFor(kind, url, schema, c, "throughput", total), nodeArgs)
+  const w = startProc(tag, workerScript(kind), workerEnvFor(kind, url, schema, c, "throughput", perRun), nodeArgs)
   try {
     await w.waitLine("READY", 60_000)
     const first = Number((await w.waitLine("FIRST", config.timeoutMs)).split(" ")[1])
@@ -728,7 +730,7 @@ const main = async (): Promise<number> => {
         `shared_buffers=${Math.round(Number(setting("shared_buffers")) * 8 / 1024)} MB; ` +
         `serial commits: ${Math.round(commit.perSecond)}/s (p50 ${commit.p50Ms.toFixed(2)} ms)`,
       `at start: ${loadLine()}${loadavg()[0]! > availableParallelism() / 2 ? " -- the machine is busy: figures will be noisy" : ""}`,
-      `throughput: ${(config.warmup + config.messages).toLocaleString("en-US")} no-op messages enqueued first, one worker process, C = ${config.concurrencies.join(", ")}, ` +
+      `throughput: ${perRun.toLocaleString("en-US")} no-op messages enqueued first, one worker process, C = ${config.concurrencies.join(", ")}, ` +
         `${config.reps} repetition(s)${config.reps > 1 ? " alternating, medians" : ""}; timed from the ${config.warmup > 0 ? `${config.warmup.toLocaleString("en-US")}-th` : "first"} handler start ` +
         `(the warm-up's end) to the table seen empty` +
         (config.runBudgetMs > 0 ? ` or ${formatBudget()} (then: messages acked so far)` : ""),
@@ -793,13 +795,13 @@ const main = async (): Promise<number> => {
       if (ratio !== undefined && ratio < targets.ratioAt(c)) misses.push(`ratio at C=${c}: ${ratio.toFixed(2)} < ${targets.ratioAt(c)}`)
       if (lhRss !== undefined && lhRss / 1024 > targets.rssMb) misses.push(`leasehold peak RSS at C=${c}: ${fmtMb(lhRss)} > ${targets.rssMb} MB`)
       const lhHandled = of("leasehold").filter((r) => r.done === config.messages).map((r) => r.handled)
-        .filter((h) => h !== undefined && h !== config.messages)
-      if (lhHandled.length > 0) console.log(`note: leasehold at C=${c} ran handlers ${lhHandled.join(", ")} times for ${config.messages} messages`)
+        .filter((h) => h !== undefined && h !== perRun)
+      if (lhHandled.length > 0) console.log(`note: leasehold at C=${c} ran handlers ${lhHandled.join(", ")} times for ${perRun} messages (warm-up included)`)
     }
     console.log("")
     console.log(
       `throughput (${config.messages.toLocaleString("en-US")} messages after ${config.warmup.toLocaleString("en-US")} of warm-up; ` +
-        `cold: all ${(config.warmup + config.messages).toLocaleString("en-US")} from the first handler start; ${config.reps > 1 ? `median of ${config.reps}` : "one run each"})`
+        `cold: all ${perRun.toLocaleString("en-US")} from the first handler start; ${config.reps > 1 ? `median of ${config.reps}` : "one run each"})`
     )
     console.log(table(rows))
     for (const r of results.filter((r) => r.done < config.messages)) {
