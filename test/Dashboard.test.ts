@@ -12,12 +12,12 @@
  * - a screenshot is saved to .tmp/dashboard.png;
  * - the API reference at /docs renders with every request kept on the server.
  *
- * Skipped, saying why, only when /usr/bin/chromium is missing outside CI
- * (`.ci/run` installs it and sets CI, so there it always runs).
+ * Skipped, saying why, only when chromium is missing outside CI
+ * (support/RequireTool.ts; `.ci/run` installs it and sets CI, so there it always runs).
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Exit, Layer, Option, Scope } from "effect"
-import { existsSync, mkdirSync } from "node:fs"
+import { mkdirSync } from "node:fs"
 import { type Browser, chromium, type Page } from "playwright-core"
 import * as Consumer from "../src/Consumer.ts"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
@@ -25,16 +25,13 @@ import * as Http from "../src/Http.ts"
 import type { MessageId } from "../src/Message.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { requireTool } from "./support/RequireTool.ts"
 import { waitForAsync } from "./support/Wait.ts"
 
-const CHROMIUM = "/usr/bin/chromium"
+const chromiumTool = requireTool("chromium", "Dashboard.test.ts")
+const CHROMIUM = chromiumTool.path ?? "/usr/bin/chromium"
+const runs = chromiumTool.runs
 const token = "dashboard-test-token-4f9c21"
-const available = existsSync(CHROMIUM)
-const runs = available || process.env["CI"] !== undefined
-
-if (!runs) {
-  console.warn(`Dashboard.test.ts skipped: ${CHROMIUM} is missing (apt-get install chromium; in CI the test runs and fails without it)`)
-}
 
 /** The cells of a queue's row as the page shows them, or undefined while it has none. */
 const queueRow = (page: Page, queue: string) =>
@@ -62,7 +59,7 @@ const waitRow = (page: Page, queue: string, what: string, accept: (row: Record<s
 const waitPage = <A>(what: string, check: () => Promise<A | undefined>) =>
   Effect.promise(() => waitForAsync(what, check, { timeoutMs: 20_000, intervalMs: 100 }))
 
-describe("Dashboard in headless Chromium on a real worker and PostgreSQL", () => {
+describe(`Dashboard in headless Chromium on a real worker and PostgreSQL${chromiumTool.skipNote}`, () => {
   it.live.skipIf(!runs)("counts move, pause stops claiming until resume, cancel interrupts a running handler, a dead letter is redriven; screenshot saved", () =>
     Effect.gen(function*() {
       // The handler: "work" waits for the gate (so messages stay in flight while the page looks);

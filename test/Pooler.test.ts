@@ -20,6 +20,9 @@ import * as QueueConfig from "../src/QueueConfig.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as PgBouncer from "./support/PgBouncer.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { requireTool } from "./support/RequireTool.ts"
+
+const pgbouncer = requireTool("pgbouncer", "the PgBouncer tests of Pooler.test.ts")
 
 const withEnv = (env: Record<string, string>) => Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnvRecord(env)))
 
@@ -83,7 +86,7 @@ const pooledStore = (bouncer: PgBouncer.PgBouncer, direct: boolean) => {
   )
 }
 
-describe("through PgBouncer in transaction mode", () => {
+describe.skipIf(!pgbouncer.runs)(`through PgBouncer in transaction mode${pgbouncer.skipNote}`, () => {
   it.live("wake-ups: none without the direct URL (consumers poll), at once with it", () =>
     Effect.scoped(Effect.gen(function*() {
       const bouncer = yield* PgBouncer.acquire({ mode: "transaction", serverUrl: PgTest.databaseUrl() })
@@ -149,7 +152,7 @@ describe("through PgBouncer in transaction mode", () => {
     })), 60_000)
 })
 
-describe("the CLI through PgBouncer in transaction mode", () => {
+describe.skipIf(!pgbouncer.runs)(`the CLI through PgBouncer in transaction mode${pgbouncer.skipNote}`, () => {
   it.live("migrate, send and stats with LEASEHOLD_POOLER=transaction", () =>
     Effect.scoped(Effect.gen(function*() {
       const bouncer = yield* PgBouncer.acquire({ mode: "transaction", serverUrl: PgTest.databaseUrl() })

@@ -2,14 +2,19 @@
  * The store conformance suite through a real PgBouncer (started by the test) in
  * transaction mode (with the direct URL for LISTEN, as the README advises) and
  * in session mode: send, claim, renew, complete, retry, release, dead letters,
- * migrations and the rest work through the pooler.
+ * migrations and the rest work through the pooler. Skipped, saying so, where
+ * pgbouncer is not installed outside CI (support/RequireTool.ts).
  */
+import { describe } from "@effect/vitest"
 import { Effect, Layer, Redacted } from "effect"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as QueueConfig from "../src/QueueConfig.ts"
 import { conformance } from "./QueueStoreConformance.ts"
 import * as PgBouncer from "./support/PgBouncer.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { requireTool } from "./support/RequireTool.ts"
+
+const pgbouncer = requireTool("pgbouncer", "PoolerConformance.test.ts")
 
 const pooled = (mode: PgBouncer.PoolMode, direct: boolean) => {
   const schema = PgTest.uniqueSchema()
@@ -29,5 +34,7 @@ const pooled = (mode: PgBouncer.PoolMode, direct: boolean) => {
   )
 }
 
-conformance("PgBouncer transaction mode", pooled("transaction", true), { exactlyOnceMessages: 150 })
-conformance("PgBouncer session mode", pooled("session", false), { exactlyOnceMessages: 150 })
+describe.skipIf(!pgbouncer.runs)(`through PgBouncer${pgbouncer.skipNote}`, () => {
+  conformance("PgBouncer transaction mode", pooled("transaction", true), { exactlyOnceMessages: 150 })
+  conformance("PgBouncer session mode", pooled("session", false), { exactlyOnceMessages: 150 })
+})

@@ -22,6 +22,7 @@ import { QueueStore } from "../src/QueueStore.ts"
 import { captureLogs } from "./support/ConsumerHarness.ts"
 import * as PgBouncer from "./support/PgBouncer.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { requireTool } from "./support/RequireTool.ts"
 import { waitFor } from "./support/Wait.ts"
 
 /** Fast presence timing: stale after 1.5 s. */
@@ -49,7 +50,9 @@ const liveness = (registration: ConsumerPresence.Registration, wanted: ConsumerP
     timeoutMs: 10_000
   })
 
-describe("session liveness behind PgBouncer", () => {
+const pgbouncer = requireTool("pgbouncer", "PoolerPresence.test.ts")
+
+describe.skipIf(!pgbouncer.runs)(`session liveness behind PgBouncer${pgbouncer.skipNote}`, () => {
   it.live("transaction mode, nothing declared: auto proves the pooler (a shared backend), WARNs, falls back; live consumers are never reaped", () => {
     const logs = captureLogs()
     return Effect.scoped(Effect.gen(function*() {

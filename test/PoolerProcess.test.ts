@@ -12,6 +12,7 @@ import { afterAll, afterEach, assert, beforeAll, describe, it } from "vitest"
 import type { MessageId } from "../src/Message.ts"
 import * as PgBouncer from "./support/PgBouncer.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { requireTool } from "./support/RequireTool.ts"
 import { waitForAsync as waitFor } from "./support/Wait.ts"
 import { dumpOnFailure, killAll, spawnWorker as spawnProcess, sqlRuntime, type Worker } from "./support/WorkerProcess.ts"
 
@@ -91,7 +92,9 @@ const killAndMeasure = async (mode: PgBouncer.PoolMode, env: (bouncer: PgBouncer
   assert.isFalse(survivor.output.some((line) => line.includes("session liveness unavailable")), "liveness stayed on")
 }
 
-describe("session liveness behind PgBouncer, worker processes (lease 30 s)", () => {
+const pgbouncer = requireTool("pgbouncer", "PoolerProcess.test.ts")
+
+describe.skipIf(!pgbouncer.runs)(`session liveness behind PgBouncer, worker processes (lease 30 s)${pgbouncer.skipNote}`, () => {
   it("session mode: a SIGKILLed worker's message runs again on the other within seconds", () =>
     killAndMeasure("session", () => ({ LEASEHOLD_POOLER: "session" })), 60_000)
 

@@ -10,15 +10,15 @@
  * runs as.
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { existsSync } from "node:fs"
 import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Context, Effect, Layer } from "effect"
 import { freePort } from "../../src/internal/EmbeddedPostgres.ts"
+import { findTool } from "./RequireTool.ts"
 
-/** Where Debian's package installs it; else whatever `pgbouncer` is on the PATH. */
-const binary = existsSync("/usr/sbin/pgbouncer") ? "/usr/sbin/pgbouncer" : "pgbouncer"
+/** Where Debian's package installs it, else the first on the PATH; else a spawn that fails naming it. */
+const binary = findTool("pgbouncer") ?? "pgbouncer"
 
 export type PoolMode = "transaction" | "session"
 
