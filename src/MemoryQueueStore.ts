@@ -21,6 +21,7 @@ import type {
 } from "./Message.ts"
 import type { InvalidInput } from "./QueueError.ts"
 import {
+  type Completion,
   defaults,
   type DeadLetterFilter,
   fromOperations,
@@ -308,6 +309,15 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             : f._tag === "Release"
             ? yield* release(c.ref)
             : false
+          if (!landed) {
+            // A retried write whose first one landed (its answer lost) answers as its record says, recording nothing more.
+            const earlier = ownRecord(c)
+            if (earlier !== undefined) {
+              if (earlier.outcome !== "lease-lost") landedIds.push(c.ref.id)
+              if (earlier.outcome === "cancelled") cancelledIds.push(c.ref.id)
+              continue
+            }
+          }
           if (landed) landedIds.push(c.ref.id)
           if (landed && cancelled) cancelledIds.push(c.ref.id)
           pushAttempt({
@@ -437,6 +447,18 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       )
 
     const attemptBaseOf = (id: MessageId): number => rows.get(BigInt(id))?.attemptBase ?? 0
+
+    /**
+     * The history record an earlier write of this same completion left (as SQL finds it): same
+     * message, consumer, start and error, its outcome, `cancelled` or `lease-lost`.
+     */
+    const ownRecord = (c: Completion): Attempt | undefined => {
+      const error = c.error === null ? null : Validate.boundedText(c.error)
+      return history.find((a) =>
+        a.messageId === c.ref.id && a.consumer === c.consumer && a.startedAt.getTime() === c.startedAt.getTime() &&
+        a.error === error && (a.outcome === c.outcome || a.outcome === "cancelled" || a.outcome === "lease-lost")
+      )
+    }
 
     /** Keep a record as SQL would: error text bounded, a result bounded as JSON, null or undefined as none. */
     const pushAttempt = ({ result, ...a }: Attempt): void => {

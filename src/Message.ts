@@ -192,6 +192,14 @@ export const isResultTooLarge = (result: unknown): result is { readonly leasehol
   typeof result === "object" && result !== null && (result as { leasehold?: unknown }).leasehold === "result-too-large"
 
 /**
+ * Whether an attempt's `result` is the marker kept instead of a result PostgreSQL's jsonb cannot
+ * store (`{ leasehold: "result-unstorable", path, reason }`: a NUL character or a lone UTF-16
+ * surrogate in the string or key at `path`): the run succeeded and was acked, its value was not kept.
+ */
+export const isResultUnstorable = (result: unknown): result is { readonly leasehold: "result-unstorable"; readonly path: string; readonly reason: string } =>
+  typeof result === "object" && result !== null && (result as { leasehold?: unknown }).leasehold === "result-unstorable"
+
+/**
  * Where a message stands, as `stats` counts it: `ready` (claimable now, an expired lease
  * included), `delayed` (waiting for its delay or retry backoff), `in-flight` (leased, lease
  * not expired), `dead` (dead-lettered).

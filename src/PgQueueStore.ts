@@ -763,6 +763,16 @@ export const make = (
           ), held AS (
             SELECT id, attempt_base, cancelled FROM acked
             UNION ALL SELECT id, attempt_base, false FROM updated
+          ), earlier AS (
+            -- A retried write (the first one's commit landed, its answer was lost) finds its own
+            -- history record: same message, consumer, start and error, this outcome, cancelled
+            -- or lease-lost. It answers as that record says and records nothing more. Only a
+            -- message whose write matched nothing looks (rare), by the (message_id, id) index.
+            SELECT DISTINCT ON (i.id) i.id, a.outcome
+            FROM items AS i JOIN ${attemptsTable} AS a
+              ON a.message_id = i.id AND a.consumer = i.consumer AND a.started_at = i.started_at
+             AND a.error IS NOT DISTINCT FROM i.error AND a.outcome IN (i.outcome, 'cancelled', 'lease-lost')
+            WHERE NOT EXISTS (SELECT 1 FROM held AS h WHERE h.id = i.id)
           ), recorded AS (
             -- Joined to what the writes returned (their rows' redrive base, the history numbering
             -- attempts on from it): only a message whose lease was lost looks its base up.
@@ -773,8 +783,10 @@ export const make = (
                    CASE WHEN h.cancelled THEN 'cancelled' WHEN h.id IS NOT NULL THEN i.outcome ELSE 'lease-lost' END,
                    i.error, i.result
             FROM items AS i LEFT JOIN held AS h ON h.id = i.id
+            WHERE NOT EXISTS (SELECT 1 FROM earlier AS e WHERE e.id = i.id)
           )
-          SELECT id, cancelled FROM held`
+          SELECT id, cancelled FROM held
+          UNION ALL SELECT id, outcome = 'cancelled' FROM earlier WHERE outcome <> 'lease-lost'`
         return { held: ids(rows), cancelled: ids(rows.filter((row) => row.cancelled)) }
       }).pipe((e) => op("complete", completeAttributes(completions), e))
 

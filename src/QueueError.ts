@@ -207,11 +207,12 @@ export class Unrecoverable extends Schema.TaggedError<Unrecoverable>()("Unrecove
 /**
  * A message's kept result cannot be given back: it was over the 64 KiB bound when
  * its handler returned it (`reason` `too-large`: the run succeeded, its value was
- * not kept), or it does not decode with the task's success schema (`schema`: the
- * schema changed since). Fails `TaskClient.result` and `TaskClient.resultJson`.
+ * not kept), it held text PostgreSQL cannot store (`unstorable`: a NUL character or a lone
+ * surrogate; the run succeeded, its value was not kept), or it does not decode with the task's
+ * success schema (`schema`: the schema changed since). Fails `TaskClient.result` and `TaskClient.resultJson`.
  */
 export class ResultUnreadable extends Schema.TaggedError<ResultUnreadable>()("ResultUnreadable", {
   messageId: Schema.String,
-  reason: Schema.Literals(["too-large", "schema"]),
+  reason: Schema.Literals(["too-large", "unstorable", "schema"]),
   message: Schema.String
 }) {}

@@ -149,8 +149,12 @@ export interface QueueStoreShape {
    * in one statement and one commit on PostgreSQL. Answers the ids whose lease
    * was still held (their write landed), and which of those were deleted as
    * cancelled; the others were left untouched and their history says
-   * `lease-lost`. Idempotent per message: a retried call finds its landed
-   * writes' tokens gone. Delays must be valid (0 .. ten years).
+   * `lease-lost`. Idempotent per message: a retried call (the first one's commit
+   * landed, its answer was lost) finds the history record its landed write left
+   * (same message, consumer, start and error) and answers as it says (held, or
+   * cancelled), recording nothing more. Error text and reasons are made storable
+   * (`Validate.boundedText`), results too (`AttemptResult.bounded`), so no value of
+   * one completion can fail the others. Delays must be valid (0 .. ten years).
    */
   readonly complete: (completions: ReadonlyArray<Completion>) => Effect.Effect<Completed, StoreError>
   /** Make a failed message visible again after `delay`, recording `error`. */

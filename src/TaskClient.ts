@@ -12,7 +12,7 @@
  * @since 0.1.0
  */
 import { Context, Effect, Layer, Option, Schema } from "effect"
-import { isResultTooLarge, type MessageId, type SendResult } from "./Message.ts"
+import { isResultTooLarge, isResultUnstorable, type MessageId, type SendResult } from "./Message.ts"
 import { ResultUnreadable, type StoreError } from "./QueueError.ts"
 import { isMessageId, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Task from "./Task.ts"
@@ -81,11 +81,20 @@ export const make: Effect.Effect<TaskClientShape, never, QueueStore> = Effect.ge
   })
 })
 
-/** The JSON kept with the last acked attempt of `id`, if any; the too-large marker fails. */
+/** The JSON kept with the last acked attempt of `id`, if any; the too-large and unstorable markers fail. */
 const keptResult = (store: QueueStoreShape, id: MessageId): Effect.Effect<Option.Option<unknown>, ResultUnreadable | StoreError> =>
   !isMessageId(id) ? Effect.succeed(Option.none()) : Effect.flatMap(store.attempts(id), (history) => {
     const acked = history.findLast((a) => a.outcome === "acked")
     const result = acked?.result
+    if (isResultUnstorable(result)) {
+      return Effect.fail(
+        new ResultUnreadable({
+          messageId: id,
+          reason: "unstorable",
+          message: `the result of message ${id} was not kept: ${result.path} ${result.reason}`
+        })
+      )
+    }
     if (!isResultTooLarge(result)) return Effect.succeed(Option.fromUndefinedOr(result))
     return Effect.fail(
       new ResultUnreadable({

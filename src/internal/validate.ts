@@ -71,9 +71,26 @@ export const positiveInt = (field: string, value: unknown, max: number): Effect.
     ? Effect.succeed(value)
     : Effect.fail(invalid(field, `a whole number from 1 to ${max}`, `${show(value)} is out of range`))
 
-/** Cut recorded error text to a bounded size. */
-export const boundedText = (text: string): string =>
-  text.length <= MAX_ERROR_TEXT ? text : `${text.slice(0, MAX_ERROR_TEXT - 20)}\n... (truncated)`
+/**
+ * Recorded error text (an error, a dead-letter reason) made storable and cut to a bounded
+ * size: the one boundary every store writes such text through. PostgreSQL's `text` refuses
+ * NUL, and one refused value fails the whole statement (a finishing batch of many messages),
+ * so a NUL is written as the visible escape `\u0000` (six characters) and a lone UTF-16
+ * surrogate as U+FFFD; the memory store keeps the same text, so both stores agree.
+ */
+export const boundedText = (text: string): string => {
+  const storable = storableText(text)
+  if (storable.length <= MAX_ERROR_TEXT) return storable
+  // A cut between the two halves of a surrogate pair would leave a lone one: drop it too.
+  const cut = storable.slice(0, MAX_ERROR_TEXT - 20)
+  return `${cut.isWellFormed() ? cut : cut.slice(0, -1)}\n... (truncated)`
+}
+
+/** `text` with each NUL written as the escape `\u0000` and each lone surrogate as U+FFFD; itself when clean. */
+export const storableText = (text: string): string => {
+  const clean = text.isWellFormed() ? text : text.toWellFormed()
+  return clean.includes("\u0000") ? clean.replaceAll("\u0000", "\\u0000") : clean
+}
 
 /** A message checked and encoded, ready for any store to write. */
 export interface PreparedMessage {
@@ -97,7 +114,7 @@ export interface SendLimits {
 }
 
 /** The path of a value inside the payload, as a reader would write it: `payload.items[3].n`, `payload["a b"]`. */
-const childPath = (parent: string, holder: unknown, key: string): string =>
+export const childPath = (parent: string, holder: unknown, key: string): string =>
   Array.isArray(holder) ? `${parent}[${key}]` : /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(key) ? `${parent}.${key}` : `${parent}[${JSON.stringify(key)}]`
 
 /**
