@@ -8,7 +8,7 @@
 import { assert, layer } from "@effect/vitest"
 import { type Duration, Effect, Fiber, type Layer, Option } from "effect"
 import { TestClock } from "effect/testing"
-import { type Claim, isResultTooLarge, type MessageId, type MessageState, type NewMessage } from "../src/Message.ts"
+import { type Attempt, type Claim, isResultTooLarge, isResultUnstorable, type MessageId, type MessageState, type NewMessage } from "../src/Message.ts"
 import { defaults, QueueStore, type ScheduleSpec } from "../src/QueueStore.ts"
 
 let counter = 0
@@ -248,13 +248,13 @@ export const conformance = (
         yield* TestClock.adjust("5 seconds")
         const later = yield* claimAll(queue, { consumer: "second" })
         assert.deepStrictEqual(later.map((c) => [c.id, c.attempts, c.lastError]), [[retryC.id, 2, "boom"]])
-        // Idempotent: completing again finds every landed write's token gone.
-        assert.deepStrictEqual(yield* store.complete([completion(ackC, { _tag: "Ack" }, "acked")]), { held: [], cancelled: [] })
+        // Idempotent: completing again (its first commit landed, its answer was lost) answers held, records nothing more.
+        assert.deepStrictEqual(yield* store.complete([completion(ackC, { _tag: "Ack" }, "acked")]), { held: [ackC.id], cancelled: [] })
         // History: one record each, the outcome as asked where the lease was held, lease-lost where not.
         const outcomes = yield* Effect.forEach([ackC, retryC, deadC, releaseC, staleC, forgetC], (c) =>
           Effect.map(store.attempts(c.id), (a) => a.map((x) => [x.outcome, x.error, x.consumer, x.attempt])))
         assert.deepStrictEqual(outcomes, [
-          [["acked", null, "first", 1], ["lease-lost", null, "first", 1]],
+          [["acked", null, "first", 1]],
           [["retried", "boom", "first", 1]],
           [["dead-lettered", "decode", "first", 1]],
           [["released", null, "first", 1]],
@@ -263,6 +263,122 @@ export const conformance = (
         ])
         assert.deepStrictEqual(yield* store.complete([]), { held: [], cancelled: [] })
         void sent
+      }))
+
+    it.effect("complete retried after its commit landed (answer lost) answers as the first did and records no second history row", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("retried-complete")
+        yield* sendAll(queue, ["ack", "retry", "dead", "release", "cancel", "forget", "lost"].map((p) => msg(p)))
+        const claims = yield* claimAll(queue, { consumer: "w1" })
+        const [ackC, retryC, deadC, releaseC, cancelC, forgetC, lostC] = claims as unknown as [Claim, Claim, Claim, Claim, Claim, Claim, Claim]
+        // Its cancel asked for while it ran: its retry is written as a cancel (deleted).
+        yield* store.cancel([cancelC.id])
+        const startedAt = new Date(1_700_000_000_123)
+        const completion = (c: Claim, finish: import("../src/QueueStore.ts").Finish, outcome: Attempt["outcome"], error: string | null = null, token = c.leaseToken) => ({
+          ref: { id: c.id, leaseToken: token },
+          finish,
+          queue,
+          task: c.task,
+          attempt: c.attempts,
+          consumer: "w1",
+          startedAt,
+          outcome,
+          error
+        })
+        const batch = [
+          completion(ackC, { _tag: "Ack" }, "acked"),
+          completion(retryC, { _tag: "Retry", delayMs: 60_000, error: "boom \u0000" }, "retried", "boom \u0000"),
+          completion(deadC, { _tag: "DeadLetter", reason: "bad", error: "decode" }, "dead-lettered", "decode"),
+          completion(releaseC, { _tag: "Release" }, "released"),
+          completion(cancelC, { _tag: "Retry", delayMs: 0, error: "late" }, "retried", "late"),
+          completion(forgetC, { _tag: "Forget" }, "lease-lost", "another consumer holds it"),
+          completion(lostC, { _tag: "Ack" }, "acked", null, "00000000-0000-4000-8000-000000000000" as Claim["leaseToken"])
+        ]
+        const first = yield* store.complete(batch)
+        const landed = [ackC.id, retryC.id, deadC.id, releaseC.id, cancelC.id].sort()
+        assert.deepStrictEqual([[...first.held].sort(), first.cancelled], [landed, [cancelC.id]])
+        const historyOf = () => Effect.forEach(claims, (c) => Effect.map(store.attempts(c.id), (a) => a.map((x) => x.outcome)))
+        const before = yield* historyOf()
+        assert.deepStrictEqual(before, [["acked"], ["retried"], ["dead-lettered"], ["released"], ["cancelled"], ["lease-lost"], ["lease-lost"]])
+        // The same batch again: the same answer, and not one record more (no false lease-lost, no double run).
+        const again = yield* store.complete(batch)
+        assert.deepStrictEqual([[...again.held].sort(), again.cancelled], [landed, [cancelC.id]])
+        assert.deepStrictEqual(yield* historyOf(), before)
+        // Another run of the same message (a later start) whose token is stale is still a lost lease, recorded.
+        const later = { ...completion(ackC, { _tag: "Ack" }, "acked"), startedAt: new Date(1_700_000_000_999) }
+        assert.deepStrictEqual(yield* store.complete([later]), { held: [], cancelled: [] })
+        assert.deepStrictEqual((yield* store.attempts(ackC.id)).map((a) => a.outcome), ["acked", "lease-lost"])
+      }))
+
+    it.effect("complete: NUL characters and lone surrogates in errors, reasons and results never fail the batch; text escaped, results marked with their path", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("unstorable")
+        yield* sendAll(queue, ["good", "nul-error", "nul-reason", "nul-result", "surrogate-result", "key", "good2"].map((p) => msg(p)))
+        const claims = yield* claimAll(queue)
+        const [goodC, errC, reasonC, resultC, surrogateC, keyC, good2C] = claims as unknown as [Claim, Claim, Claim, Claim, Claim, Claim, Claim]
+        const completion = (c: Claim, finish: import("../src/QueueStore.ts").Finish, outcome: Attempt["outcome"], error: string | null, result?: string) => ({
+          ref: c,
+          finish,
+          queue,
+          task: c.task,
+          attempt: c.attempts,
+          consumer: "c1",
+          startedAt: new Date(),
+          outcome,
+          error,
+          ...(result === undefined ? {} : { result })
+        })
+        // V8's own JSON.parse errors quote the bad character.
+        const nulError = (() => {
+          try {
+            JSON.parse("\u0000")
+            return "parsed"
+          } catch (e) {
+            return `upstream said \u0000: ${String(e)} \ud800 end`
+          }
+        })()
+        const held = yield* store.complete([
+          completion(goodC, { _tag: "Ack" }, "acked", null, JSON.stringify({ ok: "\u2603" })),
+          completion(errC, { _tag: "Retry", delayMs: 0, error: nulError }, "retried", nulError),
+          completion(reasonC, { _tag: "DeadLetter", reason: "unrecoverable: a\u0000b", error: "x\udc00y" }, "dead-lettered", "x\udc00y"),
+          completion(resultC, { _tag: "Ack" }, "acked", null, JSON.stringify({ items: [1, { name: "a\u0000" }] })),
+          completion(surrogateC, { _tag: "Ack" }, "acked", null, JSON.stringify(["\ud83d"])),
+          completion(keyC, { _tag: "Ack" }, "acked", null, JSON.stringify({ "bad\u0000key": 1 })),
+          completion(good2C, { _tag: "Ack" }, "acked", null)
+        ])
+        assert.strictEqual(held.held.length, 7, "every write landed")
+        const only = (c: Claim) => Effect.map(store.attempts(c.id), (h) => h[0]!)
+        assert.deepStrictEqual((yield* only(goodC)).result, { ok: "\u2603" })
+        const escaped = nulError.replaceAll("\u0000", "\\u0000").replace("\ud800", "\ufffd")
+        assert.strictEqual((yield* only(errC)).error, escaped)
+        assert.include(escaped, "upstream said \\u0000")
+        const [again] = yield* claimAll(queue)
+        assert.deepStrictEqual([again!.id, again!.lastError], [errC.id, escaped])
+        const [dead] = yield* store.deadLetters({ queue })
+        assert.deepStrictEqual([dead!.reason, dead!.lastError], ["unrecoverable: a\\u0000b", "x\ufffdy"])
+        const nulMarker = { leasehold: "result-unstorable", path: "result.items[1].name", reason: "contains a NUL character (\\u0000), which PostgreSQL jsonb cannot store" }
+        assert.deepStrictEqual((yield* only(resultC)).result, nulMarker)
+        assert.isTrue(isResultUnstorable((yield* only(resultC)).result))
+        assert.deepStrictEqual((yield* only(surrogateC)).result, {
+          leasehold: "result-unstorable",
+          path: "result[0]",
+          reason: "contains a lone UTF-16 surrogate, which PostgreSQL jsonb cannot store"
+        })
+        assert.strictEqual(((yield* only(keyC)).result as { path: string }).path, 'result["bad\\u0000key"]')
+        // The single writes and recordAttempt go through the same boundary.
+        yield* sendAll(queue, [msg("single-retry"), msg("single-dead")])
+        const [r, d] = yield* claimAll(queue)
+        assert.isTrue(yield* store.retry(r!, { delay: 0, error: "one \u0000 two" }))
+        assert.isTrue(yield* store.deadLetter(d!, { reason: "why \u0000", error: "\udfff" }))
+        yield* store.recordAttempt({ ...(yield* only(goodC)), attempt: 2, error: "rec \u0000", result: { s: "\u0000" } })
+        const [retried] = yield* claimAll(queue)
+        assert.strictEqual(retried!.lastError, "one \\u0000 two")
+        const singleDead = (yield* store.deadLetters({ queue })).find((x) => x.id === d!.id)!
+        assert.deepStrictEqual([singleDead.reason, singleDead.lastError], ["why \\u0000", "\ufffd"])
+        const recorded = (yield* store.attempts(goodC.id))[1]!
+        assert.deepStrictEqual([recorded.error, recorded.result], ["rec \\u0000", { ...nulMarker, path: "result.s" }])
       }))
 
     it.effect("complete keeps an ack's result (encoded JSON) with its history record, bounded in UTF-8 bytes; none stores nothing", () =>
