@@ -7,7 +7,8 @@ import { Clock, ConfigProvider, Context, Deferred, Effect, Exit, Fiber, Layer, M
 import { TestClock } from "effect/testing"
 import * as Consumer from "../src/Consumer.ts"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
-import type { MessageId } from "../src/Message.ts"
+import { Encoded } from "../src/internal/result.ts"
+import { isResultUnstorable, type MessageId } from "../src/Message.ts"
 import type { ConsumerOptions } from "../src/QueueConfig.ts"
 import { ConnectionDead, QueryFailed } from "../src/QueueError.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
@@ -673,11 +674,11 @@ describe("Consumer: claims, failures and health (memory store, TestClock)", () =
       assert.deepStrictEqual(history.map((a) => a.outcome), ["retried", "acked"])
     }))
 
-  it.effect("a defect while completing retries the message now (attempt counted), never leaves it leased", () =>
+  it.effect("a defect in a flush never turns its acks into retries: each entry is written again alone, no handler runs twice", () =>
     Effect.gen(function*() {
       const spy = yield* makeSpy
       const logs = captureLogs()
-      const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      const sent = yield* spy.store.send(queue, [1, 2, 3].map((n) => ({ task: "t", payload: n })))
       let calls = 0
       const finishes: Array<string> = []
       const buggy = {
@@ -687,15 +688,117 @@ describe("Consumer: claims, failures and health (memory store, TestClock)", () =
           return ++calls === 1 ? Effect.die(new Error("bug in ack")) : spy.store.complete(cs)
         }
       }
-      yield* startConsumer({ ...spy, store: buggy }, () => Effect.void, { lease }, logs)
+      let runs = 0
+      yield* startConsumer({ ...spy, store: buggy }, () => Effect.sync(() => { runs += 1 }), { lease }, logs)
       yield* settle
       yield* TestClock.adjust("1 second")
       yield* settle
-      assert.isTrue(logs.entries.some((e) => e.level === "Error" && /completing the message failed \(a bug\)/.test(e.message)))
-      assert.deepStrictEqual(finishes, ["Ack", "Retry", "Ack"], "the failed ack, the retry written alone, then the ack of the rerun")
+      assert.isTrue(logs.entries.some((e) => e.level === "Warn" && /writing each entry on its own: a defect: .*bug in ack/s.test(e.message)))
+      assert.notInclude(finishes, "Retry", "an ack is never rewritten as a retry")
+      assert.strictEqual(runs, 3, "each handler ran once")
       assert.strictEqual((yield* spy.inner.stats(queue)).inFlight, 0)
+      const histories = yield* Effect.forEach(sent, (m) => spy.inner.attempts(m.id))
+      assert.deepStrictEqual(histories.map((h) => h.map((a) => a.outcome)), [["acked"], ["acked"], ["acked"]])
+    }))
+
+  it.effect("an entry that dies even alone is written plain: an ack stays an ack (result replaced by the unstorable marker)", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const [sent] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      const finishes: Array<string> = []
+      const buggy = {
+        ...spy.store,
+        // Dies on the result it carries, however often it is written.
+        complete: (cs: ReadonlyArray<Completion>) => {
+          finishes.push(...cs.map((c) => c.finish._tag))
+          return cs.some((c) => c.result?.includes("poison") === true) ? Effect.die(new Error("bug in result")) : spy.store.complete(cs)
+        }
+      }
+      let runs = 0
+      yield* startConsumer({ ...spy, store: buggy }, () => Effect.sync(() => (runs += 1, new Encoded(`{"v":"poison"}`))), { lease }, logs)
+      yield* settle
+      yield* TestClock.adjust("1 second")
+      yield* settle
+      assert.deepStrictEqual(finishes, ["Ack", "Ack"], "the ack, then its plain form")
+      assert.strictEqual(runs, 1)
       const history = yield* spy.inner.attempts(sent!.id)
-      assert.deepStrictEqual(history.map((a) => a.outcome), ["retried", "acked"])
+      assert.deepStrictEqual(history.map((a) => a.outcome), ["acked"])
+      assert.isTrue(isResultUnstorable(history[0]!.result))
+      assert.match((history[0]!.result as { reason: string }).reason, /could not be written as it was.*bug in result/s)
+      assert.isTrue(logs.entries.some((e) => e.level === "Error" && /written plain/.test(e.message)))
+    }))
+
+  it.effect("a batch refused by the server (one bad entry) degrades per entry: the others land once, the bad one is written plain and follows its retry policy", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const logs = captureLogs()
+      const sent = yield* spy.store.send(queue, [0, 1, 2, 3, 4].map((n) => ({ task: "t", payload: n, maxAttempts: 2 })))
+      const sizes: Array<number> = []
+      const refusing = {
+        ...spy.store,
+        // The server refuses any statement carrying the bad text (as PostgreSQL refused a NUL).
+        complete: (cs: ReadonlyArray<Completion>) => {
+          sizes.push(cs.length)
+          return cs.some((c) => c.error?.includes("poison") === true)
+            ? Effect.fail(new QueryFailed({ operation: "complete", message: "complete: invalid byte sequence", code: "22021" }))
+            : spy.store.complete(cs)
+        }
+      }
+      const gate = yield* Deferred.make<void>()
+      const runs = new Map<unknown, number>()
+      const handler: Consumer.Handler = (m) =>
+        Effect.gen(function*() {
+          runs.set(m.payload, (runs.get(m.payload) ?? 0) + 1)
+          yield* Deferred.await(gate)
+          if (m.payload === 2) return yield* Effect.fail(new Error("poison"))
+        })
+      yield* startConsumer({ ...spy, store: refusing }, handler, { lease, concurrency: 10, batchSize: 10 }, logs)
+      yield* settle
+      yield* Deferred.succeed(gate, undefined)
+      for (let i = 0; i < 5; i++) {
+        yield* settle
+        yield* TestClock.adjust("1 second")
+      }
+      assert.strictEqual(sizes[0], 5, "the five were written in one batch")
+      assert.deepStrictEqual([0, 1, 3, 4].map((n) => runs.get(n)), [1, 1, 1, 1], "no good message ran twice")
+      assert.strictEqual(runs.get(2), 2, "the bad one ran its two attempts")
+      const histories = yield* Effect.forEach(sent, (m) => spy.inner.attempts(m.id))
+      assert.deepStrictEqual(histories.map((h) => h.map((a) => a.outcome)), [["acked"], ["acked"], ["retried", "dead-lettered"], ["acked"], ["acked"]])
+      const [dead] = yield* spy.inner.deadLetters({ queue })
+      assert.strictEqual(dead!.id, sent[2]!.id)
+      assert.match(dead!.reason, /the deadLetter could not be written as it was; written without its texts and result: complete: invalid byte sequence/)
+      assert.isTrue(logs.entries.some((e) => e.level === "Warn" && /a finishing batch of 5 failed; writing each entry on its own/.test(e.message)))
+    }))
+
+  it.effect("a statement timeout (57014) of a batch is retried each entry alone while its lease covers it: nothing runs twice", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const sent = yield* spy.store.send(queue, [0, 1, 2].map((n) => ({ task: "t", payload: n })))
+      const sizes: Array<number> = []
+      const timingOut = {
+        ...spy.store,
+        complete: (cs: ReadonlyArray<Completion>) => {
+          sizes.push(cs.length)
+          return sizes.length === 1
+            ? Effect.fail(new QueryFailed({ operation: "complete", message: "complete: canceling statement due to statement timeout", code: "57014" }))
+            : spy.store.complete(cs)
+        }
+      }
+      const gate = yield* Deferred.make<void>()
+      let runs = 0
+      const failuresBefore = yield* counter(QueueMetrics.finishFailures)
+      yield* startConsumer({ ...spy, store: timingOut }, () => Effect.andThen(Effect.sync(() => { runs += 1 }), Deferred.await(gate)), { lease })
+      yield* settle
+      yield* Deferred.succeed(gate, undefined)
+      yield* settle
+      yield* TestClock.adjust("1 second")
+      yield* settle
+      assert.deepStrictEqual(sizes, [3, 1, 1, 1], "the batch, then each entry alone")
+      assert.strictEqual(runs, 3)
+      const histories = yield* Effect.forEach(sent, (m) => spy.inner.attempts(m.id))
+      assert.deepStrictEqual(histories.map((h) => h.map((a) => a.outcome)), [["acked"], ["acked"], ["acked"]])
+      assert.strictEqual((yield* counter(QueueMetrics.finishFailures)) - failuresBefore, 0)
     }))
 })
 

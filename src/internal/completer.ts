@@ -6,7 +6,12 @@
  * commit, while the handler waits for its own answer. Each message still
  * learns whether its lease was held, and is reported on its own: metrics, one
  * log line. Connection-dead failures are retried, per message, only while
- * that message's lease still covers it; every attempt is bounded.
+ * that message's lease still covers it; every attempt is bounded. A batch that
+ * fails otherwise degrades per entry: statement-level failures (timeout, lock,
+ * deadlock, serialization) are retried each entry alone; a refused value or a
+ * defect has each entry written alone, and an entry that fails alone is written
+ * plain (same kind, texts and result replaced): one entry never fails the others,
+ * and an ack never becomes a retry. See docs/finishing-writes.md.
  */
 import { Cause, Clock, Effect, Latch, Metric, Option, type Scope } from "effect"
 import type { Claim } from "../Message.ts"
@@ -16,6 +21,8 @@ import * as Abandon from "./abandon.ts"
 import { seconds } from "./format.ts"
 import * as Outcome from "./outcome.ts"
 import * as Span from "./span.ts"
+import * as AttemptResult from "./result.ts"
+import * as Validate from "./validate.ts"
 import { MAX_DELAY_MS } from "./validate.ts"
 
 /** What the completer needs to know about the consumer it works for. */
@@ -54,9 +61,9 @@ export interface Completer {
    * Queue the outcome of one finished run and return at once; the message is
    * written by the next flush and reported (metrics, a log line), then `done`
    * runs with whether its lease was held. Never fails and never dies; `done`
-   * always runs, within the lease plus one attempt (a failing write is given
-   * up when the lease runs out: the message then runs again elsewhere, as
-   * after a crash), or when the consumer stops.
+   * always runs, within the lease plus a few bounded attempts (a failing write
+   * is given up when the lease runs out: the message then runs again elsewhere,
+   * as after a crash), or when the consumer stops.
    */
   readonly complete: (finished: Finished, done: (held: Held) => Effect.Effect<void>) => Effect.Effect<void>
 }
@@ -110,17 +117,43 @@ const historyError = (action: Outcome.Action): string | null =>
 /** What the store call of an action is called, in logs and spans. */
 const nameOf = (action: Outcome.Action): string => action._tag === "DeadLetter" ? "deadLetter" : action._tag.toLowerCase()
 
+/** The action a plain write ({@link Completer}'s last resort) reports: the kind as asked, its texts as written. */
+const plainAction = (action: Outcome.Action, plain: Completion): Outcome.Action => {
+  const f = plain.finish
+  if (action._tag === "Retry" && f._tag === "Retry") return { ...action, delayMs: f.delayMs, error: f.error }
+  if (action._tag === "DeadLetter" && f._tag === "DeadLetter") return { ...action, reason: f.reason, error: undefined }
+  return action
+}
+
 const FIRST_RETRY_MS = 100
 const MAX_RETRY_MS = 2_000
 
-/** A queued completion and what to do once it is written. */
-interface Pending {
+/** A finished run and what to do once it is written. */
+interface Answerable {
   readonly finished: Finished
-  readonly completion: Completion
   readonly done: (held: Held) => Effect.Effect<void>
+}
+
+/** A queued completion and what to do once it is written. */
+interface Pending extends Answerable {
+  readonly completion: Completion
   /** Backoff before this entry's next attempt, after a connection-dead failure. */
   retryMs: number
+  /**
+   * Written on its own, never batched again: its batch failed on something other than a dead
+   * connection (a refused value, a defect, a statement timeout, a lock or deadlock), so it may
+   * be the entry that failed it, and must not fail others again.
+   */
+  alone: boolean
 }
+
+/**
+ * SQLSTATEs that fail one statement and leave the connection and the data as they were:
+ * statement timeout, deadlock, serialization failure, lock not available, and insufficient
+ * resources (class 53). Worth retrying, each entry alone, while its lease covers it.
+ */
+const isTransientStatementError = (code: string | undefined): boolean =>
+  code === "57014" || code === "40P01" || code === "40001" || code === "55P03" || (code?.startsWith("53") ?? false)
 
 /**
  * Make the completer of one consumer. Its flushers run in the current scope:
@@ -136,7 +169,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
      * Report an entry's outcome (a line only for what is not a landed ack) and hand it back. `as`
      * is what the store wrote when it differs from the action asked for.
      */
-    const answer = (p: Pending, held: Held, as: Outcome.Action = p.finished.action): Effect.Effect<void> =>
+    const answer = (p: Answerable, held: Held, as: Outcome.Action = p.finished.action): Effect.Effect<void> =>
       held === true && as._tag === "Ack"
         ? p.done(held)
         : announce(p.finished.claim, as, held).pipe(annotate(p.finished.claim), Effect.andThen(p.done(held)))
@@ -145,7 +178,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
      * What the store wrote for a retry, release or dead letter it turned into a cancel (an
      * operator cancelled the message after its handler ended, before the write): it will not run again.
      */
-    const cancelledInstead = (p: Pending): Outcome.Action => ({
+    const cancelledInstead = (p: Answerable): Outcome.Action => ({
       _tag: "Cancel",
       error: `cancelled by an operator after the handler ended; its ${nameOf(p.finished.action)} was not written, the message was deleted`
     })
@@ -159,8 +192,11 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     /**
      * One flush: one statement for the whole batch, bounded. On a dead connection
      * (or no answer in time: it may or may not have landed, and a retry is safe since
-     * every row is fenced) each entry is retried after its backoff while its lease
-     * still covers it, and given up otherwise; any other failure is final for all.
+     * every row is fenced, and a retry recognises its own landed write) each entry is
+     * retried after its backoff while its lease still covers it, and given up otherwise.
+     * A statement-level failure (timeout, lock, deadlock, serialization) is retried the
+     * same way, each entry alone. Any other failure, or a defect, degrades the batch per
+     * entry ({@link degrade}): one entry can never fail the others.
      */
     const flush = (batch: ReadonlyArray<Pending>): Effect.Effect<void> =>
       Effect.gen(function*() {
@@ -204,22 +240,19 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
             return
           }
           case "Failed":
-            yield* Metric.update(QueueMetrics.finishFailures, batch.length)
-            yield* Effect.logError(
-              `finishing writes could not be written; ${batch.length} message(s) run again after their leases: ${result.error.message}`
-            )
-            for (const p of batch) yield* answer(p, "failed")
+            // A statement-level failure (a timeout, a lock, a deadlock): retried like a dead
+            // connection, but each entry alone. Any other failure (a value the server refused):
+            // each entry alone now, so the others land; one that fails alone is written plain.
+            if (isTransientStatementError(result.error.code)) break
+            yield* degrade(batch, result.error.message)
             return
           case "Defect":
-            // Each entry alone, with the plain fenced retry, so one bad entry cannot fail a batch again.
-            for (const p of batch) {
-              yield* Effect.forkDetach(
-                onDefect(p.finished, result.cause).pipe(annotate(p.finished.claim), Effect.andThen(p.done("failed")))
-              )
-            }
+            // A bug: each entry alone; one that dies alone is written plain (an ack stays an ack).
+            yield* degrade(batch, `a defect: ${Cause.pretty(result.cause)}`)
             return
         }
         const why = result._tag === "Timeout" ? `no answer within ${seconds(attemptTimeoutMs)}` : result.error.message
+        const alone = result._tag === "Failed"
         const now = yield* Clock.currentTimeMillis
         for (const p of batch) {
           const name = nameOf(p.finished.action)
@@ -230,13 +263,62 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
             )
             yield* answer(p, "failed")
           } else {
-            yield* Effect.logWarning(`${name} failed, connection dead; retrying in ${p.retryMs}ms: ${why}`).pipe(annotate(p.finished.claim))
+            const kind = alone ? "statement failed" : "connection dead"
+            yield* Effect.logWarning(`${name} failed, ${kind}; retrying in ${p.retryMs}ms: ${why}`).pipe(annotate(p.finished.claim))
             const delay = p.retryMs
             p.retryMs = Math.min(p.retryMs * 2, MAX_RETRY_MS)
-            yield* Effect.forkDetach(Effect.sleep(delay).pipe(Effect.andThen(enqueue(p))))
+            if (alone) p.alone = true
+            yield* Effect.forkDetach(Effect.sleep(delay).pipe(Effect.andThen(p.alone ? writeAlone([p]) : enqueue(p))))
           }
         }
       })
+
+    /**
+     * A batch that failed on something other than a dead connection, degraded per entry: a
+     * batch of several is written again entry by entry (as many at once as there are
+     * flushers), so every entry that can land does; an entry that fails on its own is written
+     * in its plain form ({@link writePlain}).
+     */
+    const degrade = (batch: ReadonlyArray<Pending>, why: string): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        // One entry failed on its own: written again as it was, it would fail again.
+        if (batch.length === 1) return yield* Effect.forkDetach(writePlain(batch[0]!, why))
+        yield* Effect.logWarning(`a finishing batch of ${batch.length} failed; writing each entry on its own: ${why}`)
+        for (const p of batch) p.alone = true
+        yield* Effect.forkDetach(writeAlone(batch))
+      }).pipe(Effect.asVoid)
+
+    /** Write each entry in its own statement, a few at once; each is answered as a flush answers it. */
+    const writeAlone = (entries: ReadonlyArray<Pending>): Effect.Effect<void> =>
+      Effect.forEach(entries, (p) => flush([p]).pipe(Span.within("leasehold.complete", { count: 1 })), {
+        concurrency: options.flushers,
+        discard: true
+      }).pipe(Effect.uninterruptible)
+
+    /**
+     * The last resort for one entry that failed on its own (a value refused, a defect): the same
+     * write without what may have caused it. Its texts are replaced by a plain account of the
+     * failure, its result by the unstorable marker; the kind is kept (an ack stays an ack: a
+     * handler that succeeded never runs again for it; a retry keeps its delay; a dead letter
+     * stays one). Should that fail too, it is logged and the message runs again after its
+     * lease, as after a crash.
+     */
+    const writePlain = (p: Answerable, why: string): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        const name = nameOf(p.finished.action)
+        const plain = plainOf(p.finished, Validate.boundedText(`the ${name} could not be written as it was; written without its texts and result: ${why}`))
+        const written = yield* Abandon.within(store.complete([plain]), attemptTimeoutMs).pipe(
+          Effect.map(Option.getOrUndefined),
+          Effect.catchCause((cause) => Effect.as(Effect.logError(`the plain ${name} failed:\n${Cause.pretty(cause)}`), undefined))
+        )
+        const held: Held = written === undefined ? "failed" : written.held.includes(plain.ref.id)
+        if (held === "failed") {
+          yield* Metric.update(QueueMetrics.finishFailures, 1)
+          yield* Effect.logError(`${name} could not be written, not even plain; the message runs again after its lease: ${why}`)
+        } else yield* Effect.logError(`${name} could not be written as it was; written plain, without its texts and result: ${why}`)
+        const cancelled = written?.cancelled.includes(plain.ref.id) === true && p.finished.action._tag !== "Cancel"
+        yield* answer(p, held, cancelled ? cancelledInstead(p) : held === true ? plainAction(p.finished.action, plain) : p.finished.action)
+      }).pipe(annotate(p.finished.claim), Effect.uninterruptible)
 
     let closed = false
     const enqueue = (p: Pending): Effect.Effect<void> =>
@@ -344,39 +426,43 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     })
 
     /**
-     * A defect while completing (a bug, a retry delay the store refuses) must not
-     * leave the message leased silently: report it at ERROR and hand the message
-     * back for a retry now, the attempt counted (so a defect that repeats ends in
-     * dead letters once the attempts are used up, never in a loop). Written alone,
-     * as a plain retry (no delay to refuse, no result), so one bad entry cannot fail
-     * a batch again; should that fail too, it is logged and the message runs again
-     * after its lease, as after a crash.
+     * The plain form of an entry's write ({@link writePlain}): the same kind, its texts replaced
+     * by `text`, its result (if any) by the unstorable marker. Built from the finished run alone,
+     * so a defect in building the usual form cannot reach it.
      */
-    const onDefect = (f: Finished, cause: Cause.Cause<unknown>) =>
-      Effect.gen(function*() {
-        yield* Metric.update(QueueMetrics.finishFailures, 1)
-        const error = `completing the message failed (a bug); retrying it now:\n${Cause.pretty(cause)}`
-        yield* Effect.logError(error)
-        // The plain retry with its history record, one statement (a message cancelled meanwhile is deleted, recorded so).
-        const retry: Finished = { ...f, action: { _tag: "Retry", delayMs: 0, error } }
-        yield* Abandon.within(store.complete([completionOf(retry)]), attemptTimeoutMs).pipe(
-          Effect.catchCause(() => Effect.void)
-        )
-        return "failed" as const
-      })
+    const plainOf = (f: Finished, text: string): Completion => {
+      const action = f.action
+      const finish: Finish = action._tag === "Retry"
+        ? { _tag: "Retry", delayMs: Outcome.boundedDelayMs(action.delayMs, MAX_DELAY_MS), error: text }
+        : action._tag === "DeadLetter"
+        ? { _tag: "DeadLetter", reason: text, error: undefined }
+        : finishOf(action)
+      return {
+        ref: { id: f.claim.id, leaseToken: f.claim.leaseToken },
+        finish,
+        queue: f.claim.queue,
+        task: f.claim.task,
+        attempt: Math.min(f.claim.attempts, f.claim.maxAttempts),
+        consumer: consumerId,
+        startedAt: new Date(f.startedAt),
+        outcome: Outcome.historyOutcome(action, true),
+        error: historyError(action) === null ? null : text,
+        result: action._tag === "Ack" && action.result !== undefined ? AttemptResult.unstorable("result", text) : undefined
+      }
+    }
 
     return {
+      // The hot path of a busy consumer: no generator.    return {
       // The hot path of a busy consumer: no generator.
       complete: (finished, done) =>
         Effect.suspend(() => {
           const { action, problem } = sanitize(finished.action)
           const f = problem === undefined ? finished : { ...finished, action }
-          const queued = enqueue({ finished: f, completion: completionOf(f), done, retryMs: FIRST_RETRY_MS })
+          const queued = enqueue({ finished: f, completion: completionOf(f), done, retryMs: FIRST_RETRY_MS, alone: false })
           return problem === undefined ? queued : Effect.andThen(Effect.logError(`bad retry policy: ${problem}`), queued)
         }).pipe(
-          Effect.catchCause((cause) =>
-            onDefect(finished, cause).pipe(annotate(finished.claim), Effect.andThen(done("failed")))
-          )
+          // A defect before the entry was queued: written plain, alone (an ack stays an ack).
+          Effect.catchCause((cause) => writePlain({ finished, done }, `a defect: ${Cause.pretty(cause)}`))
         )
     }
   })
