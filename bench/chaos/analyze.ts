@@ -77,6 +77,8 @@ export interface AnalysisInput {
   readonly terminations?: ReadonlyArray<BackendTermination> | undefined
   /** Times in explanations are printed relative to this (the run's start); 0: absolute. */
   readonly origin?: number | undefined
+  /** Messages whose every run fails on purpose (poison, CHAOS_POISON): expected in dead letters, not completed. */
+  readonly poisoned?: ReadonlySet<number> | undefined
 }
 
 export interface Execution {
@@ -96,6 +98,8 @@ export interface Execution {
   killedMs: number | undefined
   /** When the ledger end write committed (ok runs). */
   doneMs: number | undefined
+  /** A poisoned run failed on purpose at this time (its handler returned the failure). */
+  poisonFailedMs?: number | undefined
 }
 
 /** When the handler of an execution returned (see the header); undefined: it never did (cut short, or unknown). */
@@ -103,7 +107,8 @@ export const handlerReturn = (e: Execution): number | undefined => {
   const times = [
     e.okMs === undefined ? undefined : Math.max(e.okMs, e.doneMs ?? e.okMs),
     e.interruptedMs === undefined ? undefined : e.interruptedMs + INTERRUPTED_WRITE_BOUND_MS,
-    e.endWriteFailedMs
+    e.endWriteFailedMs,
+    e.poisonFailedMs
   ].filter((x): x is number => x !== undefined)
   return times.length === 0 ? undefined : Math.min(...times)
 }
@@ -130,6 +135,7 @@ export interface JudgedLog {
  * - `interrupted`: its handler was interrupted (lease or presence lost in the storm) before finishing;
  * - `interrupted-after-work`: its work was done (end row written), then the handler was interrupted before the ack;
  * - `handler-failed`: the handler failed (its ledger end could not be written), so the queue retried it;
+ * - `poison`: a poisoned run failed on purpose, so the queue retried it (its retry policy);
  * - `finish-given-up`: its finishing write was given up after connection deaths (an explained `finish-failed` log line);
  * - `after-completion`: it finished, its holder lived and nothing interrupted it: a double run;
  * - `unexplained`: it never finished, was not interrupted and its holder was not killed.
@@ -139,6 +145,7 @@ export type DuplicateCause =
   | "interrupted"
   | "interrupted-after-work"
   | "handler-failed"
+  | "poison"
   | "finish-given-up"
   | "after-completion"
   | "unexplained"
@@ -162,7 +169,12 @@ export interface Analysis {
   readonly abandoned: number
   readonly completed: number
   readonly lost: ReadonlyArray<number>
+  /** Dead-lettered messages that were not poisoned. */
   readonly dead: ReadonlyArray<number>
+  /** Poisoned messages in dead letters, as expected. */
+  readonly poisonDead: ReadonlyArray<number>
+  /** Poisoned messages not in dead letters at the end (completed, lost or still queued). */
+  readonly poisonNotDead: ReadonlyArray<number>
   readonly stillQueued: ReadonlyArray<number>
   readonly unknown: number
   readonly messagesWithSeveralIds: ReadonlyArray<number>
@@ -188,6 +200,7 @@ export const effectiveEnd = (e: Execution): number =>
     e.okMs ?? Infinity,
     e.interruptedMs ?? Infinity,
     e.endWriteFailedMs ?? Infinity,
+    e.poisonFailedMs ?? Infinity,
     e.killedMs ?? Infinity
   )
 
@@ -242,6 +255,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
     const e = ensure({ exec: j.exec, n: j.n, messageId: j.id, consumer: j.consumer, pid: j.pid, startedMs: j.startedMs })
     if (j.ev === "interrupted") e.interruptedMs = Math.min(e.interruptedMs ?? Infinity, j.at)
     if (j.ev === "end-write-failed") e.endWriteFailedMs = j.endedMs ?? j.at
+    if (j.ev === "poison-failed") e.poisonFailedMs = j.at
   }
 
   const perMessage = new Map<number, Array<Execution>>()
@@ -263,12 +277,19 @@ export const analyze = (input: AnalysisInput): Analysis => {
   let completed = 0
   const lost: Array<number> = []
   const dead: Array<number> = []
+  const poisonDead: Array<number> = []
+  const poisonNotDead: Array<number> = []
   const stillQueued: Array<number> = []
   const messagesWithSeveralIds: Array<number> = []
   for (let n = 0; n < input.sent; n++) {
     const list = perMessage.get(n) ?? []
     if (new Set(list.map((e) => e.messageId)).size > 1) messagesWithSeveralIds.push(n)
     const state = remaining.get(n)
+    if (input.poisoned?.has(n) === true) {
+      if (state === "dead") poisonDead.push(n)
+      else poisonNotDead.push(n)
+      continue
+    }
     if (state === "dead") dead.push(n)
     else if (state !== undefined) stillQueued.push(n)
     else if (list.some((e) => e.okMs !== undefined)) completed++
@@ -300,6 +321,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
     interrupted: 0,
     "interrupted-after-work": 0,
     "handler-failed": 0,
+    poison: 0,
     "finish-given-up": 0,
     "after-completion": 0,
     unexplained: 0
@@ -315,6 +337,8 @@ export const analyze = (input: AnalysisInput): Analysis => {
         ? (previous.okMs !== undefined ? "interrupted-after-work" : "interrupted")
         : previous.endWriteFailedMs !== undefined
         ? "handler-failed"
+        : previous.poisonFailedMs !== undefined
+        ? "poison"
         : finishGivenUp.has(previous)
         ? "finish-given-up"
         : previous.okMs !== undefined
@@ -361,6 +385,8 @@ export const analyze = (input: AnalysisInput): Analysis => {
     completed,
     lost,
     dead,
+    poisonDead,
+    poisonNotDead,
     stillQueued,
     unknown,
     messagesWithSeveralIds,
@@ -463,6 +489,10 @@ const judgeLogs = (
         : { explained: false, why: `${fmt(next)}, before the write gave up (${ms(event.at)}) under ${event.consumer}'s lease` }
     }
     if (acked) return { explained: true, why: `${death}; acked without another run (the last attempt landed)` }
+    // A poisoned message whose last finishing write was given up: dead-lettered by its next claim (no handler run).
+    if (input.poisoned?.has(own.n) === true && remaining.get(own.n) === "dead") {
+      return { explained: true, why: `${death}; poisoned, dead-lettered by its next claim` }
+    }
     // Still waiting in the queue when the drain ended: the write gave it back; "still queued" fails the run on its own.
     if (remaining.get(own.n) === "ready") return { explained: true, why: `${death}; still queued at the end (not run again yet)` }
     return { explained: false, why: `${death}, but message ${id} never ran again (${remaining.get(own.n) ?? "lost"})` }

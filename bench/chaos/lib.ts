@@ -122,7 +122,7 @@ export const readLedger = (db: Db, schema: string) =>
 
 /** A journal line of a worker about one execution (see worker.ts). */
 export interface JournalEvent {
-  readonly ev: "interrupted" | "abandoned" | "end-write-failed"
+  readonly ev: "interrupted" | "abandoned" | "end-write-failed" | "poison-failed"
   readonly exec: string
   readonly id: string
   readonly n: number

@@ -87,12 +87,23 @@ const config = {
     join(repoRoot, ".tmp", "chaos", new Date().toISOString().replace(/[:.]/g, "-")),
   liveness: process.env["LEASEHOLD_SESSION_LIVENESS"],
   poolSize: envInt("CHAOS_POOL_SIZE", 10),
-  direct: process.env["CHAOS_DIRECT"] === "1"
+  direct: process.env["CHAOS_DIRECT"] === "1",
+  poison: process.env["CHAOS_POISON"] !== "0"
 }
 
 const SCHEMA = "chaos"
 const QUEUE = "chaos"
 const MAX_ATTEMPTS = 100
+
+/**
+ * Poison (CHAOS_POISON, on unless 0), by message number: 1% fail every run with a NUL in the
+ * error text (3 attempts, then dead letters), 1% return a result jsonb cannot store (a NUL, or
+ * a lone surrogate): acked, the result kept as the unstorable marker. Neither may fail the
+ * finishing batch it shares with good messages.
+ */
+const poisonOf = (n: number): "error" | "nul-result" | "surrogate-result" | undefined =>
+  !config.poison ? undefined : n % 100 === 37 ? "error" : n % 100 === 73 ? (Math.floor(n / 100) % 2 === 0 ? "nul-result" : "surrogate-result") : undefined
+const POISON_ATTEMPTS = 3
 
 /** The task mix, by message number: 5% 2 s, 35% 50 ms, 60% instant. */
 const taskOf = (n: number): { readonly task: string; readonly ms: number } => {
@@ -237,7 +248,10 @@ const main = async (): Promise<number> => {
       while (todo.length > 0) {
         const messages: Array<NewMessage> = todo.map((n) => {
           const { task, ms } = taskOf(n)
-          return { task, payload: { n, ms }, maxAttempts: MAX_ATTEMPTS }
+          const poison = poisonOf(n)
+          return poison === undefined
+            ? { task, payload: { n, ms }, maxAttempts: MAX_ATTEMPTS }
+            : { task, payload: { n, ms, poison }, maxAttempts: poison === "error" ? POISON_ATTEMPTS : MAX_ATTEMPTS }
         })
         try {
           await lock(() => database.runtime.runPromise(store.send(QUEUE, messages)))
@@ -413,8 +427,21 @@ const main = async (): Promise<number> => {
       leaseMs: config.leaseMs,
       logEvents: workers.flatMap((w) => w.logEvents),
       terminations: terminated,
-      origin: t0
+      origin: t0,
+      poisoned: new Set(Array.from({ length: sentCount }, (_, n) => n).filter((n) => poisonOf(n) === "error"))
     })
+    // Poison: each dead letter with a readable reason (the NUL shown as the escape \u0000), each unstorable result marked.
+    const poisonDeadReadable = await database.queryRetrying<{ n: number }>(
+      `SELECT (payload->>'n')::int AS n FROM ${SCHEMA}.messages
+       WHERE state = 'dead' AND payload ? 'poison' AND last_error LIKE $1`,
+      [`%upstream said \\\\u0000 (message %`]
+    )
+    const poisonResults = Array.from({ length: sentCount }, (_, n) => n).filter((n) => poisonOf(n)?.endsWith("-result") === true)
+    const markedResults = await database.queryRetrying<{ n: number }>(
+      `SELECT DISTINCT l.n FROM ${SCHEMA}.attempts AS a JOIN ${SCHEMA}.ledger AS l ON l.message_id = a.message_id
+       WHERE l.n = ANY($1::int[]) AND a.outcome = 'acked' AND a.result->>'leasehold' = 'result-unstorable'`,
+      [poisonResults]
+    )
     const logs: LogCounts = { doubleRun: 0, finishFailed: 0, leaseLost: 0, presenceLost: 0, wedged: 0, ledgerFailed: 0 }
     for (const w of workers) for (const k of Object.keys(logs) as Array<keyof LogCounts>) logs[k] += w.logCounts[k]
 
@@ -444,6 +471,12 @@ const main = async (): Promise<number> => {
       ["messages completed", String(result.completed), check(result.completed === result.sent, `${result.sent - result.completed} messages not completed`)],
       ["messages lost", String(result.lost.length), check(result.lost.length === 0, `${result.lost.length} messages lost (e.g. n=${result.lost.slice(0, 5).join(",")})`)],
       ["messages dead-lettered", String(result.dead.length), check(result.dead.length === 0, `${result.dead.length} messages dead-lettered (e.g. n=${result.dead.slice(0, 5).join(",")})`)],
+      ...(!config.poison ? [] : [
+        ["poison: NUL in the error, dead-lettered", `${result.poisonDead.length}`, check(result.poisonNotDead.length === 0, `${result.poisonNotDead.length} poisoned messages not dead-lettered (e.g. n=${result.poisonNotDead.slice(0, 5).join(",")})`)],
+        ["  with the NUL readable in the last error", String(poisonDeadReadable.length), check(poisonDeadReadable.length === result.poisonDead.length, `${result.poisonDead.length - poisonDeadReadable.length} poison dead letters without the error text`)],
+        ["  runs after a poisoned failure (retry policy)", String(result.duplicatesByCause.poison), ""],
+        ["poison: unstorable result, acked with the marker", `${markedResults.length} of ${poisonResults.length}`, check(markedResults.length === poisonResults.length, `${poisonResults.length - markedResults.length} unstorable results not kept as the marker`)]
+      ]),
       ["messages still queued", String(result.stillQueued.length), check(result.stillQueued.length === 0, `${result.stillQueued.length} messages still in the queue after the drain`)],
       ["executions (handler runs)", String(result.executions), ""],
       ["overlapping executions, both holders alive", String(result.overlaps.length), check(result.overlaps.length === 0, `${result.overlaps.length} overlapping executions with both holders alive`)],

@@ -104,6 +104,24 @@ check("a run with no end, a live holder and no interruption makes a later run an
   assert.equal(r.duplicatesByCause.unexplained, 1)
 })
 
+check("a poisoned message failing each run on purpose, then dead-lettered: its reruns follow its policy, not lost, not dead by mistake", () => {
+  const runs = [row(0, "a", 0, null), row(0, "a", 300, null), row(0, "b", 900, null)]
+  const poisonFailed = (r: LedgerRow, at: number): JournalEvent => ({
+    ev: "poison-failed", exec: r.exec_id, id: r.message_id, n: 0, attempt: 1, consumer: r.consumer, pid: 1, task: "t", startedMs: r.started_ms, at
+  })
+  const journal = runs.map((r) => poisonFailed(r, r.started_ms + 10))
+  const r = analyze({ ...base, sent: 2, ledger: [...runs, row(1, "a", 0, 10)], journal, remaining: [{ n: 0, state: "dead" }], poisoned: new Set([0]) })
+  assert.deepEqual([r.poisonDead, r.poisonNotDead, r.dead, r.lost], [[0], [], [], []])
+  assert.equal(r.duplicatesByCause.poison, 2)
+  assert.equal(r.overlaps.length, 0)
+  assert.equal(r.completed, 1)
+  // Without its journal lines the same runs are unexplained; a poisoned message that was not dead-lettered is reported.
+  const unjournaled = analyze({ ...base, sent: 1, ledger: runs, remaining: [{ n: 0, state: "dead" }], poisoned: new Set([0]) })
+  assert.equal(unjournaled.duplicatesByCause.unexplained, 2)
+  const notDead = analyze({ ...base, sent: 1, ledger: runs, journal, remaining: [], poisoned: new Set([0]) })
+  assert.deepEqual(notDead.poisonNotDead, [0])
+})
+
 check("a run after a completed run whose holder lived is a double run", () => {
   const r = analyze({ ...base, sent: 1, ledger: [row(0, "a", 0, 100), row(0, "b", 4_000, 4_100)] })
   assert.equal(r.overlaps.length, 0)

@@ -18,7 +18,7 @@
  * Stdout protocol (read by the orchestrator; stdout to a pipe is synchronous,
  * so lines written before a SIGKILL are not lost):
  *   READY <consumerId> <pid> liveness=<on|off|unset>
- *   CHAOS {"ev":"interrupted"|"abandoned"|"end-write-failed", ...}   journal of what the ledger may miss
+ *   CHAOS {"ev":"interrupted"|"abandoned"|"end-write-failed"|"poison-failed", ...}   journal of what the ledger may miss
  *   CHAOS {"ev":"log","kind":"double-run-at-ack"|"finish-failed"|"renewer-wedged", ...}   consumer log lines to explain
  *
  * Payload of every message: `{ n, ms, thenMs? }`: sleep `ms` on the first
@@ -33,6 +33,7 @@ import { Effect, Layer, Logger, References } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { randomUUID } from "node:crypto"
 import * as Consumer from "../../src/Consumer.ts"
+import { Encoded } from "../../src/internal/result.ts"
 import * as ConsumerPresence from "../../src/ConsumerPresence.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
 import * as QueueConfig from "../../src/QueueConfig.ts"
@@ -62,7 +63,21 @@ interface Payload {
   readonly n: number
   readonly ms: number
   readonly thenMs?: number
+  /**
+   * Poison (run.ts, CHAOS_POISON): `error` fails every run with a NUL in its error text, after
+   * journaling `poison-failed`; `nul-result` and `surrogate-result` do the work and return a
+   * result PostgreSQL's jsonb cannot store (a NUL, a lone surrogate).
+   */
+  readonly poison?: "error" | "nul-result" | "surrogate-result"
 }
+
+/** The result a poisoned run returns: what a task's success schema would have encoded. */
+const poisonResult = (payload: Payload): Encoded | undefined =>
+  payload.poison === "nul-result"
+    ? new Encoded(JSON.stringify({ n: payload.n, text: "upstream said \u0000" }))
+    : payload.poison === "surrogate-result"
+    ? new Encoded(JSON.stringify({ n: payload.n, list: ["ok", "\ud800"] }))
+    : undefined
 
 /** One line of the stdout journal. */
 const journal = (event: Record<string, unknown>) => {
@@ -136,6 +151,11 @@ const handler: Consumer.Handler<SqlClient.SqlClient> = (message, context) =>
         })
       }
       if (ms > 0) yield* Effect.sleep(ms)
+      if (payload.poison === "error") {
+        // Journaled first (cannot fail): the analyzer explains the rerun by it.
+        journal({ ev: "poison-failed", ...facts, at: Date.now() })
+        return yield* Effect.fail(new Error(`upstream said \u0000 (message ${payload.n})`))
+      }
       const endedMs = Date.now()
       // done_ms: when this write committed (rewritten by a retry after an ambiguous commit), i.e. just before the
       // handler returns; the analyzer bounds when the ack could land from it.
@@ -151,6 +171,7 @@ const handler: Consumer.Handler<SqlClient.SqlClient> = (message, context) =>
         journal({ ev: "end-write-failed", ...facts, endedMs, at: Date.now() })
         return yield* Effect.fail(new Error("ledger end could not be written"))
       }
+      return poisonResult(payload)
     }).pipe(
       // Interrupted: lease lost (local deadline, reclaimed) or shutdown. Journal first (cannot fail), then the ledger, bounded.
       Effect.onInterrupt(() =>

@@ -314,7 +314,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
         const held: Held = written === undefined ? "failed" : written.held.includes(plain.ref.id)
         if (held === "failed") {
           yield* Metric.update(QueueMetrics.finishFailures, 1)
-          yield* Effect.logError(`${name} could not be written, not even plain; the message runs again after its lease: ${why}`)
+          yield* Effect.logError(`${name} could not be written; the message runs again after its lease (its plain form failed too): ${why}`)
         } else yield* Effect.logError(`${name} could not be written as it was; written plain, without its texts and result: ${why}`)
         const cancelled = written?.cancelled.includes(plain.ref.id) === true && p.finished.action._tag !== "Cancel"
         yield* answer(p, held, cancelled ? cancelledInstead(p) : held === true ? plainAction(p.finished.action, plain) : p.finished.action)
