@@ -409,6 +409,8 @@ const main = async (): Promise<number> => {
       `SELECT (payload->>'n')::int AS n, state FROM ${SCHEMA}.messages`
     )
     const journal: Array<JournalEvent> = workers.flatMap((w) => w.journal)
+    // Poisoned on purpose: expected in dead letters, not completed.
+    const poisoned = new Set(Array.from({ length: sentCount }, (_, n) => n).filter((n) => poisonOf(n) === "error"))
     const result = analyze({
       sent: sentCount,
       ledger: ledger.map((r) => ({
@@ -428,7 +430,7 @@ const main = async (): Promise<number> => {
       logEvents: workers.flatMap((w) => w.logEvents),
       terminations: terminated,
       origin: t0,
-      poisoned: new Set(Array.from({ length: sentCount }, (_, n) => n).filter((n) => poisonOf(n) === "error"))
+      poisoned
     })
     // Poison: each dead letter with a readable reason (the NUL shown as the escape \u0000), each unstorable result marked.
     const poisonDeadReadable = await database.queryRetrying<{ n: number }>(
@@ -468,7 +470,7 @@ const main = async (): Promise<number> => {
     const rows: Array<Array<string>> = [
       ["check", "value", "verdict"],
       ["messages sent", String(result.sent), check(result.sent === config.messages, `sent ${result.sent} of ${config.messages}`)],
-      ["messages completed", String(result.completed), check(result.completed === result.sent, `${result.sent - result.completed} messages not completed`)],
+      ["messages completed", String(result.completed), check(result.completed === result.sent - poisoned.size, `${result.sent - poisoned.size - result.completed} messages not completed`)],
       ["messages lost", String(result.lost.length), check(result.lost.length === 0, `${result.lost.length} messages lost (e.g. n=${result.lost.slice(0, 5).join(",")})`)],
       ["messages dead-lettered", String(result.dead.length), check(result.dead.length === 0, `${result.dead.length} messages dead-lettered (e.g. n=${result.dead.slice(0, 5).join(",")})`)],
       ...(!config.poison ? [] : [
@@ -521,7 +523,7 @@ const main = async (): Promise<number> => {
         console.log(`  n=${o.n}: ${o.first.consumer} ${o.first.startedMs}..${o.first.okMs ?? o.first.interruptedMs ?? "?"} vs ${o.second.consumer} from ${o.second.startedMs}`)
       }
     }
-    const suspicious = result.duplicates.filter((x) => x.cause !== "kill")
+    const suspicious = result.duplicates.filter((x) => x.cause !== "kill" && x.cause !== "poison")
     if (suspicious.length > 0) {
       console.log("\nduplicates not following a kill (first 10):")
       for (const x of suspicious.slice(0, 10)) {
@@ -531,7 +533,8 @@ const main = async (): Promise<number> => {
             [
               p.okMs === undefined ? "" : `work done at ${p.okMs - t0} ms`,
               p.interruptedMs === undefined ? "" : `interrupted at ${p.interruptedMs - t0} ms`,
-              p.endWriteFailedMs === undefined ? "" : `end write failed at ${p.endWriteFailedMs - t0} ms`
+              p.endWriteFailedMs === undefined ? "" : `end write failed at ${p.endWriteFailedMs - t0} ms`,
+              p.poisonFailedMs === undefined ? "" : `failed on purpose (poison) at ${p.poisonFailedMs - t0} ms`
             ].filter((x) => x !== "").join(", ") + "; " +
             `then ${x.next.consumer} started ${x.next.startedMs - t0} ms (restart at ${restartAt === undefined ? "-" : restartAt - t0} ms)`
         )
