@@ -23,7 +23,6 @@ import * as Outcome from "./outcome.ts"
 import * as Span from "./span.ts"
 import * as AttemptResult from "./result.ts"
 import * as Validate from "./validate.ts"
-import { MAX_DELAY_MS } from "./validate.ts"
 
 /** What the completer needs to know about the consumer it works for. */
 export interface CompleterOptions {
@@ -75,12 +74,12 @@ export interface Completer {
 export const sanitize = (action: Outcome.Action): { readonly action: Outcome.Action; readonly problem?: string } => {
   if (action._tag !== "Retry") return { action }
   const delayMs = action.delayMs
-  if (Number.isFinite(delayMs) && delayMs >= 0 && delayMs <= MAX_DELAY_MS) return { action }
+  if (Number.isFinite(delayMs) && delayMs >= 0 && delayMs <= Validate.MAX_DELAY_MS) return { action }
   // NaN means "no sensible delay": retry now (bounding it to the maximum would park the message for years).
-  const clamped = Outcome.boundedDelayMs(Number.isNaN(delayMs) ? 0 : delayMs, MAX_DELAY_MS)
+  const clamped = Outcome.boundedDelayMs(Number.isNaN(delayMs) ? 0 : delayMs, Validate.MAX_DELAY_MS)
   return {
     action: { ...action, delayMs: clamped },
-    problem: `retry delay ${delayMs} ms is not a duration from 0 to ${MAX_DELAY_MS} ms; retrying in ${clamped} ms instead`
+    problem: `retry delay ${delayMs} ms is not a duration from 0 to ${Validate.MAX_DELAY_MS} ms; retrying in ${clamped} ms instead`
   }
 }
 
@@ -433,7 +432,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     const plainOf = (f: Finished, text: string): Completion => {
       const action = f.action
       const finish: Finish = action._tag === "Retry"
-        ? { _tag: "Retry", delayMs: Outcome.boundedDelayMs(action.delayMs, MAX_DELAY_MS), error: text }
+        ? { _tag: "Retry", delayMs: Outcome.boundedDelayMs(action.delayMs, Validate.MAX_DELAY_MS), error: text }
         : action._tag === "DeadLetter"
         ? { _tag: "DeadLetter", reason: text, error: undefined }
         : finishOf(action)
@@ -452,7 +451,6 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     }
 
     return {
-      // The hot path of a busy consumer: no generator.    return {
       // The hot path of a busy consumer: no generator.
       complete: (finished, done) =>
         Effect.suspend(() => {
