@@ -767,11 +767,15 @@ export const make = (
             -- A retried write (the first one's commit landed, its answer was lost) finds its own
             -- history record: same message, consumer, start and error, this outcome, cancelled
             -- or lease-lost. It answers as that record says and records nothing more. Only a
-            -- message whose write matched nothing looks (rare), by the (message_id, id) index.
-            SELECT DISTINCT ON (i.id) i.id, a.outcome
-            FROM items AS i JOIN ${attemptsTable} AS a
-              ON a.message_id = i.id AND a.consumer = i.consumer AND a.started_at = i.started_at
-             AND a.error IS NOT DISTINCT FROM i.error AND a.outcome IN (i.outcome, 'cancelled', 'lease-lost')
+            -- message whose write matched nothing looks (rare). A LATERAL probe per entry, by the
+            -- (message_id, id) index: never a join that could scan the whole history.
+            SELECT i.id, e.outcome
+            FROM items AS i CROSS JOIN LATERAL (
+              SELECT a.outcome FROM ${attemptsTable} AS a
+              WHERE a.message_id = i.id AND a.consumer = i.consumer AND a.started_at = i.started_at
+                AND a.error IS NOT DISTINCT FROM i.error AND a.outcome IN (i.outcome, 'cancelled', 'lease-lost')
+              LIMIT 1
+            ) AS e
             WHERE NOT EXISTS (SELECT 1 FROM held AS h WHERE h.id = i.id)
           ), recorded AS (
             -- Joined to what the writes returned (their rows' redrive base, the history numbering
