@@ -15,8 +15,8 @@
  * CHAOS_TERMINATE_EVERY, CHAOS_RESTART_DOWN (how long the server stays down,
  * default 1s), CHAOS_QUARANTINE_AFTER (default 100), CHAOS_DRAIN_TIMEOUT,
  * CHAOS_LOG_DIR; CHAOS_FAULT=block (see worker.ts: proves the checks can
- * fail); and LEASEHOLD_SESSION_LIVENESS=on|off|auto, passed through to the
- * workers.
+ * fail); CHAOS_POISON=0 (turns off the poisoned 1% + 1%, see poisonOf); and
+ * LEASEHOLD_SESSION_LIVENESS=on|off|auto, passed through to the workers.
  *
  *   npm run chaos -- --pooler transaction    the same through PgBouncer (or --pooler session)
  *
