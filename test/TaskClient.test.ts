@@ -150,18 +150,20 @@ describe("TaskClient", () => {
       const plain = Task.define({ name: "plain", queue: "reports", payload: Schema.Number })
       const quiet = Task.define({ name: "quiet", queue: "reports", payload: Schema.Number, success: Schema.Void })
       const huge = Task.define({ name: "huge", queue: "reports", payload: Schema.Number, success: Schema.String })
+      const nul = Task.define({ name: "nul", queue: "reports", payload: Schema.Number, success: Schema.Struct({ text: Schema.String }) })
       const client = yield* TaskClient.make.pipe(Effect.provideService(QueueStore, spy.store))
-      const [r, p, q, h] = yield* Effect.forEach([report, plain, quiet, huge] as const, (task) => client.send(task, 3))
+      const [r, p, q, h, u] = yield* Effect.forEach([report, plain, quiet, huge, nul] as const, (task) => client.send(task, 3))
       // Not run yet: nothing kept.
       assert.deepStrictEqual(yield* client.result(report, r!.id), Option.none())
       yield* startConsumer(spy, Task.dispatcher(
         Task.implement(report, (n) => Effect.succeed({ total: n * 2, label: "six" })),
         Task.implement(plain, (n) => Effect.succeed({ n })),
         Task.implement(quiet, () => Effect.void),
-        Task.implement(huge, () => Effect.succeed("x".repeat(70_000)))
+        Task.implement(huge, () => Effect.succeed("x".repeat(70_000))),
+        Task.implement(nul, () => Effect.succeed({ text: "upstream said \u0000" }))
       ), {})
       yield* idle(spy, ["reports"])
-      assert.strictEqual(spy.of("ack").length, 4)
+      assert.strictEqual(spy.of("ack").length, 5)
 
       const kept = yield* client.result(report, r!.id)
       assertType<Equals<typeof kept, Option.Option<{ readonly total: number; readonly label: string }>>>()
@@ -181,6 +183,10 @@ describe("TaskClient", () => {
       assert.instanceOf(tooLarge, ResultUnreadable)
       assert.strictEqual((tooLarge as ResultUnreadable).reason, "too-large")
       assert.match(tooLarge.message, /70002 bytes of JSON, over the 65536-byte bound/)
+      // Text jsonb cannot store (a NUL): acked all the same, the reader says where and why.
+      const unstorable = yield* Effect.flip(client.result(nul, u!.id))
+      assert.strictEqual((unstorable as ResultUnreadable).reason, "unstorable")
+      assert.match(unstorable.message, /was not kept: result\.text contains a NUL character/)
       // The kept JSON read with a schema it does not match.
       const mismatch = yield* Effect.flip(client.result(huge, r!.id))
       assert.strictEqual((mismatch as ResultUnreadable).reason, "schema")
