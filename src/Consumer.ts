@@ -516,7 +516,7 @@ const clampLease = (settings: QueueConfig.ConsumerSettings) =>
       `lease ${seconds(settings.leaseMs)} exceeds max runtime ${seconds(settings.maxRuntimeMs)}: clamping the lease to the max runtime`
     ).pipe(Effect.annotateLogs({ module: "Consumer" }))
     const leaseMs = settings.maxRuntimeMs
-    return { ...settings, leaseMs, leaseMarginMs: Math.min(settings.leaseMarginMs, Math.floor(leaseMs / 6)) }
+    return { ...settings, leaseMs, leaseMarginMs: Math.max(1, Math.min(settings.leaseMarginMs, Math.floor(leaseMs / 6))) }
   })
 
 /** The queues a dispatcher's tasks are sent to, when it knows them. */

@@ -176,6 +176,8 @@ export const parseDuration = (variable: string, value: DurationLike): Effect.Eff
 const show = (value: DurationLike): string =>
   typeof value === "string" || typeof value === "number" ? String(value) : Duration.isDuration(value) ? Duration.format(value) : String(value)
 
+const marginRule = "more than 0 and less than a third of the lease (the local deadline comes before the lease ends; renewals run every lease/3)"
+
 const invalid = (variable: string, rule: string, value: string) =>
   new ConfigInvalid({ variable, rule, message: `${variable}: ${JSON.stringify(value)} is invalid; expected ${rule}` })
 
@@ -214,8 +216,10 @@ export const resolve = (
     const leaseMs = yield* duration("lease", options.lease, defaults.leaseMs)
     yield* inRange(label("lease"), leaseMs, 300, 24 * 3_600_000, " ms")
     const leaseMarginMs = yield* duration("leaseMargin", options.leaseMargin, Math.round(leaseMs / 6))
-    if (leaseMarginMs >= leaseMs / 3) {
-      return yield* invalid(label("leaseMargin"), "less than a third of the lease (renewals run every lease/3)", `${leaseMarginMs}ms`)
+    // Above 0: the local deadline (last renewal + lease - margin) must come before the lease ends,
+    // or a handler is stopped only once another consumer may already have its message.
+    if (leaseMarginMs <= 0 || leaseMarginMs >= leaseMs / 3) {
+      return yield* invalid(label("leaseMargin"), marginRule, show(options.leaseMargin ?? `${leaseMarginMs}ms`))
     }
     const maxRuntimeMs = yield* duration("maxRuntime", options.maxRuntime, defaults.maxRuntimeMs)
     yield* inRange(label("maxRuntime"), maxRuntimeMs, 1, 7 * 24 * 3_600_000, " ms")
@@ -316,16 +320,61 @@ export const fromEnv: Effect.Effect<ConsumerSettings, ConfigInvalid> = Effect.ge
 /** The SQL schema from `LEASEHOLD_SCHEMA` (default `leasehold`); the store validates it. */
 export const schemaFromEnv: Effect.Effect<string | undefined, ConfigInvalid> = readEnv("schema")
 
-/** The database URL from `LEASEHOLD_DATABASE_URL`, kept redacted. */
+/**
+ * The database URL from `LEASEHOLD_DATABASE_URL`, kept redacted, and checked as
+ * the driver will read it ({@link checkDatabaseUrl}): a value that is not a
+ * PostgreSQL URL fails here, naming the variable, instead of failing every
+ * connection later as if the server were down.
+ */
 export const databaseUrl: Effect.Effect<Redacted.Redacted, ConfigInvalid> = Effect.mapError(
   Config.Redacted(variables.databaseUrl),
   () =>
     new ConfigInvalid({
       variable: variables.databaseUrl,
-      rule: "a PostgreSQL URL such as postgres://user:password@host:5432/db",
-      message: `${variables.databaseUrl} is not set; expected a PostgreSQL URL such as postgres://user:password@host:5432/db`
+      rule: urlRule,
+      message: `${variables.databaseUrl} is not set; expected ${urlRule}`
     })
-)
+).pipe(Effect.flatMap((url) => checkDatabaseUrl(variables.databaseUrl, url)))
+
+const urlRule = "a PostgreSQL URL such as postgres://user:password@host:5432/db"
+
+/** What is wrong with `text` as a PostgreSQL URL (never quoting it: it may hold a password), or undefined. */
+const urlProblem = (text: string): string | undefined => {
+  let url: URL
+  try {
+    url = new URL(text)
+  } catch {
+    return "not a URL"
+  }
+  if (url.protocol !== "postgres:" && url.protocol !== "postgresql:") {
+    // The scheme alone is safe to show: it ends before any credentials.
+    return `the scheme ${JSON.stringify(url.protocol.slice(0, 20))} is not postgres: or postgresql:`
+  }
+  if (url.port === "0") return "port 0"
+  for (const [part, value] of [["user name", url.username], ["password", url.password], ["database", url.pathname]] as const) {
+    try {
+      decodeURIComponent(value)
+    } catch {
+      return `invalid percent-encoding in the ${part}`
+    }
+  }
+  return undefined
+}
+
+/**
+ * Check a database URL the way the driver parses it (a WHATWG URL, scheme
+ * postgres: or postgresql:, port 1-65535, valid percent-encoding), naming
+ * `variable` (an environment variable, or `url` from code) when it is not one.
+ * The driver would report such a URL on every connection attempt as a
+ * `ConnectionError`, which reads as a dead connection and is retried forever.
+ * The message never quotes the value.
+ */
+export const checkDatabaseUrl = (variable: string, url: Redacted.Redacted): Effect.Effect<Redacted.Redacted, ConfigInvalid> => {
+  const problem = urlProblem(Redacted.value(url).trim())
+  return problem === undefined
+    ? Effect.succeed(url)
+    : Effect.fail(new ConfigInvalid({ variable, rule: urlRule, message: `${variable} is not a PostgreSQL URL (${problem}); expected ${urlRule}` }))
+}
 
 /**
  * The environment variables that say how leasehold reaches PostgreSQL, apart
@@ -337,7 +386,6 @@ export const connectionVariables = {
 } as const
 
 const poolerRule = "none, session or transaction"
-const urlRule = "a PostgreSQL URL such as postgres://user:password@host:5432/db"
 
 /** The pooler between leasehold and PostgreSQL from `LEASEHOLD_POOLER` (none, session or transaction; default none). */
 export const poolerFromEnv: Effect.Effect<Pooler.Mode, ConfigInvalid> = Effect.gen(function*() {
@@ -354,8 +402,8 @@ export const poolerFromEnv: Effect.Effect<Pooler.Mode, ConfigInvalid> = Effect.g
 
 /**
  * The direct URL from `LEASEHOLD_DIRECT_DATABASE_URL`, kept redacted: none when
- * unset or empty. A value that is not a postgres:// URL fails, without the value
- * in the message (it may hold a password).
+ * unset or empty. A value that is not a PostgreSQL URL ({@link checkDatabaseUrl})
+ * fails, without the value in the message (it may hold a password).
  */
 export const directDatabaseUrl: Effect.Effect<Option.Option<Redacted.Redacted>, ConfigInvalid> = Effect.gen(function*() {
   const name = connectionVariables.directDatabaseUrl
@@ -364,10 +412,8 @@ export const directDatabaseUrl: Effect.Effect<Option.Option<Redacted.Redacted>, 
     () => new ConfigInvalid({ variable: name, rule: "readable", message: `${name} could not be read` })
   )
   if (Option.isNone(value) || Redacted.value(value.value).trim() === "") return Option.none()
-  if (!/^postgres(?:ql)?:\/\/[^\s]+$/.test(Redacted.value(value.value).trim())) {
-    return yield* new ConfigInvalid({ variable: name, rule: urlRule, message: `${name} is not a PostgreSQL URL; expected ${urlRule}` })
-  }
-  return Option.some(Redacted.make(Redacted.value(value.value).trim()))
+  const url = yield* checkDatabaseUrl(name, Redacted.make(Redacted.value(value.value).trim()))
+  return Option.some(url)
 })
 
 /** How {@link pgLayer} connects. */
@@ -391,15 +437,21 @@ export interface PgLayerOptions {
  * A PostgreSQL client for `url`, with connection failures classified and the
  * URL redacted from every error, and the {@link Pooler.Pooler} setting that the
  * store and session liveness read. Use it for the main pool of an application.
+ * A `url` (or `directUrl`) that is not a PostgreSQL URL fails the layer with
+ * `ConfigInvalid` naming `url` (or `directUrl`).
  */
 export const pgLayer = (
   url: Redacted.Redacted,
   options: PgLayerOptions = {}
-): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient | Pooler.Pooler, StoreError> => {
+): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient | Pooler.Pooler, StoreError | ConfigInvalid> => {
   const mode = options.pooler ?? "none"
+  const checked = Effect.andThen(
+    options.directUrl === undefined ? Effect.void : checkDatabaseUrl("directUrl", options.directUrl),
+    checkDatabaseUrl("url", url)
+  )
   return Layer.merge(
     PgClient.layerFrom(
-      PgClient.make({
+      Effect.flatMap(checked, (url) => PgClient.make({
         url,
         maxConnections: options.maxConnections ?? 10,
         applicationName: options.applicationName ?? "leasehold",
@@ -407,7 +459,7 @@ export const pgLayer = (
         connectTimeout: "10 seconds",
         // A statement prepared on one backend is not there on the next: parse each time.
         ...(mode === "transaction" ? { prepare: false } : {})
-      }).pipe(classify("connect"))
+      }).pipe(classify("connect")))
     ),
     Pooler.layer({ mode, directUrl: options.directUrl })
   )

@@ -12,7 +12,9 @@ import { redactSecrets } from "./internal/redact.ts"
 /**
  * The connection or the server went away (SQLSTATE class 08, 57P01-57P03,
  * ECONNRESET, ECONNREFUSED, EPIPE, ETIMEDOUT, EHOSTUNREACH, ENETUNREACH,
- * "Connection terminated"). The statement may or may not have run.
+ * "Connection terminated"), or the server refused a new connection (class 53
+ * at connect: 53300 too many connections, per server or per role; 57P03). The
+ * statement may or may not have run.
  * Retry it when it is safe to: every leasehold write is fenced, so a retried
  * renew or ack never touches someone else's lease.
  */
@@ -90,15 +92,29 @@ const messageOf = (error: SqlError.SqlError): string => {
 }
 
 /**
- * Whether a `SqlError` means the connection or server is gone. The driver maps
- * only SQLSTATE class 08 to `ConnectionError`; a terminated backend (57P01) or a
- * server shutting down (57P03) arrive as `UnknownError`, so both the reason tag
- * and the underlying code are read.
+ * Whether the server refused to open a connection for want of resources: SQLSTATE class 53 in
+ * its answer to the startup message (53300 too many connections, for the server or for the
+ * role). The driver reports those as `UnknownError` with `operation: "connect"` (the startup's
+ * ErrorResponse; statements report `operation: "query"`), so a class-53 error of a statement
+ * (53100 disk full, 53200 out of memory while it ran) is not one: the server took the
+ * statement and failed it, which is the statement's failure, not a dead connection.
+ */
+const refusedAtConnect = (error: SqlError.SqlError, code: string | undefined): boolean =>
+  error.reason.operation === "connect" && code !== undefined && code.startsWith("53")
+
+/**
+ * Whether a `SqlError` means the connection or server is gone, or that the
+ * server refused a new connection (which is as dead for the caller). The driver
+ * maps only SQLSTATE class 08 to `ConnectionError`; a terminated backend
+ * (57P01), a server shutting down (57P03) and a refused connection (53300 at
+ * connect) arrive as `UnknownError`, so the reason tag, its operation and the
+ * underlying code are read.
  */
 export const isConnectionDead = (error: SqlError.SqlError): boolean => {
   if (error.reason._tag === "ConnectionError") return true
   const code = codeOf(error.reason.cause)
   if (code !== undefined && (code.startsWith("08") || connectionDeadCodes.has(code))) return true
+  if (refusedAtConnect(error, code)) return true
   // Any other SQLSTATE is the server's answer: its text may quote data ("invalid input syntax
   // for type integer: \"connection closed\""), so the message is read only when there is none.
   if (code !== undefined && isSqlState(code)) return false

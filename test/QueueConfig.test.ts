@@ -88,6 +88,9 @@ describe("QueueConfig", () => {
         [{ LEASEHOLD_QUEUES: "ok,x\"; drop table" }, "LEASEHOLD_QUEUES", /A-Z a-z 0-9/],
         [{ LEASEHOLD_QUEUES: " , " }, "LEASEHOLD_QUEUES", /at least one queue/],
         [{ LEASEHOLD_LEASE: "30s", LEASEHOLD_LEASE_MARGIN: "15s" }, "LEASEHOLD_LEASE_MARGIN", /less than a third of the lease/],
+        [{ LEASEHOLD_LEASE_MARGIN: "0s" }, "LEASEHOLD_LEASE_MARGIN", /more than 0 and less than a third of the lease/],
+        [{ LEASEHOLD_LEASE_MARGIN: "0 millis" }, "LEASEHOLD_LEASE_MARGIN", /more than 0/],
+        [{ LEASEHOLD_LEASE: "3s", LEASEHOLD_LEASE_MARGIN: "1s" }, "LEASEHOLD_LEASE_MARGIN", /less than a third of the lease/],
         [{ LEASEHOLD_MAX_RUNTIME: "0s" }, "LEASEHOLD_MAX_RUNTIME", /from 1 ms/],
         [{ LEASEHOLD_CONSUMER_ID: "has space" }, "LEASEHOLD_CONSUMER_ID", /A-Z a-z 0-9/]
       ]
@@ -123,6 +126,15 @@ describe("QueueConfig", () => {
       const e = yield* fails(QueueConfig.parseDuration("LEASEHOLD_X", Duration.days(3661)))
       assert.match(e.rule, /ten years/)
       assert.strictEqual((yield* QueueConfig.resolve({ lease: Duration.seconds(12) })).leaseMs, 12_000)
+    }))
+
+  it.effect("a lease margin of 0 is refused from code too (the local deadline would be the lease's end); 1 ms is accepted", () =>
+    Effect.gen(function*() {
+      const e = yield* fails(QueueConfig.resolve({ leaseMargin: 0 }))
+      assert.deepStrictEqual([e._tag, e.variable], ["ConfigInvalid", "leaseMargin"])
+      assert.match(e.rule, /more than 0/)
+      assert.strictEqual((yield* QueueConfig.resolve({ leaseMargin: 1 })).leaseMarginMs, 1)
+      assert.strictEqual((yield* QueueConfig.resolve({ lease: "3s", leaseMargin: "999ms" })).leaseMarginMs, 999)
     }))
 
   it.effect("options from code are checked by the same rules, naming the option", () =>
@@ -176,5 +188,38 @@ describe("QueueConfig", () => {
       assert.notInclude(String(url), "pw-123")
       assert.notInclude(JSON.stringify(url), "pw-123")
       assert.strictEqual(Redacted.value(url), "postgres://u:pw-123@db:5432/x")
+    }))
+
+  it.effect("a database URL that is not a PostgreSQL URL is ConfigInvalid naming the variable, never quoting it", () =>
+    Effect.gen(function*() {
+      const bad = [
+        "not-a-url",
+        "host=db user=u password=pw-123 dbname=x", // keyword/value: the driver reads URLs only
+        "mysql://u:pw-123@db/x",
+        "postgres://u:pw-123@db:99999/x",
+        "postgres://u:pw-123@db:0/x",
+        "postgres://u:pw-123%zz@db/x"
+      ]
+      for (const value of bad) {
+        const e = yield* fails(QueueConfig.databaseUrl.pipe(withEnv({ LEASEHOLD_DATABASE_URL: value })))
+        assert.strictEqual(e._tag, "ConfigInvalid", value)
+        assert.strictEqual(e.variable, "LEASEHOLD_DATABASE_URL", value)
+        assert.match(e.rule, /PostgreSQL URL such as postgres:\/\/user:password@host:5432\/db/)
+        assert.match(e.message, /^LEASEHOLD_DATABASE_URL is not a PostgreSQL URL \(/, value)
+        assert.notInclude(e.message, "pw-123", value)
+      }
+      for (const good of ["postgresql://db/x", "postgres://u:p%40ss@[::1]:5433/x?sslmode=require", "postgres:///x?host=/run/postgresql"]) {
+        assert.strictEqual(Redacted.value(yield* QueueConfig.databaseUrl.pipe(withEnv({ LEASEHOLD_DATABASE_URL: good }))), good)
+      }
+    }))
+
+  it.effect("pgLayerFromEnv and pgLayer fail at build with ConfigInvalid for a URL that is not one (not ConnectionDead on first use)", () =>
+    Effect.gen(function*() {
+      const fromEnv = yield* fails(Effect.scoped(Layer.build(QueueConfig.pgLayerFromEnv())).pipe(withEnv({ LEASEHOLD_DATABASE_URL: "not-a-url" })))
+      assert.deepStrictEqual([fromEnv._tag, fromEnv.variable], ["ConfigInvalid", "LEASEHOLD_DATABASE_URL"])
+      const fromCode = yield* fails(Effect.scoped(Layer.build(QueueConfig.pgLayer(Redacted.make("not-a-url")))))
+      assert.deepStrictEqual([fromCode._tag, fromCode.variable], ["ConfigInvalid", "url"])
+      const direct = yield* fails(Effect.scoped(Layer.build(QueueConfig.pgLayer(Redacted.make("postgres://db/x"), { directUrl: Redacted.make("nope") }))))
+      assert.deepStrictEqual([direct._tag, direct.variable], ["ConfigInvalid", "directUrl"])
     }))
 })
