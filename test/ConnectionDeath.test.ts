@@ -326,6 +326,39 @@ describe("ConnectionDead vs QueryFailed on a real server", () => {
       assert.strictEqual(row?.one, 1)
     }))
 
+  it.live("a connection the server refuses (53300: the role's connection limit) is ConnectionDead; a statement's 53300 is QueryFailed", () =>
+    Effect.gen(function*() {
+      const admin = yield* adminClient()
+      const role = uniqueName("limited")
+      yield* admin.unsafe(`CREATE ROLE ${role} LOGIN CONNECTION LIMIT 0`)
+      yield* Effect.addFinalizer(() => admin.unsafe(`DROP ROLE IF EXISTS ${role}`).pipe(Effect.ignore))
+      const sql = yield* Effect.map(
+        Layer.build(PgClient.layer({
+          url: Redacted.make(server.url.replace("postgres@", `${role}@`)),
+          maxConnections: 1,
+          applicationName: uniqueName("leasehold-refused"),
+          connectTimeout: "2 seconds"
+        })),
+        (ctx) => Context.get(ctx, PgClient.PgClient)
+      )
+      // What the driver reports: the startup's ErrorResponse, operation "connect" (statements say "query").
+      const raw = yield* failureOf(sql`SELECT 1`)
+      assert.isTrue(SqlError.isSqlError(raw), describeValue(raw))
+      const reason = (raw as SqlError.SqlError).reason
+      assert.deepStrictEqual([reason._tag, reason.operation, (reason.cause as { code?: unknown }).code], ["UnknownError", "connect", "53300"])
+      const refused = assertConnectionDead(yield* failureOf(sql`SELECT 1`.pipe(classify("claim"))), ["53300"])
+      assert.include(refused.message, `too many connections for role "${role}"`)
+      // Once the role may connect again, the same pool works: nothing was poisoned.
+      yield* admin.unsafe(`ALTER ROLE ${role} CONNECTION LIMIT -1`)
+      const [row] = yield* sql<{ one: number }>`SELECT 1 AS one`
+      assert.strictEqual(row?.one, 1)
+      // The same SQLSTATE raised by a statement is the statement's failure, not a refused connection.
+      assertQueryFailed(
+        yield* failureOf(sql`DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = '53300', MESSAGE = 'raised'; END $$`.pipe(classify("test"))),
+        "53300"
+      )
+    }))
+
   it.live("a connection failure never quotes the password", () =>
     Effect.gen(function*() {
       const port = yield* Effect.promise(closedPort)
