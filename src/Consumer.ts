@@ -373,7 +373,10 @@ export const make = <R>(
       Effect.tapCause((cause) =>
         Cause.hasInterruptsOnly(cause) ? Effect.void : Effect.gen(function*() {
           stopping = true
-          yield* Effect.logError(`claim loop failed; the consumer stops claiming and shuts down:\n${Cause.pretty(cause)}`).pipe(
+          yield* Effect.logError(
+            `claim loop failed; the consumer stops claiming and shuts down: ${inFlight} message(s) in flight get the ` +
+              `shutdown grace to finish, then are released; messages not claimed stay queued for other consumers:\n${Cause.pretty(cause)}`
+          ).pipe(
             Effect.annotateLogs(annotations)
           )
           yield* Deferred.failCause(failed, cause as Cause.Cause<StoreError | InvalidInput>)

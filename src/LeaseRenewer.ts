@@ -171,6 +171,12 @@ export const start = (
         ))
       })
 
+    /** What becomes of the messages of a claim whose renewer stopped for good: said in its ERROR line. */
+    const fateWithoutRenewer = (count: number) =>
+      options.interruptOnLost
+        ? `its ${count} message(s) are stopped at their local deadline (${seconds(leaseMs - marginMs)} after the last renewal) and retried at once`
+        : `its ${count} message(s) run on unrenewed (on a lost lease: continue); once their leases end another consumer may run them too`
+
     const renewOnce = (lastSuccess: { at: number; escalated: boolean }) =>
       Effect.gen(function*() {
         const sent = [...entries.values()].filter((e) => e.active)
@@ -213,7 +219,7 @@ export const start = (
         const error = result.failure
         if (error._tag !== "ConnectionDead") {
           // A bug or a bad statement: never a blip. Fail the renewer; the local deadline protects the handlers.
-          yield* Effect.logError(`renewal failed (${error._tag}), renewer stopping: ${error.message}`)
+          yield* Effect.logError(`renewal failed (${error._tag}), renewer stopping: ${error.message}; ${fateWithoutRenewer(sent.length)}`)
           yield* Metric.update(QueueMetrics.leaseLostBy("renewer-failed"), sent.length)
           yield* countLost(sent, "renewer-failed")
           return yield* error
