@@ -374,8 +374,9 @@ export const make = <R>(
         Cause.hasInterruptsOnly(cause) ? Effect.void : Effect.gen(function*() {
           stopping = true
           yield* Effect.logError(
-            `claim loop failed; the consumer stops claiming and shuts down: ${inFlight} message(s) in flight get the ` +
-              `shutdown grace to finish, then are released; messages not claimed stay queued for other consumers:\n${Cause.pretty(cause)}`
+            `claim loop failed; the consumer stops claiming and shuts down:\n${Cause.pretty(cause)}\n` +
+              `${inFlight} message(s) in flight get the shutdown grace to finish, then are released; ` +
+              "messages not claimed stay queued for other consumers"
           ).pipe(
             Effect.annotateLogs(annotations)
           )
