@@ -103,6 +103,20 @@ const refusedAtConnect = (error: SqlError.SqlError, code: string | undefined): b
   error.reason.operation === "connect" && code !== undefined && code.startsWith("53")
 
 /**
+ * The driver's own refusals of its configuration, which it reports as a `ConnectionError` at
+ * connect on every attempt: a URL it cannot parse (`ERR_INVALID_URL`, a scheme, port,
+ * percent-encoding, sslmode or connect_timeout it does not take), no user name, a bad startup
+ * parameter. Nothing about the connection: retrying cannot help. (`QueueConfig.pgLayer` refuses
+ * such a URL at start with `ConfigInvalid`; this covers a client built another way.)
+ */
+const driverConfigMessage =
+  /^PgConnection: (Invalid connection URL|Unsupported connection URL protocol|Invalid port in URL|Invalid percent-encoding in URL|Unrecognized sslmode|Invalid connect_timeout|No username configured|Reserved startup parameter|Startup parameter)/
+
+const isDriverConfigError = (error: SqlError.SqlError): boolean =>
+  error.reason.operation === "connect" &&
+  (codeOf(error.reason.cause) === "ERR_INVALID_URL" || driverConfigMessage.test(error.reason.message ?? ""))
+
+/**
  * Whether a `SqlError` means the connection or server is gone, or that the
  * server refused a new connection (which is as dead for the caller). The driver
  * maps only SQLSTATE class 08 to `ConnectionError`; a terminated backend
@@ -111,7 +125,7 @@ const refusedAtConnect = (error: SqlError.SqlError, code: string | undefined): b
  * underlying code are read.
  */
 export const isConnectionDead = (error: SqlError.SqlError): boolean => {
-  if (error.reason._tag === "ConnectionError") return true
+  if (error.reason._tag === "ConnectionError") return !isDriverConfigError(error)
   const code = codeOf(error.reason.cause)
   if (code !== undefined && (code.startsWith("08") || connectionDeadCodes.has(code))) return true
   if (refusedAtConnect(error, code)) return true

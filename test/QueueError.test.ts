@@ -4,8 +4,10 @@
  * startup's ErrorResponse, an `UnknownError` (or the driver's own reason for its SQLSTATE) with
  * `operation: "connect"`; a statement's error has `operation: "query"`.
  */
+import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
-import { SqlError } from "effect/sql"
+import { Effect, Redacted } from "effect"
+import { SqlClient, SqlError } from "effect/sql"
 import { redactSecrets } from "../src/internal/redact.ts"
 import { classifySqlError, isConnectionDead } from "../src/QueueError.ts"
 
@@ -72,6 +74,29 @@ describe("classifySqlError: what is a dead connection", () => {
       assert.isFalse(classified.retryable)
     }
   })
+
+  it.effect("the driver's refusal of a URL it cannot parse is QueryFailed, not a dead connection retried forever", () =>
+    Effect.gen(function*() {
+      for (const url of ["not-a-url", "mysql://u:pw@db/x", "postgres://u:pw@db/x?sslmode=sometimes"]) {
+        const error = yield* Effect.flip(Effect.flatMap(SqlClient.SqlClient, (sql) => sql`SELECT 1`).pipe(
+          Effect.provide(PgClient.layer({ url: Redacted.make(url), maxConnections: 1 }))
+        ))
+        assert.isTrue(SqlError.isSqlError(error), String(error))
+        const sqlError = error as SqlError.SqlError
+        assert.deepStrictEqual([sqlError.reason._tag, sqlError.reason.operation], ["ConnectionError", "connect"], url)
+        const classified = classifySqlError("claim", sqlError)
+        assert.strictEqual(classified._tag, "QueryFailed", `${url}: ${classified.message}`)
+        assert.notInclude(classified.message, "pw", url)
+      }
+      // A real ConnectionError at connect (nothing listening) stays dead.
+      assert.isTrue(isConnectionDead(new SqlError.SqlError({
+        reason: new SqlError.ConnectionError({
+          cause: Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:1"), { code: "ECONNREFUSED" }),
+          message: "PgConnection: Failed to connect",
+          operation: "connect"
+        })
+      })))
+    }))
 
   it("a refusal's message says what the server said, with the operation", () => {
     const classified = classifySqlError("claim", pgError("UnknownError", "53300", "connect", "too many connections for role \"app\""))
