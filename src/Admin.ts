@@ -5,12 +5,13 @@
  * `/api`, described by an OpenAPI document (`/openapi.json`, browsable at
  * `/docs`), behind the dashboard page at `/`.
  *
- * - Reading routes (queues, consumers, messages, dead letters, counters) are
- *   open to whoever reaches the server: it binds to 127.0.0.1 unless configured.
- * - Every route that changes something (pause, resume, cancel, redrive, purge)
- *   requires `Authorization: Bearer <LEASEHOLD_ADMIN_TOKEN>`, compared in
- *   constant time: 401 when missing or wrong, 403 when no token is configured.
- *   A refused request writes nothing.
+ * - Every route requires `Authorization: Bearer <LEASEHOLD_ADMIN_TOKEN>` once a
+ *   token is set, compared in constant time: 401 when missing or wrong.
+ * - With no token set, every route that changes something (pause, resume,
+ *   cancel, redrive, purge) answers 403, and so does every reading route
+ *   (queues, consumers, messages, dead letters, counters: they show payloads,
+ *   errors, hosts and pids) unless the server answers this machine only
+ *   ({@link AdminOptions.loopbackOnly}). A refused request writes nothing.
  * - Every input is decoded by a schema: a bad queue name, message id, state,
  *   page size or body is a 400 {@link BadRequest} naming the field and the rule.
  * - Database failures are a 503 whose message never carries the database URL.
@@ -52,12 +53,12 @@ export class BadRequest extends Schema.TaggedError<BadRequest>()("BadRequest", {
   message: Schema.String
 }, { httpApiStatus: 400 }) {}
 
-/** 401: a changing route without `Authorization: Bearer <token>`, or with a wrong token. */
+/** 401: a route without `Authorization: Bearer <token>` while a token is set, or with a wrong token. */
 export class Unauthorized extends Schema.TaggedError<Unauthorized>()("Unauthorized", {
   message: Schema.String
 }, { httpApiStatus: 401 }) {}
 
-/** 403: a changing route while no admin token is configured: changes over HTTP are off. */
+/** 403: no admin token is configured: changes over HTTP are off, and reads too on a server reachable from elsewhere. */
 export class Forbidden extends Schema.TaggedError<Forbidden>()("Forbidden", {
   message: Schema.String
 }, { httpApiStatus: 403 }) {}
@@ -75,17 +76,22 @@ export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable"
 // ---------------------------------------------------------------------------
 // Inputs: each check carries the rule its 400 states.
 
-const idRule = "a message id: a positive whole number of at most 19 digits"
+/** The largest message id: ids are PostgreSQL `bigint` (int8). */
+const maxMessageId = 9_223_372_036_854_775_807n
+const idRule = `a message id: a whole number from 1 to ${maxMessageId}`
 const limitRule = "a whole number from 1 to 1000"
 
 /** A queue name in a path or body. */
 export const QueueName = Schema.String.check(Schema.isPattern(Validate.namePattern, { message: Validate.nameRule }))
 /** A task name in a body. */
 export const TaskName = QueueName
-/** A message id in a path, query or body. */
-export const MessageIdInput = Schema.String.check(Schema.isPattern(/^[1-9][0-9]{0,18}$/, { message: idRule })).pipe(
-  Schema.brand("leasehold/MessageId")
-)
+const idPattern = /^[1-9][0-9]{0,18}$/
+/** A message id in a path, query or body: 19 digits can still exceed int8, which the database would refuse (a 503). */
+export const MessageIdInput = Schema.String.check(
+  Schema.isPattern(idPattern, { message: idRule }),
+  // Only a number of the pattern is compared: text that fails it has its one issue already.
+  Schema.makeFilter((text: string) => !idPattern.test(text) || BigInt(text) <= maxMessageId, { message: idRule })
+).pipe(Schema.brand("leasehold/MessageId"))
 /** A page size in a query: decimal text, 1 to 1000. */
 export const Limit = Schema.String.check(Schema.isPattern(/^(?:1000|[1-9][0-9]{0,2})$/, { message: limitRule }))
 /** A message state in a query. */
@@ -166,6 +172,12 @@ export class AdminAuth extends HttpApiMiddleware.Service<AdminAuth>()("leasehold
   security: { bearer: HttpApiSecurity.bearer }
 }) {}
 
+/** Guards the reading routes: the same token once one is set; none set, open only on a server for this machine. */
+export class ReadAuth extends HttpApiMiddleware.Service<ReadAuth>()("leasehold/Admin/ReadAuth", {
+  error: [Unauthorized, Forbidden],
+  security: { bearer: HttpApiSecurity.bearer }
+}) {}
+
 /** Turns a request that fails its schema into a {@link BadRequest} naming the field and the rule. */
 export class InputErrors extends HttpApiMiddleware.Service<InputErrors>()("leasehold/Admin/InputErrors", {
   error: BadRequest
@@ -186,7 +198,7 @@ const summarized = <E extends { readonly annotate: (key: typeof OpenApi.Summary,
 /** The admin routes, under `/api`. Add it to an `HttpApi` named `leasehold` (as `Http` does). */
 export const AdminGroup = HttpApiGroup.make("admin")
   .add(summarized(
-    HttpApiEndpoint.get("queues", "/api/queues", { success: Schema.Array(QueueRow), error: readErrors }),
+    HttpApiEndpoint.get("queues", "/api/queues", { success: Schema.Array(QueueRow), error: readErrors }).middleware(ReadAuth),
     "Every queue with messages, history or a pause: counts and whether it is paused"
   ))
   .add(summarized(
@@ -205,7 +217,7 @@ export const AdminGroup = HttpApiGroup.make("admin")
       query: { state: Schema.optionalKey(StateInput), limit: Schema.optionalKey(Limit), after: Schema.optionalKey(MessageIdInput) },
       success: MessagePage,
       error: readErrors
-    }),
+    }).middleware(ReadAuth),
     "A page of a queue's messages in id order, optionally in one state; next is the after of the next page"
   ))
   .add(summarized(
@@ -218,7 +230,7 @@ export const AdminGroup = HttpApiGroup.make("admin")
     "Cancel every message of a queue, or of one task in it; needs the admin token"
   ))
   .add(summarized(
-    HttpApiEndpoint.get("consumers", "/api/consumers", { success: Schema.Array(ConsumerRow), error: readErrors }),
+    HttpApiEndpoint.get("consumers", "/api/consumers", { success: Schema.Array(ConsumerRow), error: readErrors }).middleware(ReadAuth),
     "Registered consumers: host, pid, heartbeat age, messages in flight"
   ))
   .add(summarized(
@@ -226,7 +238,7 @@ export const AdminGroup = HttpApiGroup.make("admin")
       query: { limit: Schema.optionalKey(Limit) },
       success: Schema.Array(MessageInfo),
       error: readErrors
-    }),
+    }).middleware(ReadAuth),
     "Messages in flight on every queue (at most limit per queue), with their holder and lease"
   ))
   .add(summarized(
@@ -234,7 +246,7 @@ export const AdminGroup = HttpApiGroup.make("admin")
       params: { id: MessageIdInput },
       success: MessageDetail,
       error: [Unavailable, NotFound]
-    }),
+    }).middleware(ReadAuth),
     "One message, live or dead, with its attempt history"
   ))
   .add(summarized(
@@ -250,7 +262,7 @@ export const AdminGroup = HttpApiGroup.make("admin")
       query: { queue: Schema.optionalKey(QueueName), limit: Schema.optionalKey(Limit) },
       success: Schema.Array(DeadLetter),
       error: readErrors
-    }),
+    }).middleware(ReadAuth),
     "Dead letters, oldest death first, with their reason and last error"
   ))
   .add(summarized(
@@ -270,7 +282,7 @@ export const AdminGroup = HttpApiGroup.make("admin")
     "Delete dead letters (a queue's, some ids, or all) for good; needs the admin token"
   ))
   .add(summarized(
-    HttpApiEndpoint.get("counters", "/api/counters", { success: Counters }),
+    HttpApiEndpoint.get("counters", "/api/counters", { success: Counters }).middleware(ReadAuth),
     "Counters of this process: leases lost by reason, double runs, claims reaped, cancels"
   ))
   .middleware(InputErrors)
@@ -311,6 +323,16 @@ const digest = (text: string) => createHash("sha256").update(text, "utf8").diges
 const tokenMatches = (token: Redacted.Redacted, given: string): boolean =>
   timingSafeEqual(digest(Redacted.value(token)), digest(given))
 
+const bearerHint = `send Authorization: Bearer <${QueueConfig.adminVariables.token}>`
+const setToken = `set ${QueueConfig.adminVariables.token}`
+
+/** The bearer check of one request against a configured token: undefined when it matches. */
+const wrongBearer = (token: Redacted.Redacted, credential: Redacted.Redacted, what: string): Unauthorized | undefined => {
+  const given = Redacted.value(credential)
+  if (given === "") return new Unauthorized({ message: `${what}: ${bearerHint}` })
+  return tokenMatches(token, given) ? undefined : new Unauthorized({ message: "wrong admin token" })
+}
+
 /**
  * The {@link AdminAuth} middleware over `token`: none refuses every changing
  * route with 403; a token admits only requests bearing it. Each change is
@@ -323,24 +345,40 @@ export const authLayer = (token: Option.Option<Redacted.Redacted>): Layer.Layer<
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
         const what = `${request.method} ${request.url}`
-        const refuse = (error: Unauthorized | Forbidden) =>
-          Effect.andThen(Effect.logWarning(`admin: ${what} refused: ${error.message}`), Effect.fail(error))
-        if (Option.isNone(token)) {
-          return yield* refuse(
-            new Forbidden({
-              message: `changes over HTTP are off: no admin token is set (set ${QueueConfig.adminVariables.token} to enable them)`
-            })
-          )
+        const refused = Option.isNone(token)
+          ? new Forbidden({ message: `changes over HTTP are off: no admin token is set (${setToken} to enable them)` })
+          : wrongBearer(token.value, credential, "this route changes something")
+        if (refused !== undefined) {
+          yield* Effect.logWarning(`admin: ${what} refused: ${refused.message}`)
+          return yield* refused
         }
-        const given = Redacted.value(credential)
-        if (given === "") {
-          return yield* refuse(
-            new Unauthorized({ message: `this route changes something: send Authorization: Bearer <${QueueConfig.adminVariables.token}>` })
-          )
-        }
-        if (!tokenMatches(token.value, given)) return yield* refuse(new Unauthorized({ message: "wrong admin token" }))
         yield* Effect.logInfo(`admin: ${what}`)
         return yield* handler
+      })
+  })
+
+/**
+ * The {@link ReadAuth} middleware: with `token`, only requests bearing it read; with none,
+ * reads are open when `loopbackOnly` (the server answers this machine only) and refused
+ * with 403 otherwise. Refusals are logged at DEBUG only: a dashboard left open without the
+ * token asks five routes every 2 s.
+ */
+export const readAuthLayer = (token: Option.Option<Redacted.Redacted>, loopbackOnly: boolean): Layer.Layer<ReadAuth> =>
+  Layer.succeed(ReadAuth, {
+    bearer: (handler, { credential }) =>
+      Effect.gen(function*() {
+        const refused = Option.isSome(token)
+          ? wrongBearer(token.value, credential, "this server requires the admin token to read")
+          : loopbackOnly
+          ? undefined
+          : new Forbidden({
+            message: `reads over HTTP are off: the server is reachable from other machines and no admin token is set ` +
+              `(${setToken} to enable them; /healthz, /readyz and /metrics need none)`
+          })
+        if (refused === undefined) return yield* handler
+        const request = yield* HttpServerRequest.HttpServerRequest
+        yield* Effect.logDebug(`admin: ${request.method} ${request.url} refused: ${refused.message}`)
+        return yield* refused
       })
   })
 
@@ -471,21 +509,29 @@ export const handlers = HttpApiBuilder.group(AdminApi, "admin", (handlers) =>
 /** How the admin API is configured. */
 export interface AdminOptions {
   /**
-   * The bearer token the changing routes require (at least 16 characters).
-   * Default: `LEASEHOLD_ADMIN_TOKEN`; with neither, those routes answer 403.
+   * The bearer token every route requires (at least 16 characters).
+   * Default: `LEASEHOLD_ADMIN_TOKEN`; with neither, the changing routes answer 403,
+   * and the reading ones too unless {@link loopbackOnly}.
    */
   readonly token?: Redacted.Redacted | string | undefined
+  /**
+   * The server answers this machine only (bound to a loopback address, and checking `Host`
+   * against DNS rebinding, as `Http`'s servers do): with no token set, the reading routes are
+   * open. Default false: without a token they answer 403, since they show payloads, results,
+   * errors, hosts and pids. `Http` sets it from the address it binds.
+   */
+  readonly loopbackOnly?: boolean | undefined
 }
 
 /**
- * Everything {@link AdminGroup} needs to be served: its handlers and both
+ * Everything {@link AdminGroup} needs to be served: its handlers and its three
  * middlewares. Give it to `HttpApiBuilder.layer` of an API holding the group;
  * `Http.layerWithAdmin` and `Http.layerAdminServer` do.
  */
 export const layer = (
   options: AdminOptions = {}
 ): Layer.Layer<
-  HttpApiGroup.Service<"leasehold", "admin"> | AdminAuth | InputErrors,
+  HttpApiGroup.Service<"leasehold", "admin"> | AdminAuth | ReadAuth | InputErrors,
   ConfigInvalid,
   QueueStore
 > =>
@@ -493,5 +539,7 @@ export const layer = (
     const token = options.token === undefined
       ? yield* QueueConfig.adminTokenFromEnv
       : Option.some(yield* QueueConfig.adminToken(typeof options.token === "string" ? Redacted.make(options.token) : options.token))
-    return handlers.pipe(Layer.provideMerge(Layer.mergeAll(authLayer(token), inputErrorsLayer)))
+    return handlers.pipe(
+      Layer.provideMerge(Layer.mergeAll(authLayer(token), readAuthLayer(token, options.loopbackOnly ?? false), inputErrorsLayer))
+    )
   }))

@@ -16,12 +16,15 @@
  * the admin API (`Admin`), the dashboard at `/` and the OpenAPI document;
  * {@link layerAdminServer} serves those without a consumer. No
  * response and no log line carries the database URL: every error detail goes
- * through the same redaction as leasehold's errors.
+ * through the same redaction as leasehold's errors. Every response carries a
+ * Content-Security-Policy (no frame ancestors; a page runs only its own inline
+ * script and style), `X-Content-Type-Options: nosniff`, `Referrer-Policy:
+ * no-referrer` and `X-Frame-Options: DENY`.
  *
  * @since 0.1.0
  */
 import { Context, Duration, Effect, Layer, Option, Schema } from "effect"
-import { HttpRouter, HttpServer, type HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { HttpEffect, HttpRouter, HttpServer, type HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiScalar, HttpApiSchema, OpenApi } from "effect/http-api"
 import { SqlClient } from "effect/sql"
 import { createServer } from "node:http"
@@ -30,6 +33,7 @@ import { Consumer } from "./Consumer.ts"
 import { ConsumerPresence } from "./ConsumerPresence.ts"
 import * as Dashboard from "./internal/dashboard.ts"
 import { seconds } from "./internal/format.ts"
+import * as HttpSecurity from "./internal/httpSecurity.ts"
 import { redactSecrets } from "./internal/redact.ts"
 import * as Migrations from "./Migrations.ts"
 import { Prometheus, prometheusContentType } from "./Observability.ts"
@@ -243,7 +247,7 @@ export const metricsHandlers = HttpApiBuilder.group(Api, "metrics", (handlers) =
   }))
 
 /** Serve `routes` on `address`, providing {@link Listening}. */
-const serveRoutes = <E, R>(address: QueueConfig.HttpAddress, routes: Layer.Layer<never, E, R>) => {
+const serveRoutes = <E, R>(address: QueueConfig.HttpAddress, routes: Layer.Layer<never, E, R>, check?: HostCheck) => {
   // Loaded on first use: @effect/platform-node's HTTP server (and what it imports) costs a worker
   // that serves no HTTP ~30 MB of RSS when imported up front.
   const server = Layer.unwrap(Effect.map(
@@ -259,14 +263,17 @@ const serveRoutes = <E, R>(address: QueueConfig.HttpAddress, routes: Layer.Layer
       }))
   )
   // No request log: probes and scrapes every few seconds would drown the worker's own lines.
-  return Layer.merge(HttpRouter.serve(routes, { disableLogger: true }), listening).pipe(Layer.provide(server))
+  return Layer.merge(HttpRouter.serve(Layer.merge(routes, serverRules(check)), { disableLogger: true }), listening).pipe(
+    Layer.provide(server)
+  )
 }
 
 const serve = (address: QueueConfig.HttpAddress, options: ProbeOptions) =>
   serveRoutes(address, HttpApiBuilder.layer(Api).pipe(Layer.provide([healthHandlers(options), metricsHandlers])))
 
-const apiDescription = "Operate leasehold queues: the admin routes under /api (changing ones need Authorization: Bearer " +
-  "LEASEHOLD_ADMIN_TOKEN), and the worker's health and metrics where it serves them."
+const apiDescription = "Operate leasehold queues: the admin routes under /api (they need Authorization: Bearer " +
+  "LEASEHOLD_ADMIN_TOKEN whenever one is set; without one, changes are off, and reads too unless the server is bound to " +
+  "this machine), and the worker's health and metrics where it serves them (no token)."
 
 /** {@link Api} with the admin routes: what {@link layerWithAdmin} serves. */
 export const ApiWithAdmin = Api.add(Admin.AdminGroup).annotate(OpenApi.Title, "leasehold").annotate(OpenApi.Description, apiDescription)
@@ -276,89 +283,151 @@ export const AdminServerApi = HttpApi.make("leasehold").add(MetricsGroup, Admin.
   .annotate(OpenApi.Title, "leasehold")
   .annotate(OpenApi.Description, apiDescription)
 
+/** The dashboard: its script and its styles admitted by their hashes, nothing else. */
+const dashboardPage = HttpServerResponse.setHeader(
+  HttpServerResponse.html(Dashboard.html),
+  "content-security-policy",
+  HttpSecurity.pagePolicy(Dashboard.html, { inlineStyles: false })
+)
+
 /** The dashboard at `/`, the OpenAPI document at `/openapi.json` and its reference page at `/docs`. */
 const adminPages = <Groups extends HttpApiGroup.Constraint>(api: HttpApi.HttpApi<"leasehold", Groups>) =>
   Layer.mergeAll(
-    HttpRouter.add("GET", "/", HttpServerResponse.html(Dashboard.html)),
+    HttpRouter.add("GET", "/", dashboardPage),
     HttpApiScalar.layer(api, { path: "/docs", scalar: { withDefaultFonts: false } })
   )
 
 /** Where and how to serve the admin API too. */
-export interface AdminHttpOptions extends HttpOptions, Admin.AdminOptions {}
+export interface AdminHttpOptions extends HttpOptions, Omit<Admin.AdminOptions, "loopbackOnly"> {
+  /**
+   * The `Host` names the server answers besides the loopback ones (`localhost`, `127.x`,
+   * `::1`), e.g. `["queues.example.com"]`; any other is answered 421 (the probes excepted).
+   * Default: `LEASEHOLD_HTTP_ALLOWED_HOSTS` (comma-separated); with neither, a server bound
+   * to this machine answers loopback names only and any other server every name.
+   */
+  readonly allowedHosts?: ReadonlyArray<string> | undefined
+}
 
 /**
  * {@link layer} plus the admin API (`/api/...`, see `Admin`), the dashboard
  * page at `/`, the OpenAPI document at `/openapi.json` and its reference at
  * `/docs`, on one server. Use it in a worker an operator should see and steer.
- * Needs the `QueueStore` besides the `Consumer`; the changing routes need the
- * admin token (`token`, else `LEASEHOLD_ADMIN_TOKEN`; neither: they answer 403).
+ * Needs the `QueueStore` besides the `Consumer`. Access (docs/admin.md): `/healthz`,
+ * `/readyz` and `/metrics` are open to any request; the routes under `/api` need the admin
+ * token (`token`, else `LEASEHOLD_ADMIN_TOKEN`) whenever one is set. With none set, the
+ * changing routes answer 403, and so do the reading ones unless the server is bound to this
+ * machine. The pages (`/`, `/docs`, `/openapi.json`) hold no data and need no token.
  */
 export const layerWithAdmin = (
   options: AdminHttpOptions
 ): Layer.Layer<Listening, ConfigInvalid | HttpServerError.ServeError, Consumer | QueueStore> =>
   Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) => serveWithAdmin(address, options)))
 
-/** Whether `host` (a bind address) is this machine only. */
-const isLoopback = (host: string): boolean => host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host)
+/** The policy of each page, computed once per response body (the pages are built once). */
+const pagePolicies = new WeakMap<object, string>()
 
-/** The host name of a `Host` header (without the port; an IPv6 literal without its brackets). */
-const hostName = (header: string): string => {
-  const bracketed = /^\[([^\]]*)\](:\d+)?$/.exec(header)
-  return (bracketed ? bracketed[1]! : header.replace(/:\d+$/, "")).toLowerCase()
+/**
+ * The policy of a response that sets none: a page (the API reference) runs its own inline
+ * scripts and may style itself at run time; anything else gets the strict one. The dashboard
+ * sets its own, stricter (its styles by hash too).
+ */
+const policyOf = (response: HttpServerResponse.HttpServerResponse): string => {
+  const body = response.body
+  if (body._tag !== "Uint8Array" || !body.contentType.startsWith("text/html")) return HttpSecurity.strictPolicy
+  let policy = pagePolicies.get(body)
+  if (policy === undefined) {
+    policy = HttpSecurity.pagePolicy(body.text ?? new TextDecoder().decode(body.body), { inlineStyles: true })
+    pagePolicies.set(body, policy)
+  }
+  return policy
 }
 
 /**
- * The admin server's own rules, around every route. Bound to this machine only, it answers
- * only requests that name this machine in `Host` (421 otherwise): a web page elsewhere could
- * otherwise point a name of its own at 127.0.0.1 (DNS rebinding) and have a browser on this
- * machine read the messages through the routes that need no token. A 401 says how to
- * authenticate (`WWW-Authenticate`).
+ * The headers every response gets just before it is sent (refusals and the 404 of no route
+ * included): the security headers, `no-store` on `/api` (its answers carry payloads and
+ * errors), and on a 401 how to authenticate (`WWW-Authenticate`).
  */
-const adminGuard = (address: QueueConfig.HttpAddress) =>
+const finalHeaders = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
+  Effect.succeed(HttpServerResponse.setHeaders(response, {
+    ...HttpSecurity.commonHeaders,
+    "content-security-policy": response.headers["content-security-policy"] ?? policyOf(response),
+    ...(HttpSecurity.pathOf(request.url).startsWith("/api/") ? { "cache-control": "no-store" } : {}),
+    ...(response.status === 401 ? { "www-authenticate": 'Bearer realm="leasehold"' } : {})
+  }))
+
+/** The `Host` rule of a server and how its refusal names what it admits. */
+interface HostCheck {
+  readonly rule: HttpSecurity.HostRule
+  readonly bind: string
+}
+
+const hostCheck = (address: QueueConfig.HttpAddress, allowed: ReadonlyArray<string> | undefined): HostCheck => ({
+  rule: { bindLoopback: HttpSecurity.isLoopback(address.host), allowed },
+  bind: address.host
+})
+
+/** The 421 of a request whose `Host` the rule does not admit; undefined when it is admitted. */
+const hostRefusal = (check: HostCheck, request: HttpServerRequest.HttpServerRequest) => {
+  const host = request.headers["host"]
+  if (HttpSecurity.probePaths.has(HttpSecurity.pathOf(request.url)) || HttpSecurity.hostAllowed(check.rule, host)) return undefined
+  const admitted = check.rule.allowed === undefined ? "localhost" : `localhost, ${check.rule.allowed.join(", ")}`
+  return HttpServerResponse.text(`this server answers requests for ${admitted} only (bound to ${check.bind}); got Host: ${host}`, {
+    status: 421
+  })
+}
+
+/**
+ * A server's own rules, around every route: the {@link finalHeaders} on every response and,
+ * for the admin server, the `Host` check of every route but the probes
+ * ({@link HttpSecurity.probePaths}: Kubernetes asks them by the pod's IP). Bound to this
+ * machine without an allowlist, only loopback names are answered (421 otherwise): a web page
+ * elsewhere could point a name of its own at 127.0.0.1 (DNS rebinding) and have a browser on
+ * this machine read the routes.
+ */
+const serverRules = (check: HostCheck | undefined) =>
   HttpRouter.middleware((httpEffect) =>
     Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
-      const host = request.headers["host"]
-      if (isLoopback(address.host) && host !== undefined && !isLoopback(hostName(host))) {
-        return Effect.succeed(HttpServerResponse.text(
-          `this server answers requests for localhost only (it is bound to ${address.host}); got Host: ${host}`,
-          { status: 421 }
-        ))
-      }
-      return Effect.map(httpEffect, (response) =>
-        response.status === 401 ? HttpServerResponse.setHeader(response, "www-authenticate", 'Bearer realm="leasehold"') : response)
+      const refusal = check === undefined ? undefined : hostRefusal(check, request)
+      return HttpEffect.withPreResponseHandler(refusal === undefined ? httpEffect : Effect.succeed(refusal), finalHeaders)
     }), { global: true })
 
-const serveWithAdmin = (address: QueueConfig.HttpAddress, options: ProbeOptions & Admin.AdminOptions) =>
-  serveRoutes(
-    address,
-    Layer.mergeAll(
-      HttpApiBuilder.layer(ApiWithAdmin, { openapiPath: "/openapi.json" }).pipe(
-        Layer.provide([healthHandlers(options), metricsHandlers, Admin.layer(options)])
+/**
+ * The routes of an admin server on `address`, with its `Host` check: the token and the
+ * allowlist from `options`, else from the environment. The read routes are open without a
+ * token only while the server is bound to this machine.
+ */
+const serveAdminApi = <Groups extends HttpApiGroup.Constraint, E, R>(
+  address: QueueConfig.HttpAddress,
+  options: Omit<AdminHttpOptions, "port" | "host">,
+  api: HttpApi.HttpApi<"leasehold", Groups>,
+  handlers: (admin: ReturnType<typeof Admin.layer>) => Layer.Layer<HttpApiGroup.ToService<"leasehold", Groups>, E, R>
+) =>
+  Layer.unwrap(Effect.map(QueueConfig.allowedHostsOf(options.allowedHosts), (allowed) =>
+    serveRoutes(
+      address,
+      Layer.merge(
+        HttpApiBuilder.layer(api, { openapiPath: "/openapi.json" }).pipe(
+          Layer.provide(handlers(Admin.layer({ token: options.token, loopbackOnly: HttpSecurity.isLoopback(address.host) })))
+        ),
+        adminPages(api)
       ),
-      adminPages(ApiWithAdmin),
-      adminGuard(address)
-    )
-  )
+      hostCheck(address, Option.getOrUndefined(allowed))
+    )))
+
+const serveWithAdmin = (address: QueueConfig.HttpAddress, options: ProbeOptions & Omit<AdminHttpOptions, "port" | "host">) =>
+  serveAdminApi(address, options, ApiWithAdmin, (admin) => Layer.mergeAll(healthHandlers(options), metricsHandlers, admin))
 
 /**
  * The admin API, the dashboard, the OpenAPI document and `/metrics` without a
  * consumer: what `leasehold serve` runs against a database. Needs only the
- * `QueueStore` (consumers are listed when it is `PgQueueStore`).
+ * `QueueStore` (consumers are listed when it is `PgQueueStore`). Access as for
+ * {@link layerWithAdmin}.
  */
 export const layerAdminServer = (
   options: AdminHttpOptions
 ): Layer.Layer<Listening, ConfigInvalid | HttpServerError.ServeError, QueueStore> =>
   Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) =>
-    serveRoutes(
-      address,
-      Layer.mergeAll(
-        HttpApiBuilder.layer(AdminServerApi, { openapiPath: "/openapi.json" }).pipe(
-          Layer.provide([metricsHandlers, Admin.layer(options)])
-        ),
-        adminPages(AdminServerApi),
-        adminGuard(address)
-      )
-    )))
+    serveAdminApi(address, options, AdminServerApi, (admin) => Layer.merge(metricsHandlers, admin))))
 
 /**
  * Serve `/healthz`, `/readyz` and `/metrics` on `port` (bound to `host`,
@@ -392,7 +461,7 @@ export const layerFromEnv = (
 /**
  * {@link layerWithAdmin} configured like {@link layerFromEnv} (`LEASEHOLD_HTTP_PORT`,
  * `LEASEHOLD_HTTP_HOST`; no server while the port is unset), the token from
- * `LEASEHOLD_ADMIN_TOKEN`. Use it in a worker whose deployment decides
+ * `LEASEHOLD_ADMIN_TOKEN`, the `Host` allowlist from `LEASEHOLD_HTTP_ALLOWED_HOSTS`. Use it in a worker whose deployment decides
  * whether operators get the admin API and the dashboard.
  */
 export const layerWithAdminFromEnv = (

@@ -10,6 +10,7 @@ import { PgClient } from "@effect/sql-pg"
 import { Config, Duration, Effect, Layer, Option, Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import * as os from "node:os"
+import { canonicalHost } from "./internal/httpSecurity.ts"
 import * as Validate from "./internal/validate.ts"
 import * as Pooler from "./Pooler.ts"
 import { classify, ConfigInvalid, type StoreError } from "./QueueError.ts"
@@ -483,7 +484,11 @@ export const pgLayerFromEnv = (
  * The environment variables of leasehold's HTTP server (`Http.layerFromEnv`),
  * apart from {@link variables}: they configure the server, not the consumer.
  */
-export const httpVariables = { port: "LEASEHOLD_HTTP_PORT", host: "LEASEHOLD_HTTP_HOST" } as const
+export const httpVariables = {
+  port: "LEASEHOLD_HTTP_PORT",
+  host: "LEASEHOLD_HTTP_HOST",
+  allowedHosts: "LEASEHOLD_HTTP_ALLOWED_HOSTS"
+} as const
 
 /** Where the HTTP server listens. */
 export interface HttpAddress {
@@ -542,9 +547,46 @@ export const httpFromEnv: Effect.Effect<Option.Option<HttpAddress>, ConfigInvali
   return Option.some(yield* httpAddress({ port: Number(port), host: yield* readTrimmed(httpVariables.host) }, "env"))
 })
 
+const allowedHostsRule = "host names or IP addresses without a port, comma-separated, such as queues.example.com,10.0.0.7"
+
+/**
+ * Check a `Host` allowlist given in code (`source` "code": errors name `allowedHosts`) or read
+ * from `LEASEHOLD_HTTP_ALLOWED_HOSTS`; each name as the server compares it (lower case, IPv6
+ * bracketed). An empty list is refused: it would answer loopback names only, which no
+ * allowlist does too.
+ */
+export const allowedHosts = (
+  names: ReadonlyArray<string>,
+  source: "code" | "env" = "code"
+): Effect.Effect<ReadonlyArray<string>, ConfigInvalid> => {
+  const variable = source === "env" ? httpVariables.allowedHosts : "allowedHosts"
+  if (names.length === 0) return Effect.fail(invalid(variable, allowedHostsRule, ""))
+  const canonical: Array<string> = []
+  for (const name of names) {
+    const host = canonicalHost(name)
+    if (host === undefined) return Effect.fail(invalid(variable, allowedHostsRule, name))
+    canonical.push(host)
+  }
+  return Effect.succeed(canonical)
+}
+
+/** The `Host` allowlist from `LEASEHOLD_HTTP_ALLOWED_HOSTS`; none while it is unset or empty. */
+export const allowedHostsFromEnv: Effect.Effect<Option.Option<ReadonlyArray<string>>, ConfigInvalid> = Effect.gen(function*() {
+  const text = yield* readTrimmed(httpVariables.allowedHosts)
+  if (text === undefined) return Option.none()
+  return Option.some(yield* allowedHosts(text.split(",").map((name) => name.trim()), "env"))
+})
+
+/** The allowlist given in code (checked), else the one from the environment. */
+export const allowedHostsOf = (
+  names: ReadonlyArray<string> | undefined
+): Effect.Effect<Option.Option<ReadonlyArray<string>>, ConfigInvalid> =>
+  names === undefined ? allowedHostsFromEnv : Effect.map(allowedHosts(names), Option.some)
+
 /**
  * The admin API's variable (see `Admin`): `LEASEHOLD_ADMIN_TOKEN`, the bearer
- * token every changing route requires (unset: those routes answer 403).
+ * token every `/api` route requires once it is set (unset: the changing routes answer 403,
+ * and the reading ones too unless the server is bound to this machine).
  */
 export const adminVariables = { token: "LEASEHOLD_ADMIN_TOKEN" } as const
 
@@ -572,7 +614,7 @@ export const adminToken = (
   )
 }
 
-/** The admin token from `LEASEHOLD_ADMIN_TOKEN`; none while it is unset or empty (changing routes then answer 403). */
+/** The admin token from `LEASEHOLD_ADMIN_TOKEN`; none while it is unset or empty (see {@link adminVariables}). */
 export const adminTokenFromEnv: Effect.Effect<Option.Option<Redacted.Redacted>, ConfigInvalid> = Effect.gen(function*() {
   const read = yield* Effect.mapError(
     Config.option(Config.Redacted(adminVariables.token)),

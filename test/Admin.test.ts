@@ -7,10 +7,17 @@
  *   and purged, consumers, counters, the OpenAPI document, `/docs` and `/`;
  * - bad input: a 400 naming the field and the rule for a bad queue name,
  *   message id, state, page size, id list and dead-letter selection;
- * - security: a changing route without a token or with a wrong one is 401,
- *   with no token configured 403 (saying so), and the database shows nothing
- *   written; a short token is refused at start without being quoted;
- * - a database failure is a 503 whose message carries no password.
+ * - security: a route without a token or with a wrong one is 401 while one is
+ *   set, a changing one with no token configured 403 (saying so), and the
+ *   database shows nothing written; a short token is refused at start without
+ *   being quoted;
+ * - a database failure is a 503 whose message carries no password;
+ * - access by bind address: bound beyond this machine (0.0.0.0) without a token,
+ *   the probes answer and every /api route is 403 naming LEASEHOLD_ADMIN_TOKEN;
+ *   with one, 401 without it; the `Host` allowlist (code and environment);
+ *   `::ffff:127.0.0.1` taken for loopback, as a bind address and in `Host`;
+ * - the security headers (CSP with frame-ancestors 'none', nosniff,
+ *   Referrer-Policy, X-Frame-Options) on every kind of response.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { spawn } from "node:child_process"
@@ -37,6 +44,7 @@ interface Reply {
   readonly text: string
   readonly contentType: string | null
   readonly authenticate: string | null
+  readonly headers: Headers
 }
 
 const request = (base: string, method: "GET" | "POST", path: string, options: { body?: unknown; raw?: string; auth?: string } = {}) =>
@@ -58,14 +66,22 @@ const request = (base: string, method: "GET" | "POST", path: string, options: { 
     } catch {
       json = undefined
     }
-    return { status: response.status, body: json, text, contentType: response.headers.get("content-type"), authenticate: response.headers.get("www-authenticate") }
+    return {
+      status: response.status,
+      body: json,
+      text,
+      contentType: response.headers.get("content-type"),
+      authenticate: response.headers.get("www-authenticate"),
+      headers: response.headers
+    }
   })
 
-/** A GET naming `host` in its `Host` header (which `fetch` always sets itself). */
-const getWithHost = (base: string, path: string, host: string) =>
+/** A GET naming `host` in its `Host` header (which `fetch` always sets itself), with `auth` as its Authorization. */
+const getWithHost = (base: string, path: string, host: string, auth?: string) =>
   Effect.promise(() =>
     new Promise<{ status: number; text: string }>((resolve, reject) => {
-      const request = httpRequest(`${base}${path}`, { headers: { host }, timeout: 10_000 }, (response) => {
+      const headers: Record<string, string> = { host, ...(auth === undefined ? {} : { authorization: auth }) }
+      const request = httpRequest(`${base}${path}`, { headers, timeout: 10_000 }, (response) => {
         let text = ""
         response.setEncoding("utf8")
         response.on("data", (chunk: string) => (text += chunk))
@@ -79,7 +95,13 @@ const getWithHost = (base: string, path: string, host: string) =>
 /** Serve the admin API over `store` (in the returned context), for the length of the test's scope. */
 const serve = <E>(
   storeLayer: Layer.Layer<QueueStore, E>,
-  options: { readonly token?: string; readonly env?: Record<string, string>; readonly logs?: Array<string> } = {}
+  options: {
+    readonly token?: string
+    readonly env?: Record<string, string>
+    readonly logs?: Array<string>
+    readonly host?: string
+    readonly allowedHosts?: ReadonlyArray<string>
+  } = {}
 ) =>
   Effect.gen(function*() {
     const scope = yield* Scope.make()
@@ -88,13 +110,15 @@ const serve = <E>(
     const logger = Logger.make<unknown, void>(({ logLevel, message }) => {
       logs.push(`${logLevel} ${Array.isArray(message) ? message.map(String).join(" ") : String(message)}`)
     })
-    const layer = Http.layerAdminServer({ port: 0, token: options.token }).pipe(
+    const layer = Http.layerAdminServer({ port: 0, token: options.token, host: options.host, allowedHosts: options.allowedHosts }).pipe(
       Layer.provideMerge(storeLayer),
       Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: options.env ?? {} }))),
       Layer.provide(Logger.layer([logger], { mergeWithExisting: true }))
     )
     const context = yield* Layer.buildWithScope(layer, scope)
-    const base = Context.get(context, Http.Listening).url
+    const listening = Context.get(context, Http.Listening)
+    // A server bound to every interface is asked on 127.0.0.1.
+    const base = options.host === "0.0.0.0" ? `http://127.0.0.1:${listening.port}` : listening.url
     return {
       base,
       store: Context.get(context, QueueStore),
@@ -106,6 +130,17 @@ const serve = <E>(
 const pgStore = () => PgTest.storeLayer({ clock: "database" })
 
 const bearer = (t: string) => `Bearer ${t}`
+
+/** Every reading route of the admin API (with `id` for the message route). */
+const readRoutes = (id: string) => [
+  "/api/queues",
+  "/api/queues/mail/messages",
+  "/api/consumers",
+  "/api/in-flight",
+  `/api/messages/${id}`,
+  "/api/dead-letters",
+  "/api/counters"
+]
 
 describe("Admin API on real PostgreSQL", () => {
   it.live("happy path: queues, pause/resume, messages, one message, cancel, dead letters, consumers, counters, docs", () =>
@@ -130,7 +165,7 @@ describe("Admin API on real PostgreSQL", () => {
       }])
       assert.deepStrictEqual(finished, { held: [doomed!.id], cancelled: [] })
 
-      const queues = yield* request(base, "GET", "/api/queues")
+      const queues = yield* request(base, "GET", "/api/queues", { auth })
       assert.strictEqual(queues.status, 200)
       const mail = (queues.body as Array<any>).find((q) => q.queue === "mail")
       assert.deepInclude(mail, { ready: 3, delayed: 1, inFlight: 0, dead: 0, paused: false, pausedAt: null })
@@ -145,20 +180,20 @@ describe("Admin API on real PostgreSQL", () => {
       const resumed = yield* request(base, "POST", "/api/queues/mail/resume", { auth })
       assert.deepInclude(resumed.body, { queue: "mail", paused: false, pausedAt: null })
 
-      const page1 = yield* request(base, "GET", "/api/queues/mail/messages?state=ready&limit=2")
+      const page1 = yield* request(base, "GET", "/api/queues/mail/messages?state=ready&limit=2", { auth })
       assert.strictEqual(page1.status, 200, page1.text)
       assert.deepStrictEqual(page1.body.messages.map((m: any) => m.id), [sent[0]!.id, sent[1]!.id])
       assert.strictEqual(page1.body.next, sent[1]!.id)
-      const page2 = yield* request(base, "GET", `/api/queues/mail/messages?state=ready&limit=2&after=${page1.body.next}`)
+      const page2 = yield* request(base, "GET", `/api/queues/mail/messages?state=ready&limit=2&after=${page1.body.next}`, { auth })
       assert.deepStrictEqual(page2.body.messages.map((m: any) => m.id), [sent[2]!.id])
       assert.isNull(page2.body.next)
       assert.deepStrictEqual(page2.body.messages[0].payload, { n: 3 })
 
-      const one = yield* request(base, "GET", `/api/messages/${doomed!.id}`)
+      const one = yield* request(base, "GET", `/api/messages/${doomed!.id}`, { auth })
       assert.strictEqual(one.status, 200, one.text)
       assert.deepInclude(one.body.message, { id: doomed!.id, state: "dead", deadReason: "bad payload" })
       assert.deepStrictEqual(one.body.attempts.map((a: any) => [a.attempt, a.outcome, a.consumer]), [[1, "dead-lettered", "admin-test"]])
-      const missing = yield* request(base, "GET", "/api/messages/999999999")
+      const missing = yield* request(base, "GET", "/api/messages/999999999", { auth })
       assert.strictEqual(missing.status, 404)
       assert.match(missing.body.message, /no message with id 999999999/)
 
@@ -167,7 +202,7 @@ describe("Admin API on real PostgreSQL", () => {
       assert.deepStrictEqual(cancelled.body, { results: [{ id: sent[0]!.id, result: "cancelled" }], unknown: ["999999999"] })
       assert.isTrue(Option.isNone(yield* store.get(sent[0]!.id)), "cancelled: gone from the database")
 
-      const dead = yield* request(base, "GET", "/api/dead-letters?queue=reports")
+      const dead = yield* request(base, "GET", "/api/dead-letters?queue=reports", { auth })
       assert.deepStrictEqual(dead.body.map((d: any) => [d.id, d.reason, d.lastError]), [[doomed!.id, "bad payload", "boom"]])
       const redriven = yield* request(base, "POST", "/api/dead-letters/redrive", { auth, body: { ids: [doomed!.id] } })
       assert.deepStrictEqual(redriven.body, { redriven: [doomed!.id] })
@@ -193,16 +228,16 @@ describe("Admin API on real PostgreSQL", () => {
       yield* Option.getOrThrow(sql).unsafe(
         `INSERT INTO ${Option.getOrThrow(schema)}.consumers (id, host, pid, lock_key) VALUES ('worker-1', 'box', 42, 7)`
       )
-      const consumers = yield* request(base, "GET", "/api/consumers")
+      const consumers = yield* request(base, "GET", "/api/consumers", { auth })
       assert.strictEqual(consumers.status, 200, consumers.text)
       assert.deepInclude(consumers.body[0], { id: "worker-1", host: "box", pid: 42, inFlight: 1, sessionLiveness: true })
       // Registered just above with heartbeat_at = now(): a small age, in milliseconds.
       assert.isAtLeast(consumers.body[0].heartbeatAgeMs, 0)
       assert.isAtMost(consumers.body[0].heartbeatAgeMs, 10_000)
-      const flight = yield* request(base, "GET", "/api/in-flight")
+      const flight = yield* request(base, "GET", "/api/in-flight", { auth })
       assert.deepStrictEqual(flight.body.map((m: any) => [m.queue, m.leasedBy, typeof m.leasedAt]), [["mail", "worker-1", "string"]])
 
-      const counters = yield* request(base, "GET", "/api/counters")
+      const counters = yield* request(base, "GET", "/api/counters", { auth })
       assert.strictEqual(counters.status, 200)
       for (const key of ["doubleRuns", "reaped", "leasesLost", "wedgedRenewers", "claimed"]) assert.property(counters.body, key)
 
@@ -234,13 +269,22 @@ describe("Admin API on real PostgreSQL", () => {
         assert.match(reply.body.rule, rule, reply.text)
         assert.include(reply.body.message, field)
       }
-      expect400(yield* request(base, "GET", "/api/queues/bad%20name/messages"), "queue", new RegExp(nameRule.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")))
-      expect400(yield* request(base, "GET", "/api/queues/mail/messages?limit=0"), "limit", /whole number from 1 to 1000/)
-      expect400(yield* request(base, "GET", "/api/queues/mail/messages?limit=abc"), "limit", /whole number from 1 to 1000/)
-      expect400(yield* request(base, "GET", "/api/queues/mail/messages?state=running"), "state", /ready, delayed, in-flight, dead/)
-      expect400(yield* request(base, "GET", "/api/queues/mail/messages?after=-1"), "after", /message id/)
-      expect400(yield* request(base, "GET", "/api/messages/abc"), "id", /message id/)
-      expect400(yield* request(base, "GET", "/api/dead-letters?limit=5000"), "limit", /1 to 1000/)
+      expect400(yield* request(base, "GET", "/api/queues/bad%20name/messages", { auth }), "queue", new RegExp(nameRule.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")))
+      expect400(yield* request(base, "GET", "/api/queues/mail/messages?limit=0", { auth }), "limit", /whole number from 1 to 1000/)
+      expect400(yield* request(base, "GET", "/api/queues/mail/messages?limit=abc", { auth }), "limit", /whole number from 1 to 1000/)
+      expect400(yield* request(base, "GET", "/api/queues/mail/messages?state=running", { auth }), "state", /ready, delayed, in-flight, dead/)
+      expect400(yield* request(base, "GET", "/api/queues/mail/messages?after=-1", { auth }), "after", /message id/)
+      expect400(yield* request(base, "GET", "/api/messages/abc", { auth }), "id", /message id/)
+      expect400(yield* request(base, "GET", "/api/dead-letters?limit=5000", { auth }), "limit", /1 to 1000/)
+      // Ids beyond int8 (the column's type) are refused by the route's schema, not by the database (a 503).
+      const int8Rule = /a whole number from 1 to 9223372036854775807/
+      expect400(yield* request(base, "GET", "/api/messages/9223372036854775808", { auth }), "id", int8Rule)
+      expect400(yield* request(base, "GET", "/api/messages/9999999999999999999", { auth }), "id", int8Rule)
+      expect400(yield* request(base, "GET", "/api/queues/mail/messages?after=9223372036854775808", { auth }), "after", int8Rule)
+      expect400(yield* request(base, "POST", "/api/messages/cancel", { auth, body: { ids: ["9223372036854775808"] } }), "ids[0]", int8Rule)
+      expect400(yield* request(base, "POST", "/api/dead-letters/purge", { auth, body: { ids: ["1", "9223372036854775808"] } }), "ids[1]", int8Rule)
+      const largest = yield* request(base, "GET", "/api/messages/9223372036854775807", { auth })
+      assert.strictEqual(largest.status, 404, `the largest id is a valid one: ${largest.text}`)
       expect400(yield* request(base, "POST", "/api/queues/-x/pause", { auth }), "queue", /1-128 characters/)
       expect400(yield* request(base, "POST", "/api/messages/cancel", { auth, body: { ids: [] } }), "ids", /1 to 1000 message ids/)
       expect400(yield* request(base, "POST", "/api/messages/cancel", { auth, body: { ids: ["12", "x"] } }), "ids[1]", /message id/)
@@ -252,7 +296,7 @@ describe("Admin API on real PostgreSQL", () => {
       assert.strictEqual(garbled.status, 400, garbled.text)
     })))
 
-  it.live("security: 401 without or with a wrong token, 403 with none configured; nothing written on refusal", () =>
+  it.live("security: 401 without or with a wrong token (changes and reads), 403 with none configured; nothing written on refusal", () =>
     Effect.scoped(Effect.gen(function*() {
       const logs: Array<string> = []
       const { base, store } = yield* serve(pgStore(), { token, logs })
@@ -293,17 +337,28 @@ describe("Admin API on real PostgreSQL", () => {
       assert.isFalse(logs.some((line) => line.includes(token)), "the token is never logged")
       assert.strictEqual((yield* request(base, "POST", "/api/queues/mail/resume", { auth: bearer(token) })).status, 200)
       assert.include(logs, "Info admin: POST /api/queues/mail/resume")
-      // Reading needs no token.
-      assert.strictEqual((yield* request(base, "GET", "/api/queues")).status, 200)
-      // ...so a server bound to this machine answers only requests naming it: a page elsewhere
+      // A token set guards the reading routes too: they show payloads, errors, hosts and pids.
+      for (const path of readRoutes(live!.id)) {
+        const none = yield* request(base, "GET", path)
+        assert.strictEqual(none.status, 401, `${path} without a token: ${none.text}`)
+        assert.match(none.body.message, /requires the admin token to read: send Authorization: Bearer <LEASEHOLD_ADMIN_TOKEN>/)
+        assert.strictEqual(none.authenticate, 'Bearer realm="leasehold"', "a 401 says how to authenticate")
+        assert.notInclude(none.text, "payload")
+        const wrong = yield* request(base, "GET", path, { auth: bearer(`${token}x`) })
+        assert.strictEqual(wrong.status, 401, `${path} with a wrong token: ${wrong.text}`)
+        assert.match(wrong.body.message, /wrong admin token/)
+        assert.strictEqual((yield* request(base, "GET", path, { auth: bearer(token) })).status, 200, path)
+      }
+      // A server bound to this machine answers only requests naming it: a page elsewhere
       // pointing a name of its own at 127.0.0.1 (DNS rebinding) reads nothing.
       const port = new URL(base).port
-      for (const host of [`localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`, "LOCALHOST"]) {
-        const ok = yield* getWithHost(base, `/api/messages/${live!.id}`, host)
+      const hosts = [`localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`, "LOCALHOST", `[::ffff:127.0.0.1]:${port}`, "[::ffff:7f00:1]"]
+      for (const host of hosts) {
+        const ok = yield* getWithHost(base, `/api/messages/${live!.id}`, host, bearer(token))
         assert.strictEqual(ok.status, 200, `Host: ${host}: ${ok.text}`)
       }
-      for (const host of [`rebind.example:${port}`, "rebind.example", `127.0.0.1.rebind.example:${port}`, "[::2]"]) {
-        const refused = yield* getWithHost(base, `/api/messages/${live!.id}`, host)
+      for (const host of [`rebind.example:${port}`, "rebind.example", `127.0.0.1.rebind.example:${port}`, "[::2]", "[::ffff:10.0.0.1]"]) {
+        const refused = yield* getWithHost(base, `/api/messages/${live!.id}`, host, bearer(token))
         assert.strictEqual(refused.status, 421, `Host: ${host}: ${refused.text}`)
         assert.notInclude(refused.text, "payload")
         assert.strictEqual((yield* getWithHost(base, "/", host)).status, 421, "the dashboard page too")
@@ -319,6 +374,8 @@ describe("Admin API on real PostgreSQL", () => {
       }
       assert.strictEqual(Option.getOrThrow(yield* open.store.get(other!.id)).state, "ready")
       assert.isFalse((yield* open.store.queues()).find((q) => q.queue === "mail")!.paused)
+      // Bound to this machine with no token, reading is open (the Host check still applies).
+      for (const path of readRoutes(other!.id)) assert.strictEqual((yield* request(open.base, "GET", path)).status, 200, path)
 
       // The token from the environment works like one given in code.
       const fromEnv = yield* serve(pgStore(), { env: { LEASEHOLD_ADMIN_TOKEN: token } })
@@ -368,7 +425,7 @@ describe("Admin API on real PostgreSQL", () => {
       yield* store.send("mail", [{ task: "send", payload: {} }])
       yield* Effect.promise(() =>
         waitForAsync("the message processed", async () => {
-          const reply = await Effect.runPromise(request(base, "GET", "/api/counters"))
+          const reply = await Effect.runPromise(request(base, "GET", "/api/counters", { auth: bearer(token) }))
           return reply.body.acked >= 1 ? true : undefined
         }, 15_000)
       )
@@ -422,7 +479,7 @@ describe("Admin API on real PostgreSQL", () => {
         })
       )
       assert.match(base, /^http:\/\/127\.0\.0\.2:/, "bound where LEASEHOLD_HTTP_HOST says")
-      const queues = yield* request(base, "GET", "/api/queues")
+      const queues = yield* request(base, "GET", "/api/queues", { auth: bearer(token) })
       assert.deepInclude((queues.body as Array<any>).find((q) => q.queue === "mail"), { ready: 1, paused: false })
       assert.strictEqual((yield* request(base, "POST", "/api/queues/mail/pause", { auth: bearer(token) })).status, 200)
       assert.isTrue((yield* store.queues()).find((q) => q.queue === "mail")!.paused, "paused in the database")
@@ -431,4 +488,145 @@ describe("Admin API on real PostgreSQL", () => {
       const code = yield* Effect.promise(() => waitForAsync("serve to exit", () => exit, { timeoutMs: 15_000, describe: () => output.join("") }))
       assert.strictEqual(code, 0, output.join(""))
     }).pipe(Effect.scoped), { timeout: 60_000 })
+})
+
+/** A worker serving health, metrics and the admin API on `host` (every interface: asked on 127.0.0.1). */
+const workerOn = (host: string, env: Record<string, string>) =>
+  Effect.gen(function*() {
+    const context = yield* Layer.build(
+      Http.layerWithAdmin({ port: 0, host }).pipe(
+        Layer.provideMerge(Consumer.layer(() => Effect.void, { queues: ["mail"], pollInterval: "50 millis", shutdownGrace: "1 second" })),
+        Layer.provideMerge(MemoryQueueStore.layer()),
+        Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env })))
+      )
+    )
+    const listening = Context.get(context, Http.Listening)
+    return { base: `http://127.0.0.1:${listening.port}`, url: listening.url, store: Context.get(context, QueueStore) }
+  })
+
+describe("Admin access by bind address", () => {
+  it.live("bound to 0.0.0.0 without a token: probes answer, every /api route is 403 naming LEASEHOLD_ADMIN_TOKEN; with one: 401 without it", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const open = yield* workerOn("0.0.0.0", {})
+      const [sent] = yield* open.store.send("mail", [{ task: "send", payload: { secret: "s" } }])
+      // The probes need no token (Kubernetes), whatever `Host` they send (the pod's IP).
+      assert.strictEqual((yield* getWithHost(open.base, "/healthz", "10.1.2.3:8080")).status, 200)
+      assert.strictEqual((yield* getWithHost(open.base, "/readyz", "10.1.2.3:8080")).status, 200)
+      assert.strictEqual((yield* getWithHost(open.base, "/metrics", "10.1.2.3:8080")).status, 404, "no Prometheus export: 404, not refused")
+      for (const path of readRoutes(sent!.id)) {
+        const refused = yield* request(open.base, "GET", path)
+        assert.strictEqual(refused.status, 403, `${path}: ${refused.text}`)
+        assert.match(refused.body.message, /reads over HTTP are off: .*no admin token is set \(set LEASEHOLD_ADMIN_TOKEN/)
+        assert.notInclude(refused.text, "secret")
+        // A token nobody configured admits nothing either.
+        assert.strictEqual((yield* request(open.base, "GET", path, { auth: bearer(token) })).status, 403, path)
+      }
+      assert.strictEqual((yield* request(open.base, "POST", "/api/queues/mail/pause", { auth: bearer(token) })).status, 403)
+      assert.isFalse((yield* open.store.queues()).find((q) => q.queue === "mail")!.paused)
+      // The page holds no data: served, and it shows the 403 itself.
+      assert.strictEqual((yield* request(open.base, "GET", "/")).status, 200)
+
+      const guarded = yield* workerOn("0.0.0.0", { LEASEHOLD_ADMIN_TOKEN: token })
+      assert.strictEqual((yield* request(guarded.base, "GET", "/healthz")).status, 200, "probes still need no token")
+      for (const path of readRoutes(sent!.id)) {
+        const none = yield* request(guarded.base, "GET", path)
+        assert.strictEqual(none.status, 401, `${path}: ${none.text}`)
+        assert.strictEqual(none.authenticate, 'Bearer realm="leasehold"')
+        const ok = yield* getWithHost(guarded.base, path, "queues.example.com", bearer(token))
+        assert.notStrictEqual(ok.status, 401, `${path} with the token`)
+        assert.notStrictEqual(ok.status, 421, `${path}: bound beyond loopback without an allowlist, any Host is answered`)
+      }
+    })))
+
+  it.live("the Host allowlist (code and LEASEHOLD_HTTP_ALLOWED_HOSTS): listed and loopback names answered, others 421, probes always", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const check = (base: string) =>
+        Effect.gen(function*() {
+          const port = new URL(base).port
+          for (const host of ["queues.example.com", `QUEUES.example.com:${port}`, `localhost:${port}`, `[::ffff:127.0.0.1]:${port}`, "10.0.0.7"]) {
+            const ok = yield* getWithHost(base, "/api/queues", host, bearer(token))
+            assert.strictEqual(ok.status, 200, `Host: ${host}: ${ok.text}`)
+          }
+          for (const host of ["other.example", `queues.example.com.evil:${port}`, "[::2]"]) {
+            const refused = yield* getWithHost(base, "/api/queues", host, bearer(token))
+            assert.strictEqual(refused.status, 421, `Host: ${host}: ${refused.text}`)
+            assert.include(refused.text, "queues.example.com")
+            assert.strictEqual((yield* getWithHost(base, "/", host)).status, 421, "the page too")
+            assert.strictEqual((yield* getWithHost(base, "/metrics", host)).status, 404, "the probes answer any Host (404: no Prometheus export)")
+          }
+        })
+      const fromCode = yield* serve(MemoryQueueStore.layer(), { token, host: "0.0.0.0", allowedHosts: ["queues.example.com", "10.0.0.7"] })
+      yield* check(fromCode.base)
+      const fromEnv = yield* serve(MemoryQueueStore.layer(), {
+        token,
+        host: "0.0.0.0",
+        env: { LEASEHOLD_HTTP_ALLOWED_HOSTS: " queues.example.com , 10.0.0.7" }
+      })
+      yield* check(fromEnv.base)
+      for (const bad of ["queues.example.com:8080", "a b", "x,,y", "user@host"]) {
+        const exit = yield* Effect.scoped(serve(MemoryQueueStore.layer(), { env: { LEASEHOLD_HTTP_ALLOWED_HOSTS: bad } })).pipe(Effect.exit)
+        const text = String(Exit.isFailure(exit) ? exit.cause : "")
+        assert.include(text, "LEASEHOLD_HTTP_ALLOWED_HOSTS", bad)
+        assert.include(text, "host names or IP addresses without a port", bad)
+      }
+    })))
+
+  it.live("::ffff:127.0.0.1 is loopback: bound to it, only loopback names are answered; reads open without a token", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { base, store } = yield* serve(MemoryQueueStore.layer(), { host: "::ffff:127.0.0.1" })
+      const [sent] = yield* store.send("mail", [{ task: "send", payload: {} }])
+      const port = new URL(base).port
+      for (const host of [`[::ffff:127.0.0.1]:${port}`, `localhost:${port}`, `127.0.0.1:${port}`]) {
+        assert.strictEqual((yield* getWithHost(base, `/api/messages/${sent!.id}`, host)).status, 200, host)
+      }
+      for (const host of [`rebind.example:${port}`, "[::ffff:10.0.0.1]"]) {
+        assert.strictEqual((yield* getWithHost(base, `/api/messages/${sent!.id}`, host)).status, 421, host)
+      }
+    })))
+
+  it.live("security headers on every response: CSP with frame-ancestors 'none', nosniff, Referrer-Policy, X-Frame-Options", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { base } = yield* serve(MemoryQueueStore.layer(), { token })
+      const expectHeaders = (what: string, headers: Headers) => {
+        const policy = headers.get("content-security-policy") ?? ""
+        assert.include(policy, "frame-ancestors 'none'", what)
+        assert.include(policy, "default-src 'none'", what)
+        assert.strictEqual(headers.get("x-content-type-options"), "nosniff", what)
+        assert.strictEqual(headers.get("referrer-policy"), "no-referrer", what)
+        assert.strictEqual(headers.get("x-frame-options"), "DENY", what)
+        return policy
+      }
+      const replies: Array<readonly [string, Reply]> = [
+        ["200 /api", yield* request(base, "GET", "/api/queues", { auth: bearer(token) })],
+        ["401 /api", yield* request(base, "GET", "/api/queues")],
+        ["400 /api", yield* request(base, "GET", "/api/messages/x", { auth: bearer(token) })],
+        ["404 no route", yield* request(base, "GET", "/nothing-here")],
+        ["/metrics", yield* request(base, "GET", "/metrics")],
+        ["/openapi.json", yield* request(base, "GET", "/openapi.json")]
+      ]
+      for (const [what, reply] of replies) {
+        const policy = expectHeaders(what, reply.headers)
+        assert.notInclude(policy, "script-src", `${what}: no script runs in a response that is not a page`)
+      }
+      for (const [what, reply] of replies.slice(0, 3)) assert.strictEqual(reply.headers.get("cache-control"), "no-store", what)
+      // The 421 of a refused Host, sent before any route ran.
+      const refused = yield* Effect.promise(() =>
+        new Promise<import("node:http").IncomingMessage>((resolve, reject) =>
+          httpRequest(`${base}/api/queues`, { headers: { host: "rebind.example" } }, resolve).on("error", reject).end()
+        )
+      )
+      refused.resume()
+      assert.strictEqual(refused.statusCode, 421)
+      expectHeaders("421", new Headers(refused.headers as Record<string, string>))
+      // The pages run only their own inline scripts, by hash; the dashboard's styles by hash too.
+      const page = yield* request(base, "GET", "/")
+      const pagePolicy = expectHeaders("/", page.headers)
+      assert.match(pagePolicy, /script-src 'sha256-[A-Za-z0-9+/]+=*'(;|$)/)
+      assert.match(pagePolicy, /style-src 'sha256-[A-Za-z0-9+/]+=*'(;|$)/)
+      assert.include(pagePolicy, "connect-src 'self'")
+      const docs = yield* request(base, "GET", "/docs")
+      const docsPolicy = expectHeaders("/docs", docs.headers)
+      assert.match(docsPolicy, /script-src 'sha256-[^;]*;/)
+      assert.notMatch(docsPolicy, /script-src[^;]*unsafe/, "no unsafe-inline or unsafe-eval script")
+    })))
 })

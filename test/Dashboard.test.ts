@@ -4,13 +4,16 @@
  * server (`Http.layerWithAdmin`) running a real consumer on real PostgreSQL.
  *
  * - the queue row's counts move as messages are claimed and processed;
- * - the pause button (with the token typed into the page) stops claiming: the
+ * - the pause button (with the token in the page) stops claiming: the
  *   running messages finish, the ready ones stay ready, in the page and in the
  *   database, until resume;
  * - a running message's cancel button interrupts its handler and deletes it;
  * - a dead letter is listed and its redrive button sends it back to run;
  * - a screenshot is saved to .tmp/dashboard.png;
- * - the API reference at /docs renders with every request kept on the server.
+ * - the token guards reads too: without it or with a wrong one the page shows
+ *   the 401 and no queue; a wrong one pauses nothing;
+ * - the page, the API reference at /docs (every request kept on the server) and
+ *   their Content-Security-Policy: nothing of theirs blocked, no framing.
  *
  * Skipped, saying why, only when chromium is missing outside CI
  * (support/RequireTool.ts; `.ci/run` installs it and sets CI, so there it always runs).
@@ -104,8 +107,10 @@ describe(`Dashboard in headless Chromium on a real worker and PostgreSQL${chromi
       page.on("console", (message) => {
         if (message.type() === "error") problems.push(`console: ${message.text()}`)
       })
+      // The token is in the tab's sessionStorage before the page loads (as after a reload): the
+      // page reads with it from its first refresh, so no request of it is refused.
+      yield* Effect.promise(() => page.addInitScript((t) => (globalThis as any).sessionStorage.setItem("leasehold-token", t), token))
       yield* Effect.promise(() => page.goto(`${base}/`))
-      yield* Effect.promise(() => page.fill("#token", token))
 
       // A message that fails on its only attempt: a dead letter.
       const [flaky] = yield* store.send("reports", [{ task: "flaky", payload: { report: 7 }, maxAttempts: 1 }])
@@ -165,7 +170,7 @@ describe(`Dashboard in headless Chromium on a real worker and PostgreSQL${chromi
       assert.deepStrictEqual(problems, [], "no script errors in the page")
     }).pipe(Effect.scoped), { timeout: 60_000 })
 
-  it.live.skipIf(!runs)("a wrong token: the page says 401 and nothing is paused; the API reference renders offline", () =>
+  it.live.skipIf(!runs)("the token guards reads and changes: a wrong one shows 401 and pauses nothing; page and API reference run under their CSP", () =>
     Effect.gen(function*() {
       const context = yield* Layer.build(
         Http.layerAdminServer({ port: 0, token }).pipe(Layer.provideMerge(PgTest.storeLayer({ clock: "database" })))
@@ -178,9 +183,28 @@ describe(`Dashboard in headless Chromium on a real worker and PostgreSQL${chromi
         (b) => Effect.promise(() => b.close())
       )
       const page = yield* Effect.promise(() => browser.newPage())
+      // Anything the Content-Security-Policy blocked is reported on the console.
+      const blocked: Array<string> = []
+      page.on("console", (message) => {
+        if (/Content Security Policy/i.test(message.text())) blocked.push(message.text())
+      })
+      page.on("pageerror", (error) => blocked.push(`page error: ${error.message}`))
       yield* Effect.promise(() => page.goto(`${base}/`))
+      // No token: the reads are refused, the page says so and shows no queue.
+      const status = (what: string, pattern: RegExp) =>
+        waitPage(what, async () => {
+          const text = await page.textContent("#status")
+          return text !== null && pattern.test(text) ? text : undefined
+        })
+      yield* status("the refused read", /refresh failed: .*401 this server requires the admin token to read/)
+      assert.isUndefined(yield* Effect.promise(() => queueRow(page, "emails")), "nothing read without the token")
       yield* Effect.promise(() => page.fill("#token", "not-the-token-at-all"))
+      yield* status("the wrong token refused", /401 wrong admin token/)
+      assert.isUndefined(yield* Effect.promise(() => queueRow(page, "emails")))
+      // The right token: the page reads at once (typing refreshes), then a wrong one is typed again.
+      yield* Effect.promise(() => page.fill("#token", token))
       yield* waitRow(page, "emails", "the emails row", (r) => r.ready === "1")
+      yield* Effect.promise(() => page.fill("#token", "not-the-token-at-all"))
       yield* Effect.promise(() => page.click(`#queues tr[data-queue="emails"] button[data-action="pause"]`))
       const notice = yield* waitPage("the refusal", async () => {
         const text = await page.textContent("#notice")
@@ -191,6 +215,7 @@ describe(`Dashboard in headless Chromium on a real worker and PostgreSQL${chromi
       // The token survives a reload (sessionStorage), as the page promises.
       yield* Effect.promise(() => page.reload())
       assert.strictEqual(yield* Effect.promise(() => page.inputValue("#token")), "not-the-token-at-all")
+      assert.deepStrictEqual(blocked, [], "the page's own script and style run under its policy")
 
       // The API reference renders offline: every request it makes stays on this server.
       const external: Array<string> = []
@@ -206,6 +231,13 @@ describe(`Dashboard in headless Chromium on a real worker and PostgreSQL${chromi
       // Rendered by the inline script: visible text, not the script's source.
       yield* Effect.promise(() => page.getByText("Download OpenAPI Document").first().waitFor({ state: "visible", timeout: 20_000 }))
       assert.deepStrictEqual(external, [], "no request left the server")
+      assert.deepStrictEqual(blocked, [], "the API reference runs under its policy")
+      // The policy forbids framing: a page of another origin that frames the dashboard gets nothing.
+      const framing = yield* Effect.promise(() => browser.newPage())
+      const refusals: Array<string> = []
+      framing.on("console", (message) => refusals.push(message.text()))
+      yield* Effect.promise(() => framing.setContent(`<iframe src="${base}/"></iframe>`))
+      yield* waitPage("the frame refused", async () => refusals.some((t) => /frame-ancestors/.test(t)) ? true : undefined)
     }).pipe(Effect.scoped), { timeout: 60_000 })
 })
 

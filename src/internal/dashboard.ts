@@ -2,9 +2,12 @@
  * The dashboard page served at `/` next to the admin API: one self-contained
  * HTML document (inline CSS and script, no framework, no CDN, works offline)
  * that reads the `/api` routes every 2 s. Every value from the server is put in
- * the page as text (`textContent`), never as HTML. Buttons that change
- * something send the token typed into the token field (kept in
- * sessionStorage) as `Authorization: Bearer <token>`.
+ * the page as text (`textContent`), never as HTML. Every request (reads and the
+ * buttons that change something) sends the token typed into the token field
+ * (kept in sessionStorage) as `Authorization: Bearer <token>`. The page itself
+ * holds no data, so it is served without a token; it runs under a
+ * Content-Security-Policy that admits only its own inline script and style (by
+ * hash: see `Http`), so it sets no inline event handler or style attribute.
  */
 
 const style = `
@@ -35,7 +38,13 @@ const script = `
 const $ = (id) => document.getElementById(id);
 const tokenField = $("token");
 tokenField.value = sessionStorage.getItem("leasehold-token") || "";
-tokenField.addEventListener("input", () => sessionStorage.setItem("leasehold-token", tokenField.value));
+tokenField.addEventListener("input", () => {
+  sessionStorage.setItem("leasehold-token", tokenField.value);
+  refresh();
+});
+
+/** The token as a request header, when one is typed. */
+const authorization = () => tokenField.value === "" ? {} : { authorization: "Bearer " + tokenField.value };
 
 const age = (ms) => {
   if (ms === null || ms === undefined || !(ms > 0)) return "-";
@@ -90,7 +99,7 @@ const change = async (path, body, what) => {
   try {
     const response = await fetch(path, {
       method: "POST",
-      headers: { "content-type": "application/json", authorization: "Bearer " + tokenField.value },
+      headers: { "content-type": "application/json", ...authorization() },
       body: JSON.stringify(body || {})
     });
     const answer = await response.json().catch(() => ({}));
@@ -103,7 +112,7 @@ const change = async (path, body, what) => {
 };
 
 const getJson = async (path) => {
-  const response = await fetch(path, { headers: { accept: "application/json" } });
+  const response = await fetch(path, { headers: { accept: "application/json", ...authorization() } });
   if (!response.ok) {
     const answer = await response.json().catch(() => ({}));
     throw new Error(path + ": " + response.status + " " + (answer.message || response.statusText));
@@ -175,8 +184,13 @@ const counter = (label, value, key) => {
 };
 
 let refreshing = false;
+let again = false;
 async function refresh() {
-  if (refreshing) return;
+  // One refresh at a time; one asked for meanwhile (the token changed) runs right after.
+  if (refreshing) {
+    again = true;
+    return;
+  }
   refreshing = true;
   try {
     const [queues, consumers, flight, dead, counters] = await Promise.all([
@@ -211,6 +225,10 @@ async function refresh() {
     $("status").className = "error";
   } finally {
     refreshing = false;
+    if (again) {
+      again = false;
+      refresh();
+    }
   }
 }
 refresh();
