@@ -323,6 +323,9 @@ export const layerWithAdmin = (
 ): Layer.Layer<Listening, ConfigInvalid | HttpServerError.ServeError, Consumer | QueueStore> =>
   Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) => serveWithAdmin(address, options)))
 
+/** Whether a server bound to `host` answers this machine only (`localhost`, `127.x`, `::1`, `::ffff:127.x`). */
+export const servesThisMachineOnly = (host: string): boolean => HttpSecurity.isLoopback(host)
+
 /** The policy of each page, computed once per response body (the pages are built once). */
 const pagePolicies = new WeakMap<object, string>()
 

@@ -738,4 +738,69 @@ describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-
     // A filter without --ids that matches nothing is not an error.
     assert.deepStrictEqual(await ok(["dead-letters", "redrive", "--queue", "nothing-here"], env), { redriven: [] })
   }, 120_000)
+
+  it("stats works on a reserved-word schema (user): every queue that has messages, none with only history or a pause", async () => {
+    // A name PostgreSQL reserves: only a quoted identifier reaches it.
+    const schema = "user"
+    await query(`DROP SCHEMA IF EXISTS "user" CASCADE`)
+    schemas.push(`"${schema}"`)
+    const env = envFor(schema)
+    const migrated = await run(["migrate"], env)
+    assert.strictEqual(migrated.code, 0, show(migrated))
+    await ok(["send", "beta", "t", "{}"], env)
+    await ok(["send", "alpha", "t", "{}", "--delay", "1h"], env)
+    await makeDeadLetters(schema, "gamma", 1)
+    // A queue with history only (its message acked) and a paused queue without messages.
+    await withStore(schema, (store) =>
+      Effect.gen(function*() {
+        yield* store.send("done", [{ task: "t", payload: {} }])
+        const [claim] = yield* store.claim("done", { lease: "10 seconds", limit: 1, consumer: "cli-test" })
+        yield* store.recordAttempt({
+          messageId: claim!.id, queue: "done", task: "t", consumer: "cli-test", attempt: 1, outcome: "acked",
+          startedAt: new Date(), endedAt: new Date(), error: null
+        })
+        assert.isTrue(yield* store.ack(claim!))
+        yield* store.pause("idle")
+      }))
+    const stats = await ok(["stats", "--json"], env)
+    assert.deepStrictEqual(stats.map((s: { queue: string }) => s.queue), ["alpha", "beta", "gamma"])
+    assert.deepInclude(stats[0], { queue: "alpha", ready: 0, delayed: 1, dead: 0 })
+    assert.deepInclude(stats[2], { queue: "gamma", ready: 0, dead: 1 })
+    const table = await run(["stats"], env)
+    assert.strictEqual(table.code, 0, show(table))
+    assert.match(table.stdout, /^beta\s+1\s+0\s+0\s+0\s+\S+$/m)
+    const queues = await ok(["queues", "list", "--json"], env)
+    assert.includeMembers(queues.map((q: { queue: string }) => q.queue), ["done", "idle"], "the store still lists them")
+  })
+
+  it("tables escape control characters of stored text (terminal escapes, bell, C1, bidi overrides); --json carries them as \\u escapes", async () => {
+    const schema = await freshSchema(true)
+    const env = envFor(schema)
+    // Clear the screen, set the window title, a C1 CSI, a right-to-left override.
+    const hostile = "boom \x1b[2J\x1b]0;pwned\x07 \x9b31m \u202eevil\x08"
+    const [id] = await withStore(schema, (store) =>
+      Effect.gen(function*() {
+        const sent = yield* store.send("esc", [{ task: "t", payload: { text: hostile }, dedupKey: `key\x1b[1m` }])
+        const [claim] = yield* store.claim("esc", { lease: "10 seconds", limit: 1, consumer: "cli-test" })
+        yield* store.recordAttempt({
+          messageId: claim!.id, queue: "esc", task: "t", consumer: "cli-test", attempt: 1, outcome: "dead-lettered",
+          startedAt: new Date(), endedAt: new Date(), error: hostile
+        })
+        assert.isTrue(yield* store.deadLetter(claim!, { reason: hostile, error: hostile }))
+        return sent.map((s) => s.id)
+      }))
+    const raw = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/
+    for (const args of [["dead-letters", "list"], ["messages", "esc"], ["get", id!], ["attempts", id!]]) {
+      const r = await run(args, env)
+      assert.strictEqual(r.code, 0, show(r))
+      assert.notMatch(r.stdout, raw, `leasehold ${args.join(" ")} prints no control character`)
+      assert.include(r.stdout, "boom \\x1b[2J\\x1b]0;pwned\\x07 \\x9b31m \\u202eevil", args.join(" "))
+    }
+    for (const args of [["dead-letters", "list", "--json"], ["get", id!, "--json"], ["attempts", id!, "--json"]]) {
+      const r = await run(args, env)
+      assert.strictEqual(r.code, 0, show(r))
+      assert.notMatch(r.stdout, raw, `leasehold ${args.join(" ")} prints no control character`)
+      assert.include(JSON.stringify(JSON.parse(r.stdout)), JSON.stringify(hostile).slice(1, -1), "the same text, escaped")
+    }
+  })
 })

@@ -11,7 +11,8 @@
  * - `/metrics` is Prometheus text holding leasehold's counters, moved by the
  *   messages processed, and 404 without `Observability.layerPrometheus()`;
  * - `Http.layerFromEnv`: no server without `LEASEHOLD_HTTP_PORT`, `ConfigInvalid`
- *   naming the variable for a bad port or host.
+ *   naming the variable for a bad port or host; the security headers on every
+ *   response.
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
@@ -34,13 +35,14 @@ interface Reply {
   readonly status: number
   readonly contentType: string | null
   readonly body: string
+  readonly headers: Headers
 }
 
 /** GET `path` from the server; a refused connection is a failure, not a reply. */
 const get = (base: string, path: string) =>
   Effect.tryPromise(async (): Promise<Reply> => {
     const response = await fetch(`${base}${path}`, { signal: AbortSignal.timeout(10_000) })
-    return { status: response.status, contentType: response.headers.get("content-type"), body: await response.text() }
+    return { status: response.status, contentType: response.headers.get("content-type"), body: await response.text(), headers: response.headers }
   })
 
 /** Poll `path` until `accept` takes the reply; the last reply seen is in the failure. */
@@ -334,6 +336,13 @@ describe("Http.layerFromEnv", () => {
         assert.match(url, /^http:\/\/127\.0\.0\.1:\d+$/, "bound to 127.0.0.1 by default")
         const reply = yield* get(url, "/metrics")
         assert.strictEqual(reply.status, 404, "no Prometheus export provided")
+        // The security headers on every response of the probe server too (here a 404 and the 404 of no route).
+        for (const headers of [reply.headers, (yield* get(url, "/nothing")).headers]) {
+          assert.strictEqual(headers.get("content-security-policy"), "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+          assert.strictEqual(headers.get("x-content-type-options"), "nosniff")
+          assert.strictEqual(headers.get("referrer-policy"), "no-referrer")
+          assert.strictEqual(headers.get("x-frame-options"), "DENY")
+        }
       }).pipe(Effect.scoped)
 
       const cases: ReadonlyArray<readonly [Record<string, string>, string, RegExp]> = [

@@ -18,7 +18,6 @@ import type { MessageId, QueueStats } from "../Message.ts"
 import * as Migrations from "../Migrations.ts"
 import * as PgQueueStore from "../PgQueueStore.ts"
 import * as QueueConfig from "../QueueConfig.ts"
-import { classify } from "../QueueError.ts"
 import type { DeadLetterFilter } from "../QueueStore.ts"
 import { QueueStore } from "../QueueStore.ts"
 import * as Out from "./cliOutput.ts"
@@ -197,11 +196,11 @@ const stats = Command.make("stats", {
   watch: Flag.Boolean("watch").pipe(Flag.withDescription("Refresh every second until Ctrl-C"), Flag.withDefault(false))
 }, (input) =>
   Effect.scoped(Effect.gen(function*() {
-    const { schema, sql, store } = yield* connect({ migrate: false })
+    const { store } = yield* connect({ migrate: false })
     const collect = Effect.gen(function*() {
       const queues = input.queues.length > 0
         ? input.queues
-        : yield* queuesWithMessages(sql, schema)
+        : yield* queuesWithMessages(store)
       // One statement for all of them (depths answers each distinct queue once; every argument gets its row).
       const counted = yield* store.depths(queues)
       return queues.map((q) => counted.find((row) => row.queue === q)!)
@@ -231,8 +230,14 @@ const stats = Command.make("stats", {
     ])
   )
 
-const queuesWithMessages = (sql: SqlClient.SqlClient, schema: string) =>
-  Out.queuesWithMessages(sql, schema).pipe(classify("list queues"))
+/**
+ * Every queue that has messages (ready, in flight, delayed or dead), in name order: the store's
+ * own listing (its statements quote the schema, so any valid schema name works, `user` too),
+ * without the queues that only have history or a pause row.
+ */
+const queuesWithMessages = (store: QueueStore["Service"]) =>
+  Effect.map(store.queues(), (queues) =>
+    queues.filter((q) => q.ready + q.delayed + q.inFlight + q.dead > 0).map((q) => q.queue))
 
 const clearScreen = () => (process.stdout.isTTY ? "\x1b[2J\x1b[H" : "")
 const watchHeader = () => `leasehold stats at ${new Date().toISOString()} (every second; Ctrl-C to stop)`
@@ -503,13 +508,16 @@ const serve = Command.make("serve", {
     const url = Context.get(served, Http.Listening).url
     const token = yield* QueueConfig.adminTokenFromEnv
     yield* print(`leasehold: dashboard at ${url}/ , API reference at ${url}/docs (Ctrl-C to stop)`)
-    if (Option.isNone(token)) yield* Console.error(`leasehold: ${QueueConfig.adminVariables.token} is not set: pause, resume, cancel, redrive and purge answer 403`)
+    if (Option.isNone(token)) {
+      const reads = Http.servesThisMachineOnly(host) ? "" : " (and so do the reading routes: this server is reachable from other machines)"
+      yield* Console.error(`leasehold: ${QueueConfig.adminVariables.token} is not set: pause, resume, cancel, redrive and purge answer 403${reads}`)
+    }
     // Ctrl-C ends the server normally (exit 0).
     watching = true
     return yield* Effect.never
   }))).pipe(
     Command.withDescription(
-      "Serve the admin API and the dashboard against LEASEHOLD_DATABASE_URL; changes need Authorization: Bearer LEASEHOLD_ADMIN_TOKEN"
+      "Serve the admin API and the dashboard against LEASEHOLD_DATABASE_URL; with LEASEHOLD_ADMIN_TOKEN set, every /api route needs Authorization: Bearer <it> (see docs/admin.md)"
     ),
     Command.withExamples([
       { command: "LEASEHOLD_ADMIN_TOKEN=$(openssl rand -hex 24) leasehold serve --port 8080", description: "Dashboard on http://127.0.0.1:8080/" }

@@ -1,26 +1,45 @@
 /**
  * What the `leasehold` command prints: plain tables for people, JSON for
- * scripts (`--json`), and the query that finds every queue holding messages.
+ * scripts (`--json`). Stored text (errors, reasons, payloads, keys) can hold
+ * terminal escapes: every cell and field is printed with its control
+ * characters escaped ({@link printable}), and JSON carries them as `\u` escapes.
  */
-import { Duration, Effect } from "effect"
-import type { SqlClient } from "effect/sql"
+import { Duration } from "effect"
 import { type Attempt, type CancelResult, type DeadLetter, isResultTooLarge, type MessageInfo, type QueueInfo, type QueueStats } from "../Message.ts"
 import type { ScheduleInfo } from "../QueueStore.ts"
 
-/** JSON of command output: bigint ids as text (they are message ids), dates as ISO text. */
+/**
+ * Characters a terminal may act on rather than show: C0 controls (escape, bell, backspace,
+ * carriage return...), DEL, C1 controls (U+009B is a one-byte CSI to some terminals), and the
+ * bidirectional overrides and isolates that reorder what is shown.
+ */
+const controlCharacters = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g
+
+/** Those JSON.stringify leaves as they are (it escapes only U+0000 to U+001F). */
+const unescapedByJson = /[\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g
+
+const hex = (c: string, digits: number) => c.charCodeAt(0).toString(16).padStart(digits, "0")
+
+/** `text` with every control character written as an escape (`\x1b`, `\u202e`), so printing it never drives the terminal. */
+export const printable = (text: string): string =>
+  text.replace(controlCharacters, (c) => (c.charCodeAt(0) < 0x100 ? `\\x${hex(c, 2)}` : `\\u${hex(c, 4)}`))
+
+/** JSON of command output: bigint ids as text (they are message ids), dates as ISO text, no raw control character. */
 export const json = (value: unknown, pretty = true): string =>
   JSON.stringify(value, (_key, v: unknown) => (typeof v === "bigint" ? v.toString() : v), pretty ? 2 : undefined)
+    .replace(unescapedByJson, (c) => `\\u${hex(c, 4)}`)
 
-/** A left-aligned text table; columns listed in `right` are right-aligned (numbers). */
+/** A left-aligned text table, every cell {@link printable}; columns listed in `right` are right-aligned (numbers). */
 export const table = (
   headers: ReadonlyArray<string>,
   rows: ReadonlyArray<ReadonlyArray<string>>,
   right: ReadonlySet<number> = new Set()
 ): string => {
-  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)))
+  const safe = rows.map((row) => row.map(printable))
+  const widths = headers.map((h, i) => Math.max(h.length, ...safe.map((r) => (r[i] ?? "").length)))
   const line = (cells: ReadonlyArray<string>) =>
     cells.map((c, i) => (right.has(i) ? c.padStart(widths[i]!) : i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join("  ")
-  return [line(headers), ...rows.map(line)].join("\n")
+  return [line(headers), ...safe.map(line)].join("\n")
 }
 
 /** Milliseconds as people read an age: `-` for none, else whole seconds (`1m 30s`), or ms below one second. */
@@ -71,7 +90,7 @@ export const attemptsTable = (attempts: ReadonlyArray<Attempt>): string => {
 /** `get`: the message's fields, one per line (or a line saying it is finished), then its history. */
 export const messageDetail = (id: string, message: MessageInfo | undefined, attempts: ReadonlyArray<Attempt>): string => {
   const head = message === undefined
-    ? [`message ${id}: not in the queue (finished and deleted); its recorded attempts follow`]
+    ? [`message ${printable(id)}: not in the queue (finished and deleted); its recorded attempts follow`]
     : [
       ["id", message.id],
       ["queue", message.queue],
@@ -89,7 +108,7 @@ export const messageDetail = (id: string, message: MessageInfo | undefined, atte
       ["last error", oneLine(message.lastError, 200) || "-"],
       ["headers", json(message.headers, false)],
       ["payload", oneLine(json(message.payload, false), 200)]
-    ].map(([key, value]) => `${`${key}:`.padEnd(16)}${value}`)
+    ].map(([key, value]) => `${`${key}:`.padEnd(16)}${printable(value!)}`)
   return `${head.join("\n")}\n\n${attemptsTable(attempts)}`
 }
 
@@ -143,29 +162,6 @@ export const deadLettersTable = (dead: ReadonlyArray<DeadLetter>): string =>
       dead.map((d) => [String(d.id), d.queue, d.task, String(d.attempts), iso(d.deadAt), oneLine(d.reason)]),
       new Set([0, 3])
     )
-
-/**
- * Every queue that has messages (ready, in flight, delayed or dead), in name order. A skip scan
- * over the two partial indexes that lead with `queue` (ready and dead rows: every row is one or
- * the other), so it reads one index entry per queue, not every message. `schema` is the store's
- * validated schema name.
- */
-export const queuesWithMessages = (sql: SqlClient.SqlClient, schema: string) => {
-  const table = `${schema}.messages`
-  const scan = (state: "ready" | "dead") =>
-    `SELECT queue FROM (
-       WITH RECURSIVE q AS (
-         (SELECT queue FROM ${table} WHERE state = '${state}' ORDER BY queue LIMIT 1)
-         UNION ALL
-         SELECT (SELECT m.queue FROM ${table} m WHERE m.state = '${state}' AND m.queue > q.queue ORDER BY m.queue LIMIT 1)
-         FROM q WHERE q.queue IS NOT NULL
-       ) SELECT queue FROM q WHERE queue IS NOT NULL
-     ) AS ${state}_queues`
-  return Effect.map(
-    sql.unsafe<{ queue: string }>(`${scan("ready")} UNION ${scan("dead")} ORDER BY queue`),
-    (rows) => rows.map((r) => r.queue)
-  )
-}
 
 /**
  * A schedule no worker has declared for this long is shown as NOT SEEN: workers record that
