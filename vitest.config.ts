@@ -6,7 +6,7 @@ export default defineConfig({
   // not the build in dist/: the `leasehold-source` condition of package.json's exports.
   ssr: { resolve: { conditions: ["leasehold-source", ...defaultServerConditions] } },
   test: {
-    include: ["test/**/*.test.ts"],
+    include: ["test/**/*.test.ts", "examples/**/*.test.ts"],
     globalSetup: ["test/support/globalSetup.ts"],
     testTimeout: 60_000,
     hookTimeout: 120_000

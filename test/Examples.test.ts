@@ -8,6 +8,9 @@
  *   (`emails`) with no `LEASEHOLD_QUEUES`, runs the producer's message, and exits 0 on SIGTERM;
  * - the same worker exits 1 when its claim loop fails on something other than a dead connection
  *   (its messages table is gone), after shutting down (`Consumer.launch`);
+ * - `examples/api.ts` (an HTTP API that sends a task): with the store's migration held back (the test
+ *   holds its advisory lock), the port accepts no connection; once the migration is let through, a
+ *   request sent as the server starts is answered and its message stored (docs/tasks.md's wiring);
  * - `npm run demo` (`node src/bin/demo.ts`, as its npm script `exec`s it): its own embedded
  *   PostgreSQL, the renewals, the retry, the dead letter, the final stats, exit 0, server gone.
  *
@@ -30,6 +33,7 @@ import { afterAll, afterEach, assert, beforeAll, describe, it, onTestFailed } fr
 import * as PgTest from "./support/PgTest.ts"
 import { waitForAsync } from "./support/Wait.ts"
 import { sqlRuntime } from "./support/WorkerProcess.ts"
+import { freePort } from "../src/internal/EmbeddedPostgres.ts"
 
 /** Node >= 22 (type stripping): the one vitest runs on, else the devDependency's. */
 const nodeBinary = (() => {
@@ -228,6 +232,86 @@ describe("examples/*.ts, run as the README says (slow: real processes)", () => {
     assert.match(text, /claim loop failed; the consumer stops claiming and shuts down:/)
     assert.match(text, /messages/)
     assert.match(text, /consumer stopped/, "shut down before exiting")
+  })
+})
+
+/** Whether something accepts a TCP connection on `port` of this machine now. */
+const accepts = (port: number) =>
+  new Promise<boolean>((done) => {
+    const socket = connect(port, "127.0.0.1")
+    socket.on("connect", () => {
+      socket.destroy()
+      done(true)
+    })
+    socket.on("error", () => done(false))
+  })
+
+/**
+ * Hold the advisory lock that migrations of `schema` take (Migrations.ts: `leasehold.migrate.<schema>`)
+ * in an open transaction on the database at `url`, until `release` is called.
+ */
+const holdMigrationLock = async (url: string, schema: string) => {
+  const runtime = ManagedRuntime.make(PgTest.clientLayer({ url, maxConnections: 1 }))
+  let release!: () => void
+  const released = new Promise<void>((done) => (release = done))
+  let locked!: () => void
+  const isLocked = new Promise<void>((done) => (locked = done))
+  const transaction = runtime.runPromise(Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql.withTransaction(Effect.gen(function*() {
+      yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`leasehold.migrate.${schema}`}))`
+      locked()
+      yield* Effect.promise(() => released)
+    }))))
+  await Promise.race([isLocked, transaction])
+  return {
+    release: async () => {
+      release()
+      await transaction
+      await runtime.dispose()
+    }
+  }
+}
+
+describe("examples/api.ts: the store is built before the server listens (slow: a real process)", () => {
+  it("the port accepts nothing while the migration is held back; a request sent as it opens is answered", async () => {
+    dumpOnFailure()
+    const schema = PgTest.uniqueSchema("api")
+    const port = await freePort()
+    const lock = await holdMigrationLock(db.url, schema)
+    try {
+      const api = run("api", "examples/api.ts", { LEASEHOLD_DATABASE_URL: db.url, LEASEHOLD_SCHEMA: schema, PORT: String(port) })
+      // The store's migration is waiting for the lock the test holds.
+      await waitForAsync("the api's migration to wait for the lock", async () => {
+        if (api.exit !== undefined) throw new Error(`api exited: ${JSON.stringify(api.exit)}`)
+        const [row] = await db.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_locks
+           WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+        )
+        return row!.n > 0 ? true : undefined
+      }, { timeoutMs: 30_000, intervalMs: 50 })
+      for (let i = 0; i < 15; i++) {
+        assert.isFalse(await accepts(port), "the server listens while the store is still migrating")
+        await new Promise((done) => setTimeout(done, 100))
+      }
+      await lock.release()
+      // Sent as soon as the port takes a connection, each bounded: the first one accepted must be answered.
+      const answer = await waitForAsync("the api to answer", async () => {
+        if (api.exit !== undefined) throw new Error(`api exited: ${JSON.stringify(api.exit)}`)
+        if (!(await accepts(port))) return undefined
+        return fetch(`http://127.0.0.1:${port}/users`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ name: "Ada", email: "ada@example.com" }),
+          signal: AbortSignal.timeout(10_000)
+        })
+      }, { timeoutMs: 30_000, intervalMs: 10 })
+      assert.strictEqual(answer.status, 200, await answer.clone().text())
+      const { messageId } = await answer.json() as { messageId: string }
+      const rows = await db.query<{ task: string }>(`SELECT task FROM ${schema}.messages WHERE id = $1::bigint`, [messageId])
+      assert.deepStrictEqual(rows, [{ task: "email.welcome" }])
+    } finally {
+      await lock.release().catch(() => undefined)
+    }
   })
 })
 
