@@ -11,7 +11,7 @@ export const sendWelcomeEmail = Task.define({
   name: "email.welcome",
   queue: "emails",
   payload: Schema.Struct({ to: Schema.String, name: Schema.String }),
-  retry: { base: "5s", max: "1h" },
-  maxAttempts: 10,
-  maxRuntime: "2m"
+  retry: { base: "5s", max: "1h" },   // jittered exponential backoff
+  maxAttempts: 10,                    // then dead letters
+  maxRuntime: "2m"                    // a hung handler is interrupted and retried
 })

@@ -1,19 +1,32 @@
 /**
- * The README's claims that code can check: every log line it quotes (after WARN, ERROR, INFO,
- * "DEBUG lines" or "warns") is one the code writes, word for word, its worker snippet is the
- * example that test/Examples.test.ts runs, and the Node version it states is the one
- * package.json requires.
+ * The claims of README.md and the guide pages in docs/ that code can check:
+ *
+ * - every log line they quote (after WARN, ERROR, INFO, "DEBUG lines" or "warns") is one the code
+ *   writes, word for word;
+ * - every ```ts block type-checks (written to .tmp/snippets/ as a module of its own, where
+ *   `./tasks.ts` is examples/tasks.ts, and checked by `tsc` with the project's settings);
+ * - a block introduced by a link to one of examples/*.ts is that file, line for line (the files
+ *   test/Examples.test.ts and vitest run);
+ * - every relative link and #anchor points at a file and heading that exist;
+ * - the Node version the README states is the one package.json requires.
  *
  * A quoted line may stand in for variable parts with `<...>` (e.g. `<message>`); the literal
  * parts between them must appear, in order, in one log call of src/.
  */
-import { readdirSync, readFileSync } from "node:fs"
-import { join } from "node:path"
+import { execFileSync } from "node:child_process"
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { dirname, join, resolve } from "node:path"
 import { assert, describe, it } from "vitest"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
 import * as QueueConfig from "../src/QueueConfig.ts"
 
 const readme = readFileSync("README.md", "utf8")
+
+/** README.md and every docs/*.md page, by path. */
+const pages: ReadonlyArray<{ readonly path: string; readonly text: string }> = [
+  "README.md",
+  ...readdirSync("docs").filter((name) => name.endsWith(".md")).sort().map((name) => `docs/${name}`)
+].map((path) => ({ path, text: readFileSync(path, "utf8") }))
 
 const sourceFiles = (dir: string): Array<string> =>
   readdirSync(dir, { withFileTypes: true }).flatMap((entry) =>
@@ -35,14 +48,32 @@ const source = (() => {
 
 const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
 
-/** The log lines the README quotes, whitespace folded. */
-const quotedLogLines = (): Array<string> => {
-  const folded = readme.replace(/\s+/g, " ")
-  return [...folded.matchAll(/\b(?:WARN|ERROR|INFO|DEBUG lines|warns)\s+"([^"]+)"/g)].map((m) => m[1]!)
-}
+/** The log lines the pages quote, whitespace folded. */
+const quotedLogLines = (): Array<string> =>
+  pages.flatMap(({ text }) => {
+    const folded = text.replace(/\s+/g, " ")
+    return [...folded.matchAll(/\b(?:WARN|ERROR|INFO|DEBUG lines|warns)\s+"([^"]+)"/g)].map((m) => m[1]!)
+  })
 
-describe("README", () => {
-  it("every log line it quotes is written by the code, word for word", () => {
+/** The ```ts blocks of a page, with the line each starts on. */
+const tsBlocks = (text: string): Array<{ readonly line: number; readonly code: string }> =>
+  [...text.matchAll(/^```ts\n([^]*?)^```$/gm)].map((m) => ({
+    line: text.slice(0, m.index).split("\n").length + 1,
+    code: m[1]!
+  }))
+
+/** An example file as a page shows it: without its leading doc comment. */
+const exampleProgram = (file: string) => readFileSync(file, "utf8").replace(/^\/\*\*[^]*?\*\/\n/, "").trim()
+
+/** GitHub's anchor of a heading: lower case, punctuation but `-` and `_` dropped, spaces as `-`. */
+const slug = (heading: string) =>
+  heading.trim().toLowerCase().replace(/`/g, "").replace(/[^\p{L}\p{N}\s_-]/gu, "").replace(/\s/g, "-")
+
+const anchorsOf = (text: string) =>
+  new Set(text.replace(/^```[^]*?^```$/gm, "").split("\n").filter((line) => /^#{1,6} /.test(line)).map((line) => slug(line.replace(/^#+ /, ""))))
+
+describe("README.md and docs/*.md", () => {
+  it("every log line they quote is written by the code, word for word", () => {
     const quotes = quotedLogLines()
     assert.isAtLeast(quotes.length, 10, `found only ${quotes.length} quoted log lines: the pattern above no longer matches the README`)
     const missing = quotes.filter((quote) => {
@@ -55,14 +86,82 @@ describe("README", () => {
       const pattern = new RegExp(start + parts.map(escape).join("[^\\n]*?") + end)
       return !pattern.test(source)
     })
-    assert.deepStrictEqual(missing, [], "quoted in README.md but written by no log call in src/")
+    assert.deepStrictEqual(missing, [], "quoted in a page but written by no log call in src/")
   })
 
-  it("its worker snippet is examples/worker.ts (which test/Examples.test.ts runs), line for line", () => {
-    const snippet = /A worker \(\[examples\/worker\.ts\]\(examples\/worker\.ts\)\)[^]*?```ts\n([^]*?)```/.exec(readme)?.[1]
-    assert.isDefined(snippet, "the README's worker snippet")
-    const program = readFileSync("examples/worker.ts", "utf8").replace(/^\/\*\*[^]*?\*\/\n/, "")
-    assert.strictEqual(snippet!.trim(), program.trim())
+  it("every ```ts block type-checks with the project's settings", () => {
+    const dir = resolve(".tmp/snippets")
+    rmSync(dir, { recursive: true, force: true })
+    mkdirSync(dir, { recursive: true })
+    writeFileSync(join(dir, "tasks.ts"), `export * from "../../examples/tasks.ts"\n`)
+    writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({
+      extends: "../../tsconfig.json",
+      // A snippet may declare what it shows without using it.
+      compilerOptions: { noUnusedLocals: false, noUnusedParameters: false, noEmit: true },
+      include: ["*.ts"]
+    }))
+    const where = new Map<string, string>()
+    for (const page of pages) {
+      for (const block of tsBlocks(page.text)) {
+        const file = `${page.path.replace(/[/.]/g, "_")}_line${block.line}.ts`
+        where.set(file, `${page.path}:${block.line}`)
+        writeFileSync(join(dir, file), block.code)
+      }
+    }
+    assert.isAtLeast(where.size, 15, "the pages' ```ts blocks")
+    let output = ""
+    try {
+      execFileSync(resolve("node_modules/.bin/tsc"), ["-p", join(dir, "tsconfig.json")], { encoding: "utf8", stdio: "pipe" })
+    } catch (error) {
+      const failed = error as { stdout?: string; stderr?: string }
+      output = `${failed.stdout ?? ""}${failed.stderr ?? ""}`
+      for (const [file, at] of where) output = output.replaceAll(file, `${file} (${at})`)
+    }
+    assert.strictEqual(output, "", "type errors in the pages' TypeScript blocks")
+  }, 180_000)
+
+  it("a block introduced by a link to examples/*.ts is that file, line for line", () => {
+    let compared = 0
+    for (const page of pages) {
+      const link = /\[examples\/([\w.]+\.ts)\]\((?:\.\.\/)?examples\/\1\)((?:(?!```)[^])*?)```ts\n([^]*?)^```$/gm
+      for (const m of page.text.matchAll(link)) {
+        if ((m[2]!.match(/\n[ \t]*\n/g) ?? []).length > 1) continue // a paragraph between: not the link's block
+        assert.strictEqual(m[3]!.trim(), exampleProgram(`examples/${m[1]}`), `${page.path}: the block after its link to examples/${m[1]}`)
+        compared++
+      }
+    }
+    // The README's quick start shows the worker, the producer and the test; docs/tasks.md the API.
+    for (const file of ["worker.ts", "producer.ts", "worker.test.ts", "tasks.ts"]) {
+      const name = file.replaceAll(".", "\\.")
+      assert.match(readme, new RegExp(`\\[examples/${name}\\]\\(examples/${name}\\)[^]*?\`\`\`ts`), `README shows examples/${file}`)
+    }
+    assert.isAtLeast(compared, 5)
+  })
+
+  it("every relative link points at a file that exists, and every #anchor at a heading of it", () => {
+    const broken: Array<string> = []
+    for (const page of pages) {
+      const prose = page.text.replace(/^```[^]*?^```$/gm, "")
+      for (const m of prose.matchAll(/\]\(([^)\s]+)\)/g)) {
+        const target = m[1]!
+        if (/^[a-z]+:/.test(target)) continue // http(s):, mailto:
+        const [file, anchor] = target.split("#") as [string, string | undefined]
+        const path = file === "" ? page.path : join(dirname(page.path), file)
+        if (!existsSync(path)) {
+          broken.push(`${page.path}: ${target} (no ${path})`)
+          continue
+        }
+        if (anchor !== undefined && path.endsWith(".md") && !anchorsOf(readFileSync(path, "utf8")).has(anchor)) {
+          broken.push(`${page.path}: ${target} (no heading #${anchor} in ${path})`)
+        }
+      }
+    }
+    assert.deepStrictEqual(broken, [])
+  })
+
+  it("the README links every docs/*.md page", () => {
+    const unlinked = pages.map((page) => page.path).filter((path) => path.startsWith("docs/") && !readme.includes(`](${path}`))
+    assert.deepStrictEqual(unlinked, [])
   })
 
   it("states the Node version package.json requires", () => {
