@@ -117,7 +117,7 @@ describe("README.md and docs/*.md", () => {
       output = `${failed.stdout ?? ""}${failed.stderr ?? ""}`
       for (const [file, at] of where) output = output.replaceAll(file, `${file} (${at})`)
     }
-    assert.strictEqual(output, "", "type errors in the pages' TypeScript blocks")
+    assert.strictEqual(output, "", "type errors in the pages' ```ts blocks (each is checked as a module of its own: give it its imports)")
   }, 180_000)
 
   it("a block introduced by a link to examples/*.ts is that file, line for line", () => {
@@ -161,7 +161,7 @@ describe("README.md and docs/*.md", () => {
 
   it("the README links every docs/*.md page", () => {
     const unlinked = pages.map((page) => page.path).filter((path) => path.startsWith("docs/") && !readme.includes(`](${path}`))
-    assert.deepStrictEqual(unlinked, [])
+    assert.deepStrictEqual(unlinked, [], "docs pages the README's \"Guides and reference\" does not link")
   })
 
   it("states the Node version package.json requires", () => {
