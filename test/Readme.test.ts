@@ -51,7 +51,7 @@ const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
 /** The log lines the pages quote, whitespace folded. */
 const quotedLogLines = (): Array<string> =>
   pages.flatMap(({ text }) => {
-    const folded = text.replace(/\s+/g, " ")
+    const folded = text.replace(/\s+/g, " ").replaceAll("&lt;", "<").replaceAll("&gt;", ">")
     return [...folded.matchAll(/\b(?:WARN|ERROR|INFO|DEBUG lines|warns)\s+"([^"]+)"/g)].map((m) => m[1]!)
   })
 
