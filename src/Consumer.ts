@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Clock, Config, Context, Deferred, Effect, Exit, Fiber, Latch, Layer, Metric, Option, Runtime, Scope } from "effect"
+import { Cause, Clock, Config, Context, Deferred, Effect, Exit, Fiber, Latch, Layer, type LogLevel, Metric, Option, References, Runtime, Scope } from "effect"
 import * as Completer from "./internal/completer.ts"
 import * as Handle from "./internal/handle.ts"
 import * as EventLoopLag from "./internal/eventLoopLag.ts"
@@ -547,19 +547,26 @@ export const layer = <R>(
 /**
  * A consumer running `handler`, configured from `LEASEHOLD_*` environment
  * variables. Without `LEASEHOLD_QUEUES`, a dispatcher's consumer consumes its
- * tasks' queues (a plain handler: `default`).
+ * tasks' queues (a plain handler: `default`). Every variable of the worker is
+ * checked before the consumer starts (`QueueConfig.workerFromEnv`: the HTTP
+ * server's and the admin token too, whose layers are built after this one), and
+ * the consumer logs from `LEASEHOLD_LOG_LEVEL` up when it is set.
  */
 export const layerFromEnv = <R>(handler: Handler<R> | Dispatcher<R>): Layer.Layer<Consumer, ConfigInvalid, QueueStore | R> =>
   Layer.effect(
     Consumer,
     Effect.gen(function*() {
-      const settings = yield* QueueConfig.fromEnv
+      const { consumer: settings, process } = yield* QueueConfig.workerFromEnv
       const named = yield* Effect.orElseSucceed(Config.option(Config.String(QueueConfig.variables.queues)), () => Option.none<string>())
       const fromTasks = dispatcherQueues(handler)
       const unnamed = Option.isNone(named) || named.value.trim() === ""
-      return yield* make(handler, unnamed && fromTasks !== undefined ? { ...settings, queues: fromTasks } : settings)
+      return yield* withLogLevel(make(handler, unnamed && fromTasks !== undefined ? { ...settings, queues: fromTasks } : settings), process.logLevel)
     })
   )
+
+/** `effect` with the minimum log level `level`, when there is one (else as it is). */
+const withLogLevel = <A, E, R>(effect: Effect.Effect<A, E, R>, level: Option.Option<LogLevel.LogLevel>) =>
+  Option.isNone(level) ? effect : Effect.provideService(effect, References.MinimumLogLevel, level.value)
 
 /**
  * Run a worker: build `layer` (which provides a {@link Consumer}), keep it
@@ -567,12 +574,18 @@ export const layerFromEnv = <R>(handler: Handler<R> | Dispatcher<R>): Layer.Laye
  * fail when the consumer's claim loop fails with an error that is not
  * connection-dead, after the consumer shut down (in-flight handlers drained
  * within the grace, the rest released). Prefer it to `Layer.launch`, which
- * would keep a failed consumer's process running.
+ * would keep a failed consumer's process running. Before it builds anything it
+ * checks the process's variables (`QueueConfig.processFromEnv`: HTTP server,
+ * admin token, `LEASEHOLD_LOG_LEVEL`), failing with `ConfigInvalid` on a bad
+ * one, and runs the whole worker from `LEASEHOLD_LOG_LEVEL` up when it is set.
  *
  * `Consumer.launch(WorkerLayer).pipe(NodeRuntime.runMain({ teardown: Consumer.teardown }))`
  */
-export const launch = <E, R>(layer: Layer.Layer<Consumer, E, R>): Effect.Effect<never, E | StoreError | InvalidInput, R> =>
-  Effect.scoped(Effect.flatMap(Layer.build(layer), (context) => Context.get(context, Consumer).failure))
+export const launch = <E, R>(
+  layer: Layer.Layer<Consumer, E, R>
+): Effect.Effect<never, E | StoreError | InvalidInput | ConfigInvalid, R> =>
+  Effect.flatMap(QueueConfig.processFromEnv, (process) =>
+    withLogLevel(Effect.scoped(Effect.flatMap(Layer.build(layer), (context) => Context.get(context, Consumer).failure)), process.logLevel))
 
 /**
  * A teardown for `NodeRuntime.runMain` in worker programs: a shutdown asked for

@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Config, Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Config, Duration, Effect, Layer, type LogLevel, Option, Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import * as os from "node:os"
 import { canonicalHost } from "./internal/httpSecurity.ts"
@@ -622,4 +622,68 @@ export const adminTokenFromEnv: Effect.Effect<Option.Option<Redacted.Redacted>, 
   )
   if (Option.isNone(read) || Redacted.value(read.value) === "") return Option.none()
   return Option.some(yield* adminToken(read.value, "env"))
+})
+
+/**
+ * The variable of the worker's minimum log level: `LEASEHOLD_LOG_LEVEL`, one of effect's
+ * levels (`Debug` shows the consumer's renewal lines; default: effect's own, `Info`).
+ */
+export const logVariables = { level: "LEASEHOLD_LOG_LEVEL" } as const
+
+/** The levels `LEASEHOLD_LOG_LEVEL` accepts, as effect spells them. */
+export const logLevels: ReadonlyArray<LogLevel.LogLevel> = ["All", "Trace", "Debug", "Info", "Warn", "Error", "Fatal", "None"]
+
+const logLevelRule = `one of ${logLevels.join(", ")} (any case)`
+
+/**
+ * The minimum log level from `LEASEHOLD_LOG_LEVEL` (any case: `debug` is `Debug`); none while
+ * it is unset or empty. Anything else fails with `ConfigInvalid` naming the variable.
+ */
+export const logLevelFromEnv: Effect.Effect<Option.Option<LogLevel.LogLevel>, ConfigInvalid> = Effect.gen(function*() {
+  const text = yield* readTrimmed(logVariables.level)
+  if (text === undefined) return Option.none()
+  const level = logLevels.find((l) => l.toLowerCase() === text.toLowerCase())
+  return level === undefined ? yield* invalid(logVariables.level, logLevelRule, text) : Option.some(level)
+})
+
+/**
+ * The settings of a worker's process that are not the consumer's: its HTTP server, `Host`
+ * allowlist, admin token and minimum log level, each none while its variable is unset.
+ */
+export interface ProcessSettings {
+  readonly http: Option.Option<HttpAddress>
+  readonly allowedHosts: Option.Option<ReadonlyArray<string>>
+  readonly adminToken: Option.Option<Redacted.Redacted>
+  readonly logLevel: Option.Option<LogLevel.LogLevel>
+}
+
+/**
+ * Read and check every process-wide variable of a worker at once (`LEASEHOLD_HTTP_PORT`,
+ * `LEASEHOLD_HTTP_HOST`, `LEASEHOLD_HTTP_ALLOWED_HOSTS`, `LEASEHOLD_ADMIN_TOKEN`,
+ * `LEASEHOLD_LOG_LEVEL`): `Consumer.launch` and `Consumer.layerFromEnv` run it before anything
+ * starts, so a bad value fails the worker before it claims a message, not once the HTTP
+ * server's layer is built after the consumer's.
+ */
+export const processFromEnv: Effect.Effect<ProcessSettings, ConfigInvalid> = Effect.gen(function*() {
+  const http = yield* httpFromEnv
+  // The host alone is checked too: a server whose port comes from code still reads it.
+  if (Option.isNone(http)) yield* httpHostFromEnv
+  return {
+    http,
+    allowedHosts: yield* allowedHostsFromEnv,
+    adminToken: yield* adminTokenFromEnv,
+    logLevel: yield* logLevelFromEnv
+  }
+})
+
+/** Everything a worker configured from the environment reads: the consumer's settings and the process's. */
+export interface WorkerSettings {
+  readonly consumer: ConsumerSettings
+  readonly process: ProcessSettings
+}
+
+/** {@link fromEnv} and {@link processFromEnv} together: every variable of a worker, checked before any of it starts. */
+export const workerFromEnv: Effect.Effect<WorkerSettings, ConfigInvalid> = Effect.gen(function*() {
+  const process = yield* processFromEnv
+  return { consumer: yield* fromEnv, process }
 })

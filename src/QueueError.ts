@@ -200,12 +200,21 @@ export class MessageCancelled extends Schema.TaggedError<MessageCancelled>()("Me
   message: Schema.String
 }) {}
 
-/** A configuration value is invalid: `variable` names it, `rule` says what it must be. */
+/**
+ * A configuration value is invalid: `variable` names it, `rule` says what it must be. Its
+ * stack is its message line alone: a worker stopped by a bad setting prints what to fix,
+ * not leasehold's frames (where the value was read says nothing the message does not).
+ */
 export class ConfigInvalid extends Schema.TaggedError<ConfigInvalid>()("ConfigInvalid", {
   variable: Schema.String,
   rule: Schema.String,
   message: Schema.String
-}) {}
+}) {
+  constructor(fields: { readonly variable: string; readonly rule: string; readonly message: string }, options?: Schema.MakeOptions) {
+    super(fields, options)
+    this.stack = `${this.name}: ${this.message}`
+  }
+}
 
 /**
  * A message's payload did not decode with its task's schema. The consumer
