@@ -1,8 +1,9 @@
 import { assert, describe, it } from "@effect/vitest"
-import { ConfigProvider, Duration, Effect, Layer, Redacted } from "effect"
+import { Cause, ConfigProvider, Duration, Effect, Layer, Option, Redacted } from "effect"
 import * as Consumer from "../src/Consumer.ts"
 import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
 import * as QueueConfig from "../src/QueueConfig.ts"
+import { ConfigInvalid } from "../src/QueueError.ts"
 
 const withEnv = (env: Record<string, string>) => Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnvRecord(env)))
 
@@ -221,5 +222,46 @@ describe("QueueConfig", () => {
       assert.deepStrictEqual([fromCode._tag, fromCode.variable], ["ConfigInvalid", "url"])
       const direct = yield* fails(Effect.scoped(Layer.build(QueueConfig.pgLayer(Redacted.make("postgres://db/x"), { directUrl: Redacted.make("nope") }))))
       assert.deepStrictEqual([direct._tag, direct.variable], ["ConfigInvalid", "directUrl"])
+    }))
+
+  it.effect("LEASEHOLD_LOG_LEVEL: each of effect's levels in any case, none when unset or empty, anything else ConfigInvalid naming it", () =>
+    Effect.gen(function*() {
+      for (const level of QueueConfig.logLevels) {
+        for (const text of [level, level.toLowerCase(), ` ${level.toUpperCase()} `]) {
+          assert.deepStrictEqual(yield* QueueConfig.logLevelFromEnv.pipe(withEnv({ LEASEHOLD_LOG_LEVEL: text })), Option.some(level))
+        }
+      }
+      assert.isTrue(Option.isNone(yield* QueueConfig.logLevelFromEnv.pipe(withEnv({}))))
+      assert.isTrue(Option.isNone(yield* QueueConfig.logLevelFromEnv.pipe(withEnv({ LEASEHOLD_LOG_LEVEL: " " }))))
+      const e = yield* fails(QueueConfig.logLevelFromEnv.pipe(withEnv({ LEASEHOLD_LOG_LEVEL: "verbose" })))
+      assert.deepStrictEqual([e._tag, e.variable], ["ConfigInvalid", "LEASEHOLD_LOG_LEVEL"])
+      assert.strictEqual(e.message, "LEASEHOLD_LOG_LEVEL: \"verbose\" is invalid; expected one of All, Trace, Debug, Info, Warn, Error, Fatal, None (any case)")
+    }))
+
+  it.effect("Consumer.layerFromEnv checks the HTTP server's, the admin token's and the log level's variables before it starts", () =>
+    Effect.gen(function*() {
+      for (
+        const [env, variable] of [
+          [{ LEASEHOLD_HTTP_PORT: "http" }, "LEASEHOLD_HTTP_PORT"],
+          [{ LEASEHOLD_HTTP_HOST: "not a host" }, "LEASEHOLD_HTTP_HOST"],
+          [{ LEASEHOLD_HTTP_ALLOWED_HOSTS: "a b" }, "LEASEHOLD_HTTP_ALLOWED_HOSTS"],
+          [{ LEASEHOLD_ADMIN_TOKEN: "short" }, "LEASEHOLD_ADMIN_TOKEN"],
+          [{ LEASEHOLD_LOG_LEVEL: "loud" }, "LEASEHOLD_LOG_LEVEL"]
+        ] as const
+      ) {
+        const built = Layer.build(Consumer.layerFromEnv(() => Effect.void).pipe(Layer.provide(MemoryQueueStore.layer())))
+        const e = yield* fails(Effect.scoped(built).pipe(withEnv(env)))
+        assert.deepStrictEqual([e._tag, e.variable], ["ConfigInvalid", variable])
+        const launched = yield* fails(Consumer.launch(Layer.effect(Consumer.Consumer, Effect.die("the layer is not built"))).pipe(withEnv(env)))
+        assert.deepStrictEqual([launched._tag, launched.variable], ["ConfigInvalid", variable], "Consumer.launch checks them before it builds the layer")
+      }
+    }))
+
+  it.effect("a ConfigInvalid prints as its message line: no stack frames", () =>
+    Effect.gen(function*() {
+      const e = yield* fails(QueueConfig.httpFromEnv.pipe(withEnv({ LEASEHOLD_HTTP_PORT: "http" })))
+      assert.instanceOf(e, ConfigInvalid)
+      const printed = Cause.pretty(Cause.fail(e))
+      assert.strictEqual(printed, "ConfigInvalid: LEASEHOLD_HTTP_PORT: \"http\" is invalid; expected a whole number from 0 to 65535")
     }))
 })
