@@ -666,7 +666,7 @@ export interface ProcessSettings {
  */
 export const processFromEnv: Effect.Effect<ProcessSettings, ConfigInvalid> = Effect.gen(function*() {
   const http = yield* httpFromEnv
-  // The host alone is checked too: a server whose port comes from code still reads it.
+  // The host alone is checked too: `leasehold serve` reads it without a port.
   if (Option.isNone(http)) yield* httpHostFromEnv
   return {
     http,
