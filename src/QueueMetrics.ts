@@ -116,7 +116,10 @@ export const MAX_TASK_SERIES = 1_000
 /** The task attribute of pairs beyond {@link MAX_TASK_SERIES}. */
 export const OTHER_TASK = "(other)"
 
+/** The pairs with series of their own, by queue then task. */
 const byQueue = new Map<string, Map<string, TaskMetrics>>()
+/** The {@link OTHER_TASK} series of each queue. */
+const others = new Map<string, TaskMetrics>()
 let series = 0
 
 /**
@@ -157,22 +160,41 @@ const makeTaskMetrics = (queue: string, task: string): TaskMetrics => {
 
 /**
  * The metrics of messages of `task` on `queue`, cached: two map lookups on the hot
- * path, never an attributed metric built per message.
+ * path, never an attributed metric built per message. Only pairs with series of their own
+ * are cached (at most {@link MAX_TASK_SERIES}); any other pair is answered with its queue's
+ * {@link OTHER_TASK} series (one per queue), so ever new task names cost no memory.
  */
 export const forTask = (queue: string, task: string): TaskMetrics => {
+  if (task === OTHER_TASK) return otherOf(queue)
+  const known = byQueue.get(queue)?.get(task)
+  if (known !== undefined) return known
+  if (series >= MAX_TASK_SERIES) return otherOf(queue)
   let tasks = byQueue.get(queue)
   if (tasks === undefined) {
     tasks = new Map()
     byQueue.set(queue, tasks)
   }
-  let metrics = tasks.get(task)
+  const metrics = makeTaskMetrics(queue, task)
+  tasks.set(task, metrics)
+  series += 1
+  return metrics
+}
+
+/** The {@link OTHER_TASK} series of `queue`. */
+const otherOf = (queue: string): TaskMetrics => {
+  let metrics = others.get(queue)
   if (metrics === undefined) {
-    const name = series < MAX_TASK_SERIES || task === OTHER_TASK ? task : OTHER_TASK
-    metrics = name === task ? makeTaskMetrics(queue, task) : forTask(queue, OTHER_TASK)
-    if (name === task) series += 1
-    tasks.set(task, metrics)
+    metrics = makeTaskMetrics(queue, OTHER_TASK)
+    others.set(queue, metrics)
   }
   return metrics
+}
+
+/** How many (queue, task) names `forTask` keeps in its cache now: bounded, whatever the names it was given. */
+export const taskCacheSize = (): number => {
+  let n = others.size
+  for (const tasks of byQueue.values()) n += tasks.size
+  return n
 }
 
 // ---------------------------------------------------------------------------
