@@ -424,7 +424,7 @@ export const counters: Effect.Effect<typeof Counters.Type> = Effect.map(Metric.s
 const selection = (input: typeof DeadLetterSelection.Type): Effect.Effect<DeadLetterFilter, BadRequest> => {
   const given = [input.queue !== undefined, input.ids !== undefined, input.all === true].filter(Boolean).length
   if (given === 1) {
-    return Effect.succeed({ queue: input.queue, ids: input.ids as ReadonlyArray<MessageId> | undefined })
+    return Effect.succeed({ queue: input.queue, ids: input.ids as ReadonlyArray<MessageId> | undefined, all: input.all })
   }
   const rule = "exactly one of queue, ids or all: true"
   return Effect.fail(new BadRequest({ field: "payload", rule, message: `payload: say which dead letters (${rule})` }))

@@ -270,6 +270,17 @@ export const notifyChannel = (schema: string): string => {
 
 /** Rows per INSERT of a batch send: keeps one statement's parameters well under protocol limits. */
 const SEND_CHUNK = 500
+/**
+ * JSON text (UTF-16 code units) per INSERT of a batch send. The batch travels as one jsonb
+ * array, and PostgreSQL caps a jsonb value at 268,435,455 bytes; jsonb can take up to 6 bytes
+ * per character of JSON text (measured: `[1,1,...]` 6.0, `[[1],...]` 5.0, strings at most 3
+ * bytes per code unit), so 32 Mi units stay under the cap (~201 MB at worst) whatever the payloads.
+ */
+const SEND_CHUNK_CHARS = 32 * 1024 * 1024
+
+/** One message as an element of a batch send's jsonb array (read back by `insertBatch`). */
+const batchElement = (m: PreparedMessage): string =>
+  `{"t":${JSON.stringify(m.task)},"p":${m.payloadJson},"h":${JSON.stringify(m.headers)},"pr":${m.priority},"d":${m.delayMs},"ma":${m.maxAttempts}}`
 
 /**
  * The key of the innermost open transaction of any effect/sql client (set by every
@@ -365,12 +376,9 @@ export const make = (
 
     // Bulk insert of messages without a dedup key: one statement per chunk.
     // jsonb_array_elements WITH ORDINALITY + ORDER BY makes ids follow input order.
-    const insertBatch = (queue: string, now: Date | null, rows: ReadonlyArray<PreparedMessage>) => {
-      const doc = `[${
-        rows.map((m) =>
-          `{"t":${JSON.stringify(m.task)},"p":${m.payloadJson},"h":${JSON.stringify(m.headers)},"pr":${m.priority},"d":${m.delayMs},"ma":${m.maxAttempts}}`
-        ).join(",")
-      }]`
+    // `elements` are the messages as `batchElement` writes them.
+    const insertBatch = (queue: string, now: Date | null, elements: ReadonlyArray<string>) => {
+      const doc = `[${elements.join(",")}]`
       return sql<{ id: bigint }>`
         INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts)
         SELECT ${queue}, e.doc->>'t', e.doc->'p', e.doc->'h', (e.doc->>'pr')::int,
@@ -476,18 +484,24 @@ export const make = (
         }
         const results: Array<SendResult> = []
         const write = Effect.gen(function*() {
-          // Consecutive messages without a dedup key go in one bulk INSERT; keyed ones one by one.
-          let run: Array<PreparedMessage> = []
+          // Consecutive messages without a dedup key go in one bulk INSERT (at most SEND_CHUNK rows
+          // and SEND_CHUNK_CHARS of JSON each); keyed ones one by one.
+          let run: Array<string> = []
+          let runChars = 0
           const flush = Effect.suspend(() => {
             const rows = run
             run = []
+            runChars = 0
             return rows.length === 0 ? Effect.void : Effect.map(insertBatch(queue, now, rows), (r) => {
               results.push(...r)
             })
           })
           for (const m of prepared) {
             if (m.dedupKey === null && m.unique === null) {
-              run.push(m)
+              const element = batchElement(m)
+              if (run.length > 0 && runChars + element.length + 1 > SEND_CHUNK_CHARS) yield* flush
+              run.push(element)
+              runChars += element.length + 1
               if (run.length >= SEND_CHUNK) yield* flush
             } else {
               yield* flush
@@ -802,21 +816,31 @@ export const make = (
       Effect.gen(function*() {
         const now = yield* currentTime
         // A redriven message whose dedup key is now held by a live message gives
-        // its key up rather than fail the redrive or merge with the other message.
+        // its key up rather than fail the redrive or merge with the other message. Of several
+        // redriven together with one key (same queue), only the first to die (then lowest id)
+        // may keep it, as the memory store redrives them one by one: the others give it up too
+        // (two would break the one-live-holder index, and the whole redrive would fail).
         // The history gets a `redriven` row numbered as the last attempt before it; the
         // attempts of the new drive are numbered on from there (attempt_base).
         const rows = yield* sql<{ id: bigint }>`
-          WITH redriven AS (
+          WITH picked AS (
+            SELECT m.id, m.dedup_key IS NOT NULL AND row_number() OVER (
+                     PARTITION BY m.queue, m.dedup_key ORDER BY m.dead_at, m.id
+                   ) = 1 AND NOT EXISTS (
+                     SELECT 1 FROM ${table} AS o
+                     WHERE o.queue = m.queue AND o.dedup_key = m.dedup_key AND o.state = 'ready'
+                   ) AS keeps_key
+            FROM ${table} AS m
+            WHERE m.state = 'dead'
+              AND (${filterQueue(filter)}::text IS NULL OR m.queue = ${filterQueue(filter)})
+              AND (${filterIds(filter)}::jsonb IS NULL OR m.id IN (SELECT jsonb_array_elements_text(${filterIds(filter)}::jsonb)::bigint))
+          ), redriven AS (
           UPDATE ${table} AS m SET
             state = 'ready', attempt_base = m.attempt_base + m.attempts, attempts = 0, lease_expiries = 0, dead_reason = NULL, dead_at = NULL,
             visible_at = coalesce(${now}::timestamptz, now()),
-            dedup_key = CASE WHEN EXISTS (
-              SELECT 1 FROM ${table} AS o
-              WHERE o.queue = m.queue AND o.dedup_key = m.dedup_key AND o.state = 'ready'
-            ) THEN NULL ELSE m.dedup_key END
-          WHERE m.state = 'dead'
-            AND (${filterQueue(filter)}::text IS NULL OR m.queue = ${filterQueue(filter)})
-            AND (${filterIds(filter)}::jsonb IS NULL OR m.id IN (SELECT jsonb_array_elements_text(${filterIds(filter)}::jsonb)::bigint))
+            dedup_key = CASE WHEN p.keeps_key THEN m.dedup_key ELSE NULL END
+          FROM picked AS p
+          WHERE m.id = p.id AND m.state = 'dead'
           RETURNING m.id, m.queue, m.task, m.attempt_base
           ), recorded AS (
             INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
@@ -896,11 +920,13 @@ export const make = (
       WHERE n.queue IS NOT NULL
       ORDER BY n.queue`
 
+    // A stored name that breaks today's rule (written by hand, or by an older version) is listed
+    // and counted like any other: an operator must see it to clean it up.
     const queues: QueueStoreShape["queues"] = () =>
       Effect.gen(function*() {
         const names = yield* queueNames
         if (names.length === 0) return []
-        const counts = yield* Effect.orDie(depths(names.map((n) => n.queue)))
+        const counts = yield* countQueues(names.map((n) => n.queue))
         return names.map((n, k): QueueInfo => ({ ...counts[k]!, paused: n.paused, pausedAt: n.paused_at }))
       }).pipe((e) => op("queues", {}, e))
 
@@ -1099,6 +1125,15 @@ export const make = (
       Effect.gen(function*() {
         const wanted = [...new Set(queues)]
         for (const queue of wanted) yield* Validate.name("queue", queue)
+        return yield* countQueues(wanted)
+      }).pipe((e) => op("depths", { queues: queues.length }, e))
+
+    /**
+     * The counts of distinct queues, their names not checked: `depths` checks what it is
+     * given; `queues` counts the names it read from the tables, whatever they hold.
+     */
+    const countQueues = (wanted: ReadonlyArray<string>) =>
+      Effect.gen(function*() {
         if (wanted.length === 0) return []
         const now = yield* currentTime
         // One statement for every queue: the queues as a text array (one prepared statement
@@ -1137,7 +1172,7 @@ export const make = (
             oldestReadyAgeMs: Math.max(0, Math.round(row?.oldest_ready_age_ms ?? 0))
           }
         })
-      }).pipe((e) => op("depths", { queues: queues.length }, e))
+      })
 
     // The counts of one queue: the statement of `depths`, for one queue.
     const stats: QueueStoreShape["stats"] = (queue) =>

@@ -30,10 +30,17 @@ export interface ClaimOptions {
   readonly consumer: string
 }
 
-/** Which dead letters an operation applies to: all, those of a queue, or those with given ids. */
+/**
+ * Which dead letters an operation applies to: those of a queue, those with given ids (both:
+ * of that queue), or every one. Listing with an empty filter lists every dead letter;
+ * `redrive` and `purge` act on every one only with `all: true` and refuse an empty filter
+ * (`InvalidInput`, field `filter`), so a forgotten field never redrives or purges them all.
+ */
 export interface DeadLetterFilter {
   readonly queue?: string | undefined
   readonly ids?: ReadonlyArray<MessageId> | undefined
+  /** Say "every dead letter" to `redrive` and `purge` (of `queue`, or with `ids`, when those are given too). */
+  readonly all?: boolean | undefined
 }
 
 /** Which messages of a queue {@link QueueStoreShape.messages} lists: a page in id order. */
@@ -167,9 +174,14 @@ export interface QueueStoreShape {
     claim: ClaimRef,
     options: { readonly reason: string; readonly error?: string | undefined }
   ) => Effect.Effect<boolean, StoreError>
-  /** Return dead letters to ready with a fresh attempt budget (attempts and lease expiries reset); returns the ids redriven. */
+  /**
+   * Return dead letters to ready with a fresh attempt budget (attempts and lease expiries reset); returns the ids redriven.
+   * The filter must name a queue, ids or `all: true`. A redriven message keeps its dedup key unless a live message
+   * holds it, or an earlier-dead message redriven with it (same queue and key) takes it: then it gives the key up
+   * (`dedupKey` null) and is redriven all the same, never merged and never failing the redrive.
+   */
   readonly redrive: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, InvalidInput | StoreError>
-  /** Delete dead letters for good; returns the ids purged. */
+  /** Delete dead letters for good; returns the ids purged. The filter must name a queue, ids or `all: true`. */
   readonly purge: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, InvalidInput | StoreError>
   /** List dead letters, oldest death first. */
   readonly deadLetters: (
@@ -211,9 +223,13 @@ export interface QueueStoreShape {
   readonly cancel: (ids: ReadonlyArray<MessageId>) => Effect.Effect<ReadonlyArray<CancelResult>, StoreError>
   /** Cancel, as {@link QueueStoreShape.cancel} does, every message of a queue (or of one task in it). */
   readonly cancelWhere: (filter: CancelFilter) => Effect.Effect<ReadonlyArray<CancelResult>, InvalidInput | StoreError>
-  /** Keep the record of a finished attempt (bounded by {@link QueueStoreShape.pruneAttempts}). */
-  readonly recordAttempt: (attempt: Attempt) => Effect.Effect<void, StoreError>
-  /** The attempt history of a message, oldest first. */
+  /**
+   * Keep the record of a finished attempt (bounded by {@link QueueStoreShape.pruneAttempts}). Checked first
+   * (`InvalidInput`): message id, queue, task and consumer names, attempt number, outcome, dates, error text
+   * and result (JSON data).
+   */
+  readonly recordAttempt: (attempt: Attempt) => Effect.Effect<void, InvalidInput | StoreError>
+  /** The attempt history of a message, oldest first (none for an id that cannot be a message id). */
   readonly attempts: (id: MessageId) => Effect.Effect<ReadonlyArray<Attempt>, StoreError>
   /** Delete attempt records that ended more than `olderThan` ago; returns how many. */
   readonly pruneAttempts: (olderThan: Duration.Input) => Effect.Effect<number, StoreError>
@@ -325,8 +341,9 @@ export class QueueStore extends Context.Service<QueueStore, QueueStoreShape>()("
 
 /**
  * Build the service from a store's operations, checking the dead-letter filters
- * of `redrive`, `purge` and `deadLetters` like every other input, before any
- * store code runs. Both stores are made with it.
+ * of `redrive`, `purge` and `deadLetters`, the records of `recordAttempt` and the
+ * ids of `get`, `cancel` and `attempts` like every other input, before any store
+ * code runs. Both stores are made with it.
  */
 export const fromOperations = (shape: QueueStoreShape): QueueStoreShape =>
   QueueStore.of({
@@ -334,7 +351,7 @@ export const fromOperations = (shape: QueueStoreShape): QueueStoreShape =>
     // An id that is no message id (not a positive bigint) names no message.
     get: (id) => isMessageId(id) ? shape.get(id) : Effect.succeed(Option.none()),
     messages: (queue, options = {}) => Effect.flatMap(messagesOptions(queue, options), (checked) => shape.messages(queue, checked)),
-    redrive: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.redrive),
+    redrive: (filter) => Effect.flatMap(Validate.deadLetterTarget(filter), shape.redrive),
     pause: (queue) => Effect.flatMap(Validate.name("queue", queue), shape.pause),
     resume: (queue) => Effect.flatMap(Validate.name("queue", queue), shape.resume),
     // Ids that cannot be message ids name no message: left out before the store sees them.
@@ -348,7 +365,9 @@ export const fromOperations = (shape: QueueStoreShape): QueueStoreShape =>
         if (filter.task !== undefined) yield* Validate.name("task", filter.task)
         return yield* shape.cancelWhere({ queue: filter.queue, task: filter.task })
       }),
-    purge: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.purge),
+    purge: (filter) => Effect.flatMap(Validate.deadLetterTarget(filter), shape.purge),
+    recordAttempt: (attempt) => Effect.flatMap(Validate.attemptRecord(attempt), shape.recordAttempt),
+    attempts: (id) => isMessageId(id) ? shape.attempts(id) : Effect.succeed([]),
     deadLetters: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.deadLetters),
     upsertSchedules: (specs, options) => Effect.flatMap(checkSpecs(specs, options.seenBy), () => shape.upsertSchedules(specs, options)),
     fireSchedule: (key, fire) => Effect.flatMap(Validate.name("schedule key", key), () => shape.fireSchedule(key, fire)),
@@ -376,11 +395,8 @@ const checkSpecs = (specs: ReadonlyArray<ScheduleSpec>, seenBy: string): Effect.
     }
   })
 
-const maxMessageId = 2n ** 63n - 1n
-
 /** Whether `id` can be a message's id: a positive decimal that fits a PostgreSQL bigint. Check ids from outside with it. */
-export const isMessageId = (id: unknown): id is MessageId =>
-  typeof id === "string" && /^[1-9][0-9]{0,18}$/.test(id) && BigInt(id) <= maxMessageId
+export const isMessageId: (id: unknown) => id is MessageId = Validate.isMessageId
 
 const messageStates: ReadonlySet<unknown> = new Set<MessageState>(["ready", "delayed", "in-flight", "dead"])
 

@@ -329,4 +329,43 @@ layer(StoreLive, { excludeTestServices: true })("PgQueueStore on PostgreSQL: bey
       // Without the marked row the same batch goes through.
       assert.strictEqual((yield* store.send(queue, Array.from({ length: 1_200 }, (_, i) => msg({ i })))).length, 1_200)
     }))
+  it.effect("a batch past jsonb's 256 MiB cap is split by size: 45 messages of 1 MiB of numbers (~283 MB as jsonb) land, in order", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const queue = freshQueue("huge")
+      // `[1,1,...]` is the JSON that jsonb stores biggest (6 bytes per character of text): 45 MiB
+      // of JSON text becomes ~283 MB of jsonb, past PostgreSQL's 268,435,455-byte cap for one jsonb
+      // value (the batch's array), within the 500-row chunk. Every message is within the 1 MiB bound.
+      const ones = Array.from({ length: 524_000 }, () => 1)
+      assert.isAtMost(JSON.stringify(ones).length, 1024 * 1024)
+      const batch = Array.from({ length: 45 }, (_, i) => msg({ i, ones }, { headers: { n: String(i) } }))
+      const sent = yield* store.send(queue, batch)
+      assert.strictEqual(sent.length, 45)
+      const stats = yield* store.stats(queue)
+      assert.strictEqual(stats.ready, 45)
+      // Ids follow input order across the chunks.
+      const ids = sent.map((s) => BigInt(s.id))
+      assert.deepStrictEqual(ids, [...ids].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)))
+      const sql = yield* SqlClient.SqlClient
+      const rows = yield* sql<{ i: number; n: number; h: string }>`
+        SELECT (payload->>'i')::int AS i, jsonb_array_length(payload->'ones') AS n, headers->>'n' AS h
+        FROM ${sql(`${schema}.messages`)} WHERE queue = ${queue} ORDER BY id`
+      assert.deepStrictEqual(rows.map((r) => [r.i, r.n, r.h]), batch.map((_, i) => [i, 524_000, String(i)]))
+      yield* sql`DELETE FROM ${sql(`${schema}.messages`)} WHERE queue = ${queue}`
+    }), { timeout: 120_000 })
+
+  it.effect("queues: a stored queue name that breaks the name rule is listed and counted, not a defect", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const sql = yield* SqlClient.SqlClient
+      const table = sql(`${schema}.messages`)
+      // Written by hand (or by an older version): a name today's rule refuses.
+      const odd = `bad name ${Math.random().toString(36).slice(2, 6)}`
+      yield* sql`INSERT INTO ${table} (queue, task, payload, headers) VALUES (${odd}, 'job', '1'::jsonb, '{}'::jsonb)`
+      const listed = yield* store.queues()
+      const row = listed.find((q) => q.queue === odd)
+      assert.isDefined(row, "the odd queue is listed")
+      assert.strictEqual(row!.ready, 1)
+      yield* sql`DELETE FROM ${table} WHERE queue = ${odd}`
+    }))
 })

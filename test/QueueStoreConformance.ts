@@ -1002,6 +1002,205 @@ export const conformance = (
         yield* store.ack(claimed!)
       }))
 
+    it.effect("headers: bounded as JSON (a bound of their own), names and values storable; refused naming the header, nothing written", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("headers")
+        const cases: ReadonlyArray<readonly [Record<string, string>, string, RegExp]> = [
+          // Payloads stop at 1 MiB; headers stop at 64 KiB, the 5 MiB header of the issue well past it.
+          [{ big: "x".repeat(5 * 1024 * 1024) }, "headers", /are 5242\d{3} bytes as JSON/],
+          [{ a: "x".repeat(40_000), b: "y".repeat(40_000) }, "headers", /are 800\d\d bytes as JSON/],
+          [{ ["a\u0000b"]: "v" }, "headers[\"a\\u0000b\"]", /name that contains a NUL/],
+          [{ ["\ud800"]: "v" }, "headers[\"\\ud800\"]", /name that contains a lone surrogate/],
+          [{ h: "a\u0000" }, "headers.h", /value that contains a NUL/],
+          [{ ["trace id"]: "\udfff" }, "headers[\"trace id\"]", /value that contains a lone surrogate/],
+          [{ [""]: "v" }, "headers[\"\"]", /name of 0 characters/]
+        ]
+        for (const [headers, path, pattern] of cases) {
+          const e = yield* refusal(store.send(queue, [msg("good"), msg(1, { headers })]))
+          assert.strictEqual(e._tag, "InvalidInput", path)
+          assert.strictEqual(e.field, "headers", path)
+          const message = (e as unknown as { readonly message: string }).message
+          if (path !== "headers") assert.include(message, `${path} is invalid`)
+          assert.match(message, pattern)
+        }
+        const stats = yield* store.stats(queue)
+        assert.strictEqual(stats.ready + stats.delayed + stats.inFlight + stats.dead, 0, "nothing was written")
+        // Within the bound, odd but storable names and values come back as sent.
+        const fine = { big: "x".repeat(60_000), ["a b/ü"]: "😀", ["\\u0000"]: "\t" }
+        yield* store.send(queue, [msg(1, { headers: fine })])
+        const [claimed] = yield* claimAll(queue)
+        assert.deepInclude(claimed!.headers, fine)
+        yield* store.ack(claimed!)
+      }))
+
+    it.effect("payload text with NUL or a lone surrogate is refused naming its path, in values and keys alike", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("text")
+        const cases: ReadonlyArray<readonly [unknown, string]> = [
+          [{ a: { b: ["ok", "x\u0000y"] } }, "payload.a.b[1] contains a NUL character"],
+          [{ ["k\u0000"]: 1 }, "payload[\"k\\u0000\"] has a key that contains a NUL character"],
+          [{ s: "\udc00" }, "payload.s contains a lone surrogate"],
+          [[{ ["\ud83d"]: true }], "payload[0][\"\\ud83d\"] has a key that contains a lone surrogate"],
+          ["\u0000", "payload contains a NUL character"]
+        ]
+        for (const [payload, text] of cases) {
+          const e = yield* Effect.flip(store.send(queue, [msg("good"), msg(payload)]))
+          assert.strictEqual(e._tag, "InvalidInput", text)
+          if (e._tag !== "InvalidInput") continue
+          assert.strictEqual(e.field, "payload")
+          assert.include(e.message, text)
+        }
+        const stats = yield* store.stats(queue)
+        assert.strictEqual(stats.ready + stats.delayed + stats.inFlight + stats.dead, 0, "nothing was written")
+      }))
+
+    it.effect("payload Maps, Sets and class instances are refused naming their path (JSON would store {} or drop the class)", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("objects")
+        class Point {
+          readonly x = 1
+        }
+        const cases: ReadonlyArray<readonly [unknown, string]> = [
+          [{ m: new Map([["a", 1]]) }, "payload.m is a Map, which JSON stores as {}"],
+          [{ list: [1, new Set([1, 2])] }, "payload.list[1] is a Set, which JSON stores as {}"],
+          [{ p: new Point() }, "payload.p is an instance of Point"],
+          [{ bytes: new Uint8Array([1, 2]) }, "payload.bytes is an instance of Uint8Array"],
+          [new Map(), "payload is a Map"]
+        ]
+        for (const [payload, text] of cases) {
+          const e = yield* Effect.flip(store.send(queue, [msg("good"), msg(payload)]))
+          assert.strictEqual(e._tag, "InvalidInput", text)
+          if (e._tag !== "InvalidInput") continue
+          assert.strictEqual(e.field, "payload")
+          assert.include(e.message, text)
+          assert.match(e.rule, /no Map, Set or class instances/)
+        }
+        const stats = yield* store.stats(queue)
+        assert.strictEqual(stats.ready + stats.delayed + stats.inFlight + stats.dead, 0, "nothing was written")
+        // Plain data is fine: null-prototype objects, boxed primitives (stored as their value), dates through toJSON.
+        const bare = Object.assign(Object.create(null) as Record<string, unknown>, { k: 1 })
+        yield* store.send(queue, [msg({ bare, boxed: new String("s"), n: new Number(2), at: new Date(0) })])
+        const [claimed] = yield* claimAll(queue)
+        assert.deepStrictEqual(claimed!.payload, { bare: { k: 1 }, boxed: "s", n: 2, at: "1970-01-01T00:00:00.000Z" })
+        yield* store.ack(claimed!)
+      }))
+
+    it.effect("redrive: dead letters sharing a dedup key are all redriven; the first to die keeps the key, the others give it up", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("redrive-dedup")
+        const die = (payload: string) =>
+          Effect.gen(function*() {
+            const [sent] = yield* sendAll(queue, [msg(payload, { dedupKey: "k" })])
+            const [claimed] = yield* claimAll(queue)
+            assert.strictEqual(claimed!.id, sent!.id)
+            assert.isTrue(yield* store.deadLetter(claimed!, { reason: "r" }))
+            return sent!.id
+          })
+        // Each dies before the next is sent, so the key is free again for the next send.
+        const first = yield* die("first")
+        const second = yield* die("second")
+        const third = yield* die("third")
+        assert.deepStrictEqual(yield* store.redrive({ queue }), [first, second, third])
+        const keys = yield* Effect.forEach([first, second, third], (id) => Effect.map(store.get(id), (m) => Option.getOrThrow(m).dedupKey))
+        assert.deepStrictEqual(keys, ["k", null, null])
+        // The key is held by the first again: a send with it deduplicates to it.
+        const [again] = yield* sendAll(queue, [msg("again", { dedupKey: "k" })])
+        assert.deepStrictEqual(again, { id: first, deduplicated: true })
+        // All three run.
+        assert.deepStrictEqual((yield* claimAll(queue)).map((c) => c.payload).sort(), ["first", "second", "third"])
+        // A dead letter whose key a live message holds gives it up too (with ids as the filter).
+        const [live] = yield* sendAll(queue, [msg("live", { dedupKey: "j" })])
+        const [holder] = yield* claimAll(queue)
+        assert.strictEqual(holder!.id, live!.id)
+        assert.isTrue(yield* store.deadLetter(holder!, { reason: "r" }))
+        const [successor] = yield* sendAll(queue, [msg("successor", { dedupKey: "j" })])
+        assert.deepStrictEqual(yield* store.redrive({ ids: [live!.id] }), [live!.id])
+        assert.strictEqual(Option.getOrThrow(yield* store.get(live!.id)).dedupKey, null)
+        assert.strictEqual(Option.getOrThrow(yield* store.get(successor!.id)).dedupKey, "j")
+      }))
+
+    it.effect("redrive and purge refuse an empty filter (all: true says every dead letter); ids beyond a bigint are InvalidInput", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("everything")
+        yield* sendAll(queue, [msg("a")])
+        const [claimed] = yield* claimAll(queue)
+        assert.isTrue(yield* store.deadLetter(claimed!, { reason: "r" }))
+        for (const op of [store.redrive, store.purge]) {
+          const e = yield* refusal(op({}))
+          assert.strictEqual(e._tag, "InvalidInput")
+          assert.strictEqual(e.field, "filter")
+          assert.strictEqual((yield* refusal(op({ queue: undefined, ids: undefined }))).field, "filter")
+          assert.strictEqual((yield* refusal(op({ all: false }))).field, "filter")
+          // Past int8: refused at the boundary (an HTTP caller gets 400), never a failed statement.
+          for (const id of ["9223372036854775808", "99999999999999999999", "0", "-1", "1e3"]) {
+            const bad = yield* refusal(op({ ids: [id as MessageId] }))
+            assert.strictEqual(bad._tag, "InvalidInput", id)
+            assert.strictEqual(bad.field, "ids", id)
+          }
+        }
+        assert.strictEqual((yield* refusal(store.deadLetters({ ids: ["9223372036854775808" as MessageId] }))).field, "ids")
+        // Still dead: nothing acted on it.
+        assert.deepStrictEqual((yield* store.deadLetters({ queue })).map((d) => d.id), [claimed!.id])
+        // The largest bigint is a valid id (of no message here).
+        assert.deepStrictEqual(yield* store.redrive({ ids: ["9223372036854775807" as MessageId] }), [])
+        assert.deepStrictEqual(yield* store.attempts("9223372036854775808" as MessageId), [])
+        // all: true acts on every dead letter (of the queue, when one is named too).
+        assert.deepStrictEqual(yield* store.redrive({ queue, all: true }), [claimed!.id])
+        const [again] = yield* claimAll(queue)
+        assert.isTrue(yield* store.deadLetter(again!, { reason: "r" }))
+        assert.deepStrictEqual(yield* store.purge({ queue, all: true }), [claimed!.id])
+      }))
+
+    it.effect("recordAttempt checks its record: ids, names, attempt, outcome, dates, text and result; nothing is written", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("record")
+        const [s] = yield* sendAll(queue, [msg("r")])
+        const base = {
+          messageId: s!.id,
+          queue,
+          task: "job",
+          attempt: 1,
+          consumer: "c1",
+          startedAt: new Date(1_000),
+          endedAt: new Date(2_000),
+          outcome: "acked" as const,
+          error: null
+        }
+        const cases: ReadonlyArray<readonly [Record<string, unknown>, string]> = [
+          [{ messageId: "9223372036854775808" }, "messageId"],
+          [{ messageId: "x" }, "messageId"],
+          [{ queue: "bad queue" }, "queue"],
+          [{ task: "" }, "task"],
+          [{ consumer: "a b" }, "consumer"],
+          [{ attempt: -1 }, "attempt"],
+          [{ attempt: 1.5 }, "attempt"],
+          [{ attempt: 2 ** 31 }, "attempt"],
+          [{ outcome: "exploded" }, "outcome"],
+          [{ startedAt: new Date(Number.NaN) }, "startedAt"],
+          [{ endedAt: "yesterday" }, "endedAt"],
+          [{ error: "boom\u0000" }, "error"],
+          [{ error: "\ud800" }, "error"],
+          [{ result: { m: new Map() } }, "result"],
+          [{ result: "\u0000" }, "result"]
+        ]
+        for (const [patch, field] of cases) {
+          const e = yield* refusal(store.recordAttempt({ ...base, ...patch } as never))
+          assert.strictEqual(e._tag, "InvalidInput", field)
+          assert.strictEqual(e.field, field, JSON.stringify(patch))
+        }
+        assert.deepStrictEqual(yield* store.attempts(s!.id), [], "nothing was written")
+        assert.isUndefined((yield* store.queues()).find((q) => q.queue === "bad queue"))
+        // A valid record, with no consumer (""), is kept.
+        yield* store.recordAttempt({ ...base, consumer: "" })
+        assert.deepStrictEqual((yield* store.attempts(s!.id)).map((a) => [a.attempt, a.consumer]), [[1, ""]])
+      }))
+
     movesTime("a lease that expired is counted, recorded in the history, and its message claimed alone", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore

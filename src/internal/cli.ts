@@ -378,7 +378,7 @@ const unmatched = (ids: Option.Option<ReadonlyArray<MessageId>>, done: ReadonlyA
 const redrive = Command.make("redrive", writingFilter, (input) =>
   Effect.scoped(Effect.gen(function*() {
     const { store } = yield* connect({ migrate: true })
-    const redriven = yield* store.redrive(filterOf(input))
+    const redriven = yield* store.redrive({ ...filterOf(input), all: input.all })
     yield* print(Out.json({ redriven }))
     yield* unmatched(input.ids, redriven)
   }))).pipe(
@@ -393,7 +393,7 @@ const redrive = Command.make("redrive", writingFilter, (input) =>
 const purge = Command.make("purge", writingFilter, (input) =>
   Effect.scoped(Effect.gen(function*() {
     const { store } = yield* connect({ migrate: true })
-    const purged = yield* store.purge(filterOf(input))
+    const purged = yield* store.purge({ ...filterOf(input), all: input.all })
     yield* print(Out.json({ purged }))
     yield* unmatched(input.ids, purged)
   }))).pipe(

@@ -4,7 +4,7 @@
  */
 import { Duration, Effect, Option } from "effect"
 import { InvalidInput } from "../QueueError.ts"
-import type { NewMessage } from "../Message.ts"
+import type { Attempt, MessageId, NewMessage } from "../Message.ts"
 import * as Span from "./span.ts"
 
 /** Queue, task and consumer names: letters, digits and `_ . : / -`, 1 to 128 characters. */
@@ -119,8 +119,9 @@ export const childPath = (parent: string, holder: unknown, key: string): string 
 
 /**
  * Why JSON cannot carry `value` faithfully, or undefined when it can. JSON.stringify would
- * drop functions, symbols and `undefined` (or turn them into null inside arrays) and turn
- * NaN and ±Infinity into null: the stored payload would not be the one sent.
+ * drop functions, symbols and `undefined` (or turn them into null inside arrays), turn
+ * NaN and ±Infinity into null, store a Map or Set as `{}` and a class instance as its own
+ * fields without its class: the stored payload would not be the one sent.
  */
 const unencodable = (value: unknown): string | undefined => {
   switch (typeof value) {
@@ -132,10 +133,34 @@ const unencodable = (value: unknown): string | undefined => {
       return "is undefined, which has no JSON form"
     case "number":
       return Number.isFinite(value) ? undefined : `is ${value}, which JSON can only store as null`
+    case "object":
+      return value === null || Array.isArray(value) || isPlainObject(value) ? undefined : notPlain(value)
     default:
       return undefined
   }
 }
+
+/** An object literal's kind: its prototype is `Object.prototype` (of any realm) or null. */
+const isPlainObject = (value: object): boolean => {
+  const proto: unknown = Object.getPrototypeOf(value)
+  return proto === null || Object.getPrototypeOf(proto) === null
+}
+
+const notPlain = (value: object): string => {
+  const kind = (value as { readonly constructor?: { readonly name?: unknown } }).constructor?.name
+  const named = typeof kind === "string" && kind.length > 0 ? kind : "object with a prototype"
+  return value instanceof Map || value instanceof Set || value instanceof WeakMap || value instanceof WeakSet
+    ? `is a ${named}, which JSON stores as {} (send an array or a plain object)`
+    : `is an instance of ${named}, which JSON stores without its class (send a plain object)`
+}
+
+/** Why PostgreSQL cannot store `text` (in jsonb or text), or undefined when it can. */
+const unstorableText = (text: string): string | undefined =>
+  text.includes("\u0000")
+    ? "contains a NUL character (\\u0000), which PostgreSQL cannot store"
+    : text.isWellFormed()
+    ? undefined
+    : "contains a lone surrogate (malformed UTF-16), which PostgreSQL cannot store"
 
 class Unencodable {
   readonly path: string
@@ -146,74 +171,103 @@ class Unencodable {
   }
 }
 
-const encodePayload = (payload: unknown, limits: SendLimits): Effect.Effect<string, InvalidInput> => {
+/** The rule of a payload's (and a result's) values. */
+const jsonDataRule =
+  "JSON data at any depth: no functions, symbols, undefined, NaN or Infinity; plain objects and arrays (no Map, Set or class instances); " +
+  "text without NUL (\\u0000) or lone surrogates"
+
+/**
+ * Encode `value` as JSON text PostgreSQL's jsonb stores as sent, or refuse it naming the
+ * path (`root.items[3].n`) of the first value or key that would be dropped, changed or refused.
+ */
+export const jsonData = (root: string, value: unknown): Effect.Effect<string, InvalidInput> => {
   let json: string | undefined
-  // PostgreSQL's jsonb refuses NUL characters and lone UTF-16 surrogates, which JSON.stringify
-  // lets through as escapes: find them here, to refuse them with a clear message instead of a failed INSERT.
-  let nul = false
-  let malformed = false
-  const check = (text: string) => {
-    if (text.includes("\u0000")) nul = true
-    if (!text.isWellFormed()) malformed = true
+  // Where each object was met (its holder and key), recorded just before JSON.stringify descends
+  // into it; the path is spelled out only for a refusal, so a payload that passes costs no paths.
+  const where = new WeakMap<object, { readonly holder: object; readonly key: string }>()
+  const pathTo = (holder: object, key: string): string => {
+    const met = where.get(holder)
+    // The holder JSON.stringify wraps the root value in was never met: its value is the root.
+    return met === undefined ? root : childPath(pathTo(met.holder, met.key), holder, key)
   }
-  // The path of every object on the way down (set just before JSON.stringify descends into it),
-  // so that a value JSON would silently drop or change is refused with where it is.
-  const paths = new WeakMap<object, string>()
   try {
-    json = JSON.stringify(payload, function(this: unknown, key, value: unknown) {
-      const parent = typeof this === "object" && this !== null ? paths.get(this) : undefined
-      const path = parent === undefined ? "payload" : childPath(parent, this, key)
-      check(key)
-      if (typeof value === "string") check(value)
-      const reason = unencodable(value)
+    json = JSON.stringify(value, function(this: object, key, value: unknown) {
+      // Boxed primitives (new String("x")) are stored as their primitive: check that.
+      const plain = typeof value === "object" && value !== null &&
+          (value instanceof String || value instanceof Number || value instanceof Boolean)
+        ? value.valueOf()
+        : value
+      const reason = typeof plain === "string" ? unstorableText(plain) : unencodable(plain)
       if (reason !== undefined) {
-        const omit = value === undefined && parent !== undefined && !Array.isArray(this) ? " (leave the key out instead)" : ""
-        throw new Unencodable(path, reason + omit)
+        const omit = plain === undefined && where.has(this) && !Array.isArray(this) ? " (leave the key out instead)" : ""
+        throw new Unencodable(pathTo(this, key), reason + omit)
       }
-      if (typeof value === "object" && value !== null) paths.set(value, path)
-      return value
+      if (typeof plain === "object" && plain !== null) {
+        where.set(plain, { holder: this, key })
+        if (!Array.isArray(plain)) {
+          for (const name of Object.keys(plain)) {
+            const badKey = unstorableText(name)
+            if (badKey !== undefined) throw new Unencodable(pathTo(plain, name), `has a key that ${badKey}`)
+          }
+        }
+      }
+      return plain
     })
   } catch (error) {
     if (error instanceof Unencodable) {
-      const rule = "JSON data at any depth: no functions, symbols, undefined, NaN or Infinity"
-      return Effect.fail(new InvalidInput({ field: "payload", rule, message: `${error.path} ${error.reason} (rule: ${rule})` }))
+      return Effect.fail(new InvalidInput({ field: root, rule: jsonDataRule, message: `${error.path} ${error.reason} (rule: ${jsonDataRule})` }))
     }
     const reason = error instanceof Error ? error.message : String(error)
-    return Effect.fail(invalid("payload", "must be JSON-encodable (no bigint, no cycles)", `cannot be encoded as JSON: ${reason}`))
+    return Effect.fail(invalid(root, "must be JSON-encodable (no bigint, no cycles)", `cannot be encoded as JSON: ${reason}`))
   }
   if (json === undefined) {
-    return Effect.fail(invalid("payload", "must be JSON-encodable", `is ${typeof payload}, which has no JSON form`))
-  }
-  if (nul) {
-    return Effect.fail(invalid("payload", "no NUL (\\u0000) characters: PostgreSQL jsonb cannot store them", "contains a NUL character"))
-  }
-  if (malformed) {
-    return Effect.fail(invalid("payload", "well-formed Unicode: no lone UTF-16 surrogates", "contains a lone surrogate"))
-  }
-  const bytes = Buffer.byteLength(json, "utf8")
-  if (bytes > limits.maxPayloadBytes) {
-    return Effect.fail(invalid("payload", `at most ${limits.maxPayloadBytes} bytes as JSON`, `is ${bytes} bytes`))
+    return Effect.fail(invalid(root, "must be JSON-encodable", `is ${typeof value}, which has no JSON form`))
   }
   return Effect.succeed(json)
 }
 
+const encodePayload = (payload: unknown, limits: SendLimits): Effect.Effect<string, InvalidInput> =>
+  Effect.flatMap(jsonData("payload", payload), (json) => {
+    const bytes = Buffer.byteLength(json, "utf8")
+    return bytes > limits.maxPayloadBytes
+      ? Effect.fail(invalid("payload", `at most ${limits.maxPayloadBytes} bytes as JSON`, `is ${bytes} bytes`))
+      : Effect.succeed(json)
+  })
+
 /** Most headers a message may carry. */
 const MAX_HEADERS = 64
+/** Most bytes a message's headers may take as JSON: a bound of their own, apart from the payload's. */
+export const MAX_HEADER_BYTES = 64 * 1024
+const headerRule = `an object of at most ${MAX_HEADERS} string values, names of 1-128 characters, ` +
+  `no NUL (\\u0000) or lone surrogates in names or values, at most ${MAX_HEADER_BYTES} bytes as JSON`
+
+/** Why one header cannot be stored, or undefined when it can. */
+const badHeader = (name: string, value: unknown): string | undefined => {
+  if (name.length === 0 || name.length > 128) return `has a name of ${name.length} characters`
+  const badName = unstorableText(name)
+  if (badName !== undefined) return `has a name that ${badName}`
+  if (typeof value !== "string") return `is ${value === null ? "null" : typeof value}, not a string`
+  const badValue = unstorableText(value)
+  return badValue === undefined ? undefined : `has a value that ${badValue}`
+}
 
 const checkHeaders = (headers: unknown): Effect.Effect<Readonly<Record<string, string>>, InvalidInput> => {
   if (headers === undefined) return Effect.succeed({})
-  const rule = "an object of string values, names of 1-128 characters, at most 64 entries"
   if (typeof headers !== "object" || headers === null || Array.isArray(headers)) {
-    return Effect.fail(invalid("headers", rule, "is not an object"))
+    return Effect.fail(invalid("headers", headerRule, "is not an object"))
   }
   const entries = Object.entries(headers)
-  const bad = entries.find(([k, v]) =>
-    k.length === 0 || k.length > 128 || !k.isWellFormed() || typeof v !== "string" || v.includes("\u0000") || !v.isWellFormed()
-  )
-  if (entries.length > MAX_HEADERS || bad !== undefined) {
-    return Effect.fail(invalid("headers", rule, bad === undefined ? "has too many entries" : `entry ${show(bad[0])} is invalid`))
+  if (entries.length > MAX_HEADERS) return Effect.fail(invalid("headers", headerRule, `has ${entries.length} entries`))
+  for (const [name, value] of entries) {
+    const reason = badHeader(name, value)
+    if (reason !== undefined) {
+      return Effect.fail(new InvalidInput({ field: "headers", rule: headerRule, message: `${childPath("headers", headers, name)} is invalid: it ${reason} (rule: ${headerRule})` }))
+    }
   }
-  return Effect.succeed(Object.fromEntries(entries) as Record<string, string>)
+  const checked = Object.fromEntries(entries) as Record<string, string>
+  const bytes = Buffer.byteLength(JSON.stringify(checked), "utf8")
+  if (bytes > MAX_HEADER_BYTES) return Effect.fail(invalid("headers", headerRule, `are ${bytes} bytes as JSON`))
+  return Effect.succeed(checked)
 }
 
 /**
@@ -296,14 +350,85 @@ export const prepareSend = (
     Effect.flatMap(Span.currentTraceparent, (traceparent) =>
       Effect.forEach(messages, (m) => prepareMessage(q, m, limits, traceparent))))
 
-/** Check a dead-letter filter: a valid queue name, message ids as decimal strings, a sane limit. */
+const maxMessageId = 2n ** 63n - 1n
+/** The rule of message ids, as error messages state it. */
+export const messageIdRule = "a message id: a positive decimal number up to 9223372036854775807 (a PostgreSQL bigint)"
+
+/** Whether `id` can be a message's id: a positive decimal that fits a PostgreSQL bigint. */
+export const isMessageId = (id: unknown): id is MessageId =>
+  typeof id === "string" && /^[1-9][0-9]{0,18}$/.test(id) && BigInt(id) <= maxMessageId
+
+/** Check a message id given from outside (a filter, a history record). */
+export const messageId = (field: string, id: unknown): Effect.Effect<MessageId, InvalidInput> =>
+  isMessageId(id) ? Effect.succeed(id) : Effect.fail(invalid(field, messageIdRule, `${show(id)} is not a message id`))
+
+/** Check a dead-letter filter: a valid queue name, message ids that fit a bigint, a sane limit. */
 export const deadLetterFilter = <F extends { readonly queue?: string | undefined; readonly ids?: ReadonlyArray<string> | undefined; readonly limit?: number | undefined }>(
   filter: F
 ): Effect.Effect<F, InvalidInput> =>
   Effect.gen(function*() {
     if (filter.queue !== undefined) yield* name("queue", filter.queue)
-    const bad = filter.ids?.find((id) => typeof id !== "string" || !/^\d{1,19}$/.test(id))
-    if (bad !== undefined) return yield* invalid("ids", "message ids: decimal numbers", `${show(bad)} is not a message id`)
+    if (filter.ids !== undefined && !Array.isArray(filter.ids)) return yield* invalid("ids", "an array of message ids", `${show(filter.ids)} is not an array`)
+    for (const id of filter.ids ?? []) yield* messageId("ids", id)
     if (filter.limit !== undefined) yield* positiveInt("limit", filter.limit, 10_000)
     return filter
+  })
+
+/** The rule of what redrive and purge act on. */
+export const deadLetterTargetRule = "name a queue, ids, or all: true (an empty filter never means every dead letter)"
+
+/**
+ * Check the filter of a redrive or purge: as {@link deadLetterFilter}, and it must say which
+ * dead letters: a queue, ids, or `all: true`. An empty filter is refused, never read as "all".
+ */
+export const deadLetterTarget = <F extends { readonly queue?: string | undefined; readonly ids?: ReadonlyArray<string> | undefined; readonly all?: boolean | undefined }>(
+  filter: F
+): Effect.Effect<F, InvalidInput> =>
+  Effect.gen(function*() {
+    if (filter.all !== undefined && typeof filter.all !== "boolean") return yield* invalid("all", "true or false", `${show(filter.all)} is not a boolean`)
+    if (filter.queue === undefined && filter.ids === undefined && filter.all !== true) {
+      return yield* invalid("filter", deadLetterTargetRule, "says no dead letters")
+    }
+    return yield* deadLetterFilter(filter)
+  })
+
+const attemptOutcomes: ReadonlySet<unknown> = new Set<Attempt["outcome"]>([
+  "acked", "retried", "dead-lettered", "released", "lease-lost", "lease-expired", "redriven", "cancelled"
+])
+
+const validDate = (field: string, value: unknown): Effect.Effect<Date, InvalidInput> =>
+  value instanceof Date && Number.isFinite(value.getTime())
+    ? Effect.succeed(value)
+    : Effect.fail(invalid(field, "a valid Date", `${show(value)} is not a valid date`))
+
+/** Check text a store keeps as `text` (errors, reasons): a string without NUL or lone surrogates. */
+export const storableText = (field: string, value: unknown): Effect.Effect<string, InvalidInput> => {
+  if (typeof value !== "string") return Effect.fail(invalid(field, "a string", `${show(value)} is not a string`))
+  const reason = unstorableText(value)
+  return reason === undefined ? Effect.succeed(value) : Effect.fail(invalid(field, "text without NUL (\\u0000) or lone surrogates", reason))
+}
+
+/**
+ * Check an attempt record given to `recordAttempt`: a message id, queue and task names, a
+ * consumer name (or "" for none), an attempt number, a known outcome, valid dates, storable
+ * error text and a result that is JSON data. The result is checked, not changed.
+ */
+export const attemptRecord = (a: Attempt): Effect.Effect<Attempt, InvalidInput> =>
+  Effect.gen(function*() {
+    if (typeof a !== "object" || a === null) return yield* invalid("attempt", "an attempt record", `${show(a)} is not an object`)
+    yield* messageId("messageId", a.messageId)
+    yield* name("queue", a.queue)
+    yield* name("task", a.task)
+    if (a.consumer !== "") yield* name("consumer", a.consumer)
+    if (typeof a.attempt !== "number" || !Number.isInteger(a.attempt) || a.attempt < 0 || a.attempt > INT4_MAX) {
+      return yield* invalid("attempt", `a whole number from 0 to ${INT4_MAX}`, `${show(a.attempt)} is out of range`)
+    }
+    if (!attemptOutcomes.has(a.outcome)) {
+      return yield* invalid("outcome", [...attemptOutcomes].join(", "), `${show(a.outcome)} is not an attempt outcome`)
+    }
+    yield* validDate("startedAt", a.startedAt)
+    yield* validDate("endedAt", a.endedAt)
+    if (a.error !== null) yield* storableText("error", a.error)
+    if (a.result !== undefined && a.result !== null) yield* jsonData("result", a.result)
+    return a
   })
