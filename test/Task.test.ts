@@ -376,7 +376,7 @@ describe("Task (memory store, TestClock)", () => {
       assert.strictEqual(oversize._tag === "InvalidInput" ? oversize.field : oversize._tag, "payload")
       assert.match(oversize.message, /^task "report\.build": payload is 102 bytes/)
       const header = yield* send("x", { headers: { "": "v" } })
-      assert.match(header.message, /^task "report\.build": headers /)
+      assert.match(header.message, /^task "report\.build": headers\[""\] is invalid: it has a name of 0 characters/)
       const delay = yield* send("x", { delay: "3661d" })
       assert.match(delay.message, /^task "report\.build": /)
     }))

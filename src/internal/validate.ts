@@ -257,6 +257,7 @@ const checkHeaders = (headers: unknown): Effect.Effect<Readonly<Record<string, s
     return Effect.fail(invalid("headers", headerRule, "is not an object"))
   }
   const entries = Object.entries(headers)
+  if (entries.length === 0) return Effect.succeed({})
   if (entries.length > MAX_HEADERS) return Effect.fail(invalid("headers", headerRule, `has ${entries.length} entries`))
   for (const [name, value] of entries) {
     const reason = badHeader(name, value)
