@@ -370,10 +370,22 @@ export const deadLetterFilter = <F extends { readonly queue?: string | undefined
   Effect.gen(function*() {
     if (filter.queue !== undefined) yield* name("queue", filter.queue)
     if (filter.ids !== undefined && !Array.isArray(filter.ids)) return yield* invalid("ids", "an array of message ids", `${show(filter.ids)} is not an array`)
-    for (const id of filter.ids ?? []) yield* messageId("ids", id)
+    const ids = filter.ids === undefined ? undefined : yield* Effect.forEach(filter.ids, (id) => filterId(id))
     if (filter.limit !== undefined) yield* positiveInt("limit", filter.limit, 10_000)
-    return filter
+    return ids === undefined ? filter : { ...filter, ids }
   })
+
+/**
+ * A message id of a filter, in its canonical form: decimal text with leading zeros is the id
+ * it spells (`017` is 17, as PostgreSQL reads it), so both stores match the same messages.
+ */
+const filterId = (id: unknown): Effect.Effect<MessageId, InvalidInput> => {
+  if (typeof id === "string" && /^[0-9]{1,40}$/.test(id)) {
+    const canonical = String(BigInt(id))
+    if (isMessageId(canonical)) return Effect.succeed(canonical)
+  }
+  return Effect.fail(invalid("ids", messageIdRule, `${show(id)} is not a message id`))
+}
 
 /** The rule of what redrive and purge act on. */
 export const deadLetterTargetRule = "name a queue, ids, or all: true (an empty filter never means every dead letter)"
