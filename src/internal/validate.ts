@@ -4,7 +4,7 @@
  */
 import { Duration, Effect, Option } from "effect"
 import { InvalidInput } from "../QueueError.ts"
-import type { Attempt, MessageId, NewMessage } from "../Message.ts"
+import { type Attempt, AttemptOutcome, type MessageId, type NewMessage } from "../Message.ts"
 import * as Span from "./span.ts"
 
 /** Queue, task and consumer names: letters, digits and `_ . : / -`, 1 to 128 characters. */
@@ -405,9 +405,7 @@ export const deadLetterTarget = <F extends { readonly queue?: string | undefined
     return yield* deadLetterFilter(filter)
   })
 
-const attemptOutcomes: ReadonlySet<unknown> = new Set<Attempt["outcome"]>([
-  "acked", "retried", "dead-lettered", "released", "lease-lost", "lease-expired", "redriven", "cancelled"
-])
+const attemptOutcomes: ReadonlySet<unknown> = new Set(AttemptOutcome.literals)
 
 const validDate = (field: string, value: unknown): Effect.Effect<Date, InvalidInput> =>
   value instanceof Date && Number.isFinite(value.getTime())
