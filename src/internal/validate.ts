@@ -412,17 +412,11 @@ const validDate = (field: string, value: unknown): Effect.Effect<Date, InvalidIn
     ? Effect.succeed(value)
     : Effect.fail(invalid(field, "a valid Date", `${show(value)} is not a valid date`))
 
-/** Check text a store keeps as `text` (errors, reasons): a string without NUL or lone surrogates. */
-export const storableText = (field: string, value: unknown): Effect.Effect<string, InvalidInput> => {
-  if (typeof value !== "string") return Effect.fail(invalid(field, "a string", `${show(value)} is not a string`))
-  const reason = unstorableText(value)
-  return reason === undefined ? Effect.succeed(value) : Effect.fail(invalid(field, "text without NUL (\\u0000) or lone surrogates", reason))
-}
-
 /**
  * Check an attempt record given to `recordAttempt`: a message id, queue and task names, a
- * consumer name (or "" for none), an attempt number, a known outcome, valid dates, storable
- * error text and a result that is JSON data. The result is checked, not changed.
+ * consumer name (or "" for none), an attempt number, a known outcome, valid dates, and error
+ * text or null. Error text and the result are made storable by the stores as every recorded
+ * error and result is ({@link boundedText}, `AttemptResult.textOf`), not refused.
  */
 export const attemptRecord = (a: Attempt): Effect.Effect<Attempt, InvalidInput> =>
   Effect.gen(function*() {
@@ -439,7 +433,6 @@ export const attemptRecord = (a: Attempt): Effect.Effect<Attempt, InvalidInput> 
     }
     yield* validDate("startedAt", a.startedAt)
     yield* validDate("endedAt", a.endedAt)
-    if (a.error !== null) yield* storableText("error", a.error)
-    if (a.result !== undefined && a.result !== null) yield* jsonData("result", a.result)
+    if (a.error !== null && typeof a.error !== "string") return yield* invalid("error", "text or null", `${show(a.error)} is not a string`)
     return a
   })
