@@ -10,7 +10,7 @@ import * as ConsumerPresence from "../src/ConsumerPresence.ts"
 import { Encoded } from "../src/internal/result.ts"
 import { isResultUnstorable, type MessageId } from "../src/Message.ts"
 import type { ConsumerOptions } from "../src/QueueConfig.ts"
-import { ConnectionDead, QueryFailed } from "../src/QueueError.ts"
+import { ConnectionDead, QueryFailed, UnknownTask } from "../src/QueueError.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { type Completion, QueueStore } from "../src/QueueStore.ts"
 import * as Testing from "../src/Testing.ts"
@@ -326,6 +326,22 @@ describe("Consumer (memory store, TestClock)", () => {
       const [dead] = yield* spy.inner.deadLetters({ queue })
       assert.match(dead!.reason, /attempts exhausted: 3 of 3/)
       assert.match(dead!.lastError ?? "", /boom/)
+    }))
+
+  it.effect("an unknown task's retry WARN counts against the unknown-task limit, not the message's maxAttempts", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      yield* spy.store.send(queue, [{ task: "nobody-handles-this", payload: 1 }]) // maxAttempts: the default 25
+      const logs = captureLogs()
+      const unknown = () => Effect.fail(new UnknownTask({ task: "nobody-handles-this", message: "no handler" }))
+      yield* startConsumer(spy, unknown, { unknownTaskAttempts: 3, unknownTaskDelay: "1 second", pollInterval: "100 millis" }, logs)
+      yield* settle
+      yield* TestClock.adjust("10 seconds")
+      yield* settle
+      const retries = logs.entries.filter((e) => e.level === "Warn" && /retry in/.test(e.message)).map((e) => e.message.split(";")[0])
+      assert.deepStrictEqual(retries, ["attempt 1 of 3 failed", "attempt 2 of 3 failed"])
+      const [dead] = yield* spy.inner.deadLetters({ queue })
+      assert.match(dead!.reason, /no worker handled it in 3 attempts/)
     }))
 
   it.effect("shutdown stops claiming, lets a short handler finish and releases a long one after the grace", () =>

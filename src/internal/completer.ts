@@ -380,7 +380,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
             if (held === true) {
               yield* Metric.update(QueueMetrics.retried, 1)
               yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).retried, 1)
-              yield* Effect.logWarning(`attempt ${claim.attempts} of ${claim.maxAttempts} failed; retry in ${seconds(action.delayMs)}:\n${action.error}`)
+              yield* Effect.logWarning(`attempt ${claim.attempts} of ${action.limit ?? claim.maxAttempts} failed; retry in ${seconds(action.delayMs)}:\n${action.error}`)
             }
             break
           case "DeadLetter":

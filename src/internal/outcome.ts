@@ -27,7 +27,8 @@ export type RunResult =
 export type Action =
   /** `result`: the handler's success value as JSON text, kept with the history record. */
   | { readonly _tag: "Ack"; readonly result?: string | undefined }
-  | { readonly _tag: "Retry"; readonly delayMs: number; readonly error: string; readonly lost?: true }
+  /** `limit`: the attempts this message gets, where lower than its `maxAttempts` (the unknown-task limit). */
+  | { readonly _tag: "Retry"; readonly delayMs: number; readonly error: string; readonly lost?: true; readonly limit?: number }
   | { readonly _tag: "DeadLetter"; readonly reason: string; readonly error: string | undefined }
   | { readonly _tag: "Release" }
   /** Write nothing: another consumer holds the message now. */
@@ -117,10 +118,12 @@ export const decide = (claim: Claim, result: RunResult, rules: Rules): Action =>
           return { _tag: "DeadLetter", reason: `payload does not match the task's schema: ${detail}`, error }
         case "Unrecoverable":
           return { _tag: "DeadLetter", reason: `unrecoverable: ${detail}`, error }
-        case "UnknownTask":
-          return claim.attempts >= Math.min(rules.unknownTaskAttempts, claim.maxAttempts)
+        case "UnknownTask": {
+          const limit = Math.min(rules.unknownTaskAttempts, claim.maxAttempts)
+          return claim.attempts >= limit
             ? { _tag: "DeadLetter", reason: `unknown task "${claim.task}": no worker handled it in ${claim.attempts} attempts`, error }
-            : { _tag: "Retry", delayMs: rules.unknownTaskDelayMs, error }
+            : { _tag: "Retry", delayMs: rules.unknownTaskDelayMs, error, limit }
+        }
       }
       return claim.attempts >= claim.maxAttempts
         ? { _tag: "DeadLetter", reason: `attempts exhausted: ${claim.attempts} of ${claim.maxAttempts}`, error }
