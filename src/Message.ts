@@ -142,7 +142,8 @@ export interface QueueInfo extends QueueStats {
 /**
  * What a cancel did to one message: `cancelled` (it was ready, delayed or dead: removed at
  * once, its history records `cancelled`) or `cancelling` (it is running: flagged, and its
- * consumer stops the handler and removes it at its next lease renewal).
+ * consumer, notified, stops the handler and removes it; at its next lease renewal should the
+ * notification be lost).
  */
 export interface CancelResult {
   readonly id: MessageId

@@ -11,6 +11,8 @@ import { ConfigProvider, Effect } from "effect"
 import { TestConsole } from "effect/testing"
 import { afterAll, assert, beforeAll, describe, it } from "vitest"
 import * as Cli from "../src/internal/cli.ts"
+import * as Out from "../src/internal/cliOutput.ts"
+import type { MessageId } from "../src/Message.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import { cli } from "./support/CliProcess.ts"
@@ -120,5 +122,17 @@ describe("leasehold queues and cancel: output and refusals", () => {
     assert.deepStrictEqual(rows.map((r) => r.id), [kept])
     const paused = await db.query(`SELECT 1 FROM ${schema}.queues`)
     assert.lengthOf(paused, 0)
+  })
+
+  it("cancel's help and output say a running message is stopped by the notification; send's help says --max-attempts is not the task's", async () => {
+    const schema = await freshSchema()
+    const help = await inProcess(["cancel", "--help"], schema)
+    assert.strictEqual(help.code, 0, help.stderr)
+    assert.include(help.stdout, "its consumer, notified at once, interrupts its handler")
+    const cancelling = Out.cancelTable([{ id: "7" as MessageId, result: "cancelling" }])
+    assert.include(cancelling, "cancelling (running: its consumer is notified and stops it)")
+    for (const text of [help.stdout, cancelling]) assert.notMatch(text, /interrupts its handler at the next|at its next renewal/)
+    const sendHelp = await inProcess(["send", "--help"], schema)
+    assert.include(sendHelp.stdout.replace(/\s+/g, " "), "this command does not know the task's maxAttempts, so pass it here")
   })
 })

@@ -164,7 +164,12 @@ const send = Command.make("send", {
     Flag.withDescription("Send nothing if a live message of the queue has this key; print its id instead"),
     Flag.optional
   ),
-  maxAttempts: intFlag("max-attempts", `Attempts before it is dead-lettered (default 25, at most ${Validate.MAX_ATTEMPTS})`, 1, Validate.MAX_ATTEMPTS)
+  maxAttempts: intFlag(
+    "max-attempts",
+    `Attempts before it is dead-lettered (at most ${Validate.MAX_ATTEMPTS}). Default 25, the store's: this command does not know the task's maxAttempts, so pass it here`,
+    1,
+    Validate.MAX_ATTEMPTS
+  )
 }, (input) =>
   Effect.scoped(Effect.gen(function*() {
     const { store } = yield* connect({ migrate: true })
@@ -476,7 +481,7 @@ const cancel = Command.make("cancel", {
         : Effect.void
     ),
     Command.withDescription(
-      "Cancel messages: a ready, delayed or dead one is deleted at once; a running one is flagged and its consumer interrupts its handler at the next lease renewal"
+      "Cancel messages: a ready, delayed or dead one is deleted at once; a running one is flagged and its consumer, notified at once, interrupts its handler (at the next lease renewal only if the notification is lost)"
     ),
     Command.withExamples([
       { command: "leasehold cancel 17 18", description: "Two messages" },

@@ -152,7 +152,7 @@ export const queuesTable = (queues: ReadonlyArray<QueueInfo>): string =>
 export const cancelTable = (results: ReadonlyArray<CancelResult>): string =>
   results.length === 0
     ? "nothing to cancel"
-    : table(["ID", "RESULT"], results.map((r) => [String(r.id), r.result === "cancelled" ? "cancelled" : "cancelling (running: its consumer stops it at its next renewal)"]), new Set([0]))
+    : table(["ID", "RESULT"], results.map((r) => [String(r.id), r.result === "cancelled" ? "cancelled" : "cancelling (running: its consumer is notified and stops it)"]), new Set([0]))
 
 export const deadLettersTable = (dead: ReadonlyArray<DeadLetter>): string =>
   dead.length === 0
