@@ -7,7 +7,7 @@
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer } from "effect"
-import { Consumer, ConsumerPresence, Http, Observability, PgQueueStore, QueueConfig, Task } from "leasehold"
+import { Consumer, ConsumerPresence, Http, Observability, PgQueueStore, QueueConfig, QueueDepth, Task } from "leasehold"
 import { sendWelcomeEmail } from "./tasks.ts"
 
 // The declaration gets its handler here, in the worker: producers never import this code.
@@ -16,7 +16,10 @@ const welcomeEmail = Task.implement(sendWelcomeEmail, (email, context) =>
     ? Task.unrecoverable(`cannot deliver to ${email.to}`) // straight to dead letters
     : Effect.logInfo(`welcoming ${email.name} <${email.to}>, attempt ${context.attempt}`))
 
-const WorkerLayer = Consumer.layerFromEnv(Task.dispatcher(welcomeEmail)).pipe(
+const WorkerLayer = Layer.mergeAll(
+  Consumer.layerFromEnv(Task.dispatcher(welcomeEmail)),
+  QueueDepth.layer() // leasehold_queue_* gauges (ready, delayed, in flight, dead) of the consumed queues, every 10 s
+).pipe(
   Layer.provideMerge(ConsumerPresence.layerFromEnv()), // session liveness: a dead worker's claims come back in seconds
   Layer.provideMerge(PgQueueStore.layer()), // migrates LEASEHOLD_SCHEMA (default `leasehold`) when built; presence uses the same
   Layer.provideMerge(QueueConfig.pgLayerFromEnv())

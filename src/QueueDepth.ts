@@ -13,7 +13,8 @@
  */
 import { Duration, Effect, Layer, Schedule, type Scope } from "effect"
 import type { QueueStats } from "./Message.ts"
-import type { InvalidInput, StoreError } from "./QueueError.ts"
+import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
+import * as QueueConfig from "./QueueConfig.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
 import { QueueStore } from "./QueueStore.ts"
 
@@ -24,8 +25,8 @@ export interface QueueDepthOptions {
    * process at each sample (a process without consumers samples nothing).
    */
   readonly queues?: ReadonlyArray<string> | undefined
-  /** Time between samples (default 10 seconds). */
-  readonly interval?: Duration.Input | undefined
+  /** Time between samples (default 10 seconds): any duration, `"5s"` as well as `"5 seconds"`. */
+  readonly interval?: QueueConfig.DurationLike | undefined
 }
 
 /** How many running consumers of this process consume each queue. */
@@ -88,12 +89,13 @@ export const sample = (
 /**
  * The collector as a layer: samples every `interval` (default 10 s), first at
  * once, while the layer is in use. A failed sample is logged and the gauges
- * keep their last values until the next one.
+ * keep their last values until the next one. An `interval` that is no duration fails the
+ * layer with `ConfigInvalid` naming it.
  */
-export const layer = (options: QueueDepthOptions = {}): Layer.Layer<never, never, QueueStore> =>
+export const layer = (options: QueueDepthOptions = {}): Layer.Layer<never, ConfigInvalid, QueueStore> =>
   Layer.effectDiscard(Effect.gen(function*() {
     const store = yield* QueueStore
-    const interval = Duration.fromInputUnsafe(options.interval ?? "10 seconds")
+    const interval = Duration.millis(yield* QueueConfig.parseDuration("interval", options.interval ?? "10 seconds"))
     const once = sample(options.queues).pipe(
       Effect.provideService(QueueStore, store),
       Effect.catch((error) => Effect.logWarning(`queue depths not sampled: ${error.message}`)),

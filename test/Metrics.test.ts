@@ -139,7 +139,7 @@ describe("metrics on PostgreSQL (real time)", () => {
       // A consumer of `queue` in this process (what `Consumer.make` registers).
       yield* QueueDepth.track([queue])
       assert.include(QueueDepth.consumedQueues(), queue)
-      yield* Layer.build(QueueDepth.layer({ interval: "50 millis" }))
+      yield* Layer.build(QueueDepth.layer({ interval: "50ms" }))
       const ready = QueueMetrics.forQueue(queue).ready
       yield* store.send(queue, [{ task: "t", payload: 1 }, { task: "t", payload: 2 }, { task: "t", payload: 3 }])
       yield* waitFor("the collector to see 3 ready", Effect.map(gauge(ready), (n) => n === 3 ? Option.some(n) : Option.none()), 10_000)
