@@ -67,6 +67,11 @@ export interface Dispatcher<R = never> {
    * from it consumes these unless its configuration names queues itself.
    */
   readonly queues?: ReadonlyArray<string> | undefined
+  /**
+   * The tasks it handles, with their queues: their counters are exported at zero from the
+   * consumer's start (see {@link QueueMetrics.exportAtZero}).
+   */
+  readonly tasks?: ReadonlyArray<QueueMetrics.TaskOfQueue> | undefined
 }
 
 const toDispatcher = <R>(handler: Handler<R> | Dispatcher<R>): Dispatcher<R> =>
@@ -426,7 +431,7 @@ export const make = <R>(
       }
       const drained = yield* Effect.timeoutOption(drainCompletions, settings.shutdownGraceMs)
       if (drained._tag === "None") {
-        yield* Effect.logWarning(`grace elapsed: interrupting ${inFlight} handlers and releasing their messages`)
+        yield* Effect.logWarning(`grace elapsed: interrupting ${inFlight} handler${inFlight === 1 ? "" : "s"} and releasing their messages`)
       }
       yield* Scope.close(handlers, Exit.void)
       // The interrupted handlers' releases (and any completion still queued) are written before the
@@ -441,6 +446,7 @@ export const make = <R>(
 
     // The queue-depth collector of this process (`QueueDepth.layer`) samples these queues.
     yield* QueueDepth.track(settings.queues)
+    yield* QueueMetrics.exportAtZero(settings.queues, dispatcher.tasks ?? [])
 
     const storeSettings = yield* Effect.serviceOption(PgQueueStoreSettings)
     yield* Effect.logInfo(startupLine(settings, {

@@ -7,7 +7,7 @@
  *
  * @since 0.1.0
  */
-import { Metric } from "effect"
+import { Effect, Metric } from "effect"
 
 /** Messages claimed by consumers. */
 export const claimed = Metric.counter("leasehold_messages_claimed", { description: "Messages claimed" })
@@ -195,6 +195,30 @@ export const taskCacheSize = (): number => {
   let n = others.size
   for (const tasks of byQueue.values()) n += tasks.size
   return n
+}
+
+/** A task a dispatcher handles, and the queue its messages are sent to. */
+export interface TaskOfQueue {
+  readonly queue: string
+  readonly task: string
+}
+
+/**
+ * Register at zero the counters of a consumer of `queues` that handles `tasks`: the process
+ * totals and the series of each task of a consumed queue. An exporter lists a counter only
+ * once it is registered, and a dashboard cannot show a zero it never saw (reading a metric
+ * registers it; its value is left as it is).
+ */
+export const exportAtZero = (queues: ReadonlyArray<string>, tasks: ReadonlyArray<TaskOfQueue>): Effect.Effect<void> => {
+  const consumed = new Set(queues)
+  const perTask = tasks
+    .filter((t) => consumed.has(t.queue))
+    .flatMap((t) => {
+      const m = forTask(t.queue, t.task)
+      return [m.claimed, m.acked, m.retried, m.deadLettered, m.released, m.cancelled]
+    })
+  const totals = [claimed, acked, released, retried, deadLettered, cancelled, leasesLost, renewals, renewalFailures, doubleRuns, finishFailures]
+  return Effect.forEach([...totals, ...perTask], (metric) => Metric.value(metric), { discard: true })
 }
 
 // ---------------------------------------------------------------------------

@@ -471,6 +471,7 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
   }
   return {
     queues: [...new Set(tasks.map((task) => task.queue))],
+    tasks: tasks.map((task) => ({ queue: task.queue, task: task.name })),
     policy: (message) => policies.get(message.task),
     handle: (message, context) =>
       Effect.gen(function*() {

@@ -369,7 +369,7 @@ describe("Consumer (memory store, TestClock)", () => {
       yield* Fiber.join(closing)
       assert.deepStrictEqual(yield* Ref.get(h.interrupted), [long])
       assert.deepStrictEqual(spy.of("release").map((x) => x.ids[0]), [long])
-      assert.isTrue(logs.entries.some((e) => e.level === "Warn" && /grace elapsed: interrupting 1 handlers/.test(e.message)))
+      assert.isTrue(logs.entries.some((e) => e.level === "Warn" && /grace elapsed: interrupting 1 handler and releasing/.test(e.message)))
       // Released: visible at once, attempt given back; the message sent after shutdown began is untouched.
       const next = yield* spy.inner.claim(queue, { lease, limit: 10, consumer: "next" })
       assert.deepStrictEqual(next.map((c) => [c.payload, c.attempts]), [["after shutdown", 1], [2, 1]])

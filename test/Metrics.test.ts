@@ -7,11 +7,13 @@
  * delayed, in flight, dead and the oldest ready age after sends and claims.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Effect, Exit, Layer, Metric, Option, Scope } from "effect"
+import { Context, Effect, Exit, Layer, Metric, Option, Schema, Scope } from "effect"
 import * as Consumer from "../src/Consumer.ts"
+import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
 import * as QueueDepth from "../src/QueueDepth.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { QueueStore } from "../src/QueueStore.ts"
+import * as Task from "../src/Task.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitFor } from "./support/Wait.ts"
 
@@ -34,6 +36,37 @@ const countersOf = (queue: string, task: string) => {
     released: count(m.released)
   })
 }
+
+describe("metrics before anything happened", () => {
+  it.live("a consumer's start registers the counters of its tasks' queues at zero (an exporter lists them)", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const queue = freshQueue("zero")
+      const other = freshQueue("unconsumed")
+      const tasks = Task.dispatcher(
+        Task.make({ name: "quiet", queue, payload: Schema.Number, handler: () => Effect.void }),
+        Task.make({ name: "elsewhere", queue: other, payload: Schema.Number, handler: () => Effect.void })
+      )
+      const seriesOf = (q: string) =>
+        Effect.map(Metric.snapshot, (all) =>
+          all.filter((m) => m.attributes?.["queue"] === q && m.type === "Counter").map((m) => [m.id, m.attributes?.["task"], Number((m.state as Metric.CounterState<number>).count)]))
+      assert.deepStrictEqual(yield* seriesOf(queue), [], "nothing registered before the consumer")
+      yield* Layer.build(Consumer.layer(tasks, { queues: [queue], consumerId: "zero-1", pollInterval: "1 minute" })).pipe(
+        Effect.provide(MemoryQueueStore.layer())
+      )
+      const registered = (yield* seriesOf(queue)).sort()
+      assert.deepStrictEqual(registered, [
+        "leasehold_task_messages_acked",
+        "leasehold_task_messages_cancelled",
+        "leasehold_task_messages_claimed",
+        "leasehold_task_messages_dead_lettered",
+        "leasehold_task_messages_released",
+        "leasehold_task_messages_retried"
+      ].map((id) => [id, "quiet", 0]))
+      assert.deepStrictEqual(yield* seriesOf(other), [], "a queue this consumer does not consume gets no series")
+      const totals = (yield* Metric.snapshot).map((m) => m.id)
+      for (const id of ["leasehold_messages_claimed", "leasehold_messages_dead_lettered", "leasehold_leases_lost"]) assert.include(totals, id)
+    })))
+})
 
 describe("metrics on PostgreSQL (real time)", () => {
   it.live("counters and histograms per queue and task hold what was processed, with bounded attributes", () =>
