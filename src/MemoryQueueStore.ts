@@ -265,6 +265,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
             row.visibleAt = now + delayMs
             row.attempts = Math.max(row.attempts - 1, 0)
             clearLease(row)
+            // Ready again now: idle consumers hear of it as of a send (a peer claims it at once).
+            if (delayMs === 0) for (const latch of listeners.get(row.queue) ?? []) latch.openUnsafe()
           })
       )
 

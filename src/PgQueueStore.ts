@@ -27,6 +27,7 @@ import * as Pooler from "./Pooler.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, type ConfigInvalid, InvalidInput, type StoreError } from "./QueueError.ts"
 import {
+  type Completed,
   type Completion,
   defaults,
   type DeadLetterFilter,
@@ -667,9 +668,15 @@ export const make = (
           : yield* Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie)
         const now = yield* currentTime
         // The attempt is given back: a release is not a failure of the handler.
-        return yield* finishOne(ref, sql`
+        const held = yield* finishOne(ref, sql`
             visible_at  = coalesce(${now}::timestamptz, now()) + ${delayMs}::bigint * interval '1 millisecond',
             attempts    = greatest(attempts - 1, 0)`)
+        // Ready again now: wake idle consumers of its queue, as a send does (its queue read by id:
+        // a ref carries none; a row deleted meanwhile notifies nothing).
+        if (held && delayMs === 0) {
+          yield* sql.afterCommit(Effect.ignore(sql`SELECT pg_notify(${channel}, queue) FROM ${table} WHERE id = ${ref.id}::bigint`))
+        }
+        return held
       }).pipe((e) => op("release", { messageId: ref.id }, e))
 
     const retry: QueueStoreShape["retry"] = (ref, options) =>
@@ -805,8 +812,24 @@ export const make = (
           )
           SELECT id, cancelled FROM held
           UNION ALL SELECT id, outcome = 'cancelled' FROM earlier WHERE outcome <> 'lease-lost'`
-        return { held: ids(rows), cancelled: ids(rows.filter((row) => row.cancelled)) }
+        const completed = { held: ids(rows), cancelled: ids(rows.filter((row) => row.cancelled)) }
+        yield* notifyReleased(completions, completed)
+        return completed
       }).pipe((e) => op("complete", completeAttributes(completions), e))
+
+    /**
+     * Wake idle consumers of the queues whose messages a `complete` released (ready again at
+     * once, as a shutting-down worker's are): a peer claims them now, not at its next poll. After
+     * the commit, on a statement of its own, best effort, as a send's notification.
+     */
+    const notifyReleased = (completions: ReadonlyArray<Completion>, completed: Completed) => {
+      const landed = new Set(completed.held)
+      for (const id of completed.cancelled) landed.delete(id)
+      const queues = [...new Set(completions.filter((c) => c.finish._tag === "Release" && landed.has(c.ref.id)).map((c) => c.queue))]
+      return queues.length === 0
+        ? Effect.void
+        : sql.afterCommit(Effect.ignore(sql`SELECT pg_notify(${channel}, q) FROM unnest(${textArray(queues)}) AS q`))
+    }
 
     // Dead-letter filters: a NULL parameter means "any".
     const filterIds = (filter: DeadLetterFilter) => filter.ids === undefined ? null : JSON.stringify(filter.ids)

@@ -1283,6 +1283,32 @@ export const conformance = (
         yield* Fiber.join(waiter)
       }))
 
+    it.effect("a release (single or in complete) wakes the queue's subscribers, as a send does", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("release-wake")
+        yield* sendAll(queue, [msg(1), msg(2)])
+        const [first, second] = yield* claimAll(queue, { limit: 2 })
+        const next = yield* store.sends([queue]) // subscribed after the sends: nothing pending
+        const single = yield* Effect.forkChild(next)
+        assert.isTrue(yield* store.release(first!))
+        yield* Fiber.join(single)
+        const batched = yield* Effect.forkChild(next)
+        const { held } = yield* store.complete([{
+          ref: second!,
+          finish: { _tag: "Release" },
+          queue,
+          task: second!.task,
+          attempt: second!.attempts,
+          consumer: "shutting-down",
+          startedAt: new Date(),
+          outcome: "released",
+          error: null
+        }])
+        assert.deepStrictEqual(held, [second!.id])
+        yield* Fiber.join(batched)
+      }))
+
     it.effect("pause: a paused queue is claimed by nobody, still takes sends, and is listed paused; resume wakes subscribers", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
