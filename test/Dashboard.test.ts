@@ -115,6 +115,10 @@ describe(`Dashboard in headless Chromium on a real worker and PostgreSQL${chromi
       // A message that fails on its only attempt: a dead letter.
       const [flaky] = yield* store.send("reports", [{ task: "flaky", payload: { report: 7 }, maxAttempts: 1 }])
       yield* waitPage("the dead letter row", () => page.$(`#dead-letters tr[data-message="${flaky!.id}"]`).then((e) => e ?? undefined))
+      // Its "dead at" is ISO 8601 in UTC, like the rest of the page and the CLI, not the browser's locale.
+      const deadAt = yield* Effect.promise(() => page.textContent(`#dead-letters tr[data-message="${flaky!.id}"] td:nth-child(5)`))
+      const [stored] = yield* store.deadLetters({ ids: [flaky!.id] })
+      assert.strictEqual(deadAt, stored!.deadAt.toISOString())
       yield* waitRow(page, "reports", "reports: 1 dead", (r) => r.dead === "1")
       // Five messages that wait at the gate: two run (concurrency 2), three wait.
       const work = yield* store.send("emails", Array.from({ length: 5 }, (_, n) => ({ task: "work", payload: { n } })))

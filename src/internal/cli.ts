@@ -189,6 +189,23 @@ const send = Command.make("send", {
     ])
   )
 
+/** Queues `stats` was asked for that the store knows nothing of (no messages, no history, no pause). */
+export class UnknownQueues extends Data.TaggedError("UnknownQueues")<{
+  readonly queues: ReadonlyArray<string>
+}> {
+  override get message(): string {
+    return `no queue named ${this.queues.join(", ")}: no messages, no attempt history and no pause row (see \`leasehold queues list\`)`
+  }
+}
+
+/** Fail with {@link UnknownQueues} naming each of `named` that the store does not list. */
+const requireKnownQueues = (store: QueueStore["Service"], named: ReadonlyArray<string>) =>
+  Effect.flatMap(store.queues(), (known) => {
+    const names = new Set(known.map((q) => q.queue))
+    const missing = [...new Set(named)].filter((q) => !names.has(q))
+    return missing.length === 0 ? Effect.void : Effect.fail(new UnknownQueues({ queues: missing }))
+  })
+
 /** Set while `stats --watch` refreshes or `serve` serves: Ctrl-C then ends the command normally (exit 0). */
 let watching = false
 
@@ -214,8 +231,9 @@ const stats = Command.make("stats", {
       input.json
         ? print(Out.json(rows, !input.watch))
         : print(input.watch ? `${clearScreen()}${watchHeader()}\n${Out.statsTable(rows)}\n` : Out.statsTable(rows))
-    // The first read must work (a bad queue name or a missing table fails the command);
+    // The first read must work (a bad or unknown queue name or a missing table fails the command);
     // while watching, a failed (or stuck: 10 s) refresh is reported and the next one tried.
+    if (input.queues.length > 0) yield* requireKnownQueues(store, input.queues)
     yield* Effect.flatMap(collect, show)
     if (!input.watch) return
     watching = true

@@ -163,7 +163,7 @@ const flightRow = (m, now) => {
 const deadRow = (d) => {
   const tr = document.createElement("tr");
   tr.dataset.message = d.id;
-  tr.append(cell(d.id, "num"), cell(d.queue), cell(d.task), cell(d.attempts, "num"), cell(new Date(d.deadAt).toLocaleString()),
+  tr.append(cell(d.id, "num"), cell(d.queue), cell(d.task), cell(d.attempts, "num"), cell(new Date(d.deadAt).toISOString()),
     cell(d.reason, "text"));
   const actions = document.createElement("td");
   actions.append(

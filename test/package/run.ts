@@ -18,7 +18,7 @@
  * folder is then kept and named). Run by .ci/run after vitest, counted as one test.
  */
 import { type ChildProcess, execFile, spawn } from "node:child_process"
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join, resolve } from "node:path"
 import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
@@ -126,6 +126,9 @@ const main = async () => {
   for (const needed of ["package.json", "README.md", "docs/dashboard.png", "docs/workers.md", "LICENSE", "dist/index.js", "dist/index.d.ts", "dist/index.js.map", "dist/bin/leasehold.js", "src/index.ts"]) {
     check(listing.includes(needed), `the tarball lacks ${needed} (has: ${listing.slice(0, 20).join(", ")}...)`)
   }
+  // The build leaves the checkout's bin executable: `npx leasehold` there runs it (not "Permission denied").
+  const binMode = statSync(join(repo, "dist/bin/leasehold.js")).mode
+  check((binMode & 0o111) !== 0, `dist/bin/leasehold.js is not executable after the build (mode ${(binMode & 0o777).toString(8)})`)
   // `npm pack --dry-run` lists the same files (scripts skipped: dist/ is built by now).
   const dryRun = await exec("npm", ["pack", "--dry-run", "--ignore-scripts", "--json"], { cwd: repo })
   const dryFiles = (JSON.parse(dryRun.slice(dryRun.indexOf("["))) as Array<{ files: Array<{ path: string }> }>)[0]!.files.map((f) => f.path)
