@@ -135,4 +135,17 @@ describe("leasehold queues and cancel: output and refusals", () => {
     const sendHelp = await inProcess(["send", "--help"], schema)
     assert.include(sendHelp.stdout.replace(/\s+/g, " "), "this command does not know the task's maxAttempts, so pass it here")
   })
+
+  it("stats of a queue that does not exist (a typo) says so and exits 1; a known one, emptied, still shows its row", async () => {
+    const schema = await freshSchema()
+    const [id] = await send(schema, [{ task: "t", payload: 1 }])
+    const typo = await inProcess(["stats", QUEUE, "steerd"], schema)
+    assert.strictEqual(typo.code, 1, typo.stdout)
+    assert.include(typo.stderr, "UnknownQueues: no queue named steerd: no messages, no attempt history and no pause row")
+    assert.strictEqual(typo.stdout, "", "no zero row printed")
+    await inProcess(["cancel", id!], schema) // emptied: only its history is left
+    const known = await inProcess(["stats", QUEUE, "--json"], schema)
+    assert.strictEqual(known.code, 0, known.stderr)
+    assert.deepInclude(JSON.parse(known.stdout.slice(known.stdout.indexOf("[")))[0], { queue: QUEUE, ready: 0 })
+  })
 })
