@@ -98,15 +98,30 @@ describe("Consumer wakes at the earliest visibility (TestClock)", () => {
       const [claim] = yield* spy.inner.claim(queue, { lease: "5 minutes", limit: 1, consumer: "other" })
       yield* startConsumer(spy, h.handler, { pollInterval: "1 minute" })
       yield* settle
-      // Released at 30 s (no send to wake anyone): found by the next poll, at 60 s, not at 300 s.
+      // Handed back at 30 s by a retry without delay (it notifies nobody): found by the next poll,
+      // at 60 s, not at 300 s.
       yield* TestClock.adjust("30 seconds")
-      assert.isTrue(yield* spy.inner.release(claim!))
+      assert.isTrue(yield* spy.inner.retry(claim!, { delay: 0, error: "handed back" }))
       yield* TestClock.adjust("29 seconds")
       yield* settle
       assert.deepStrictEqual(h.starts, [])
       yield* TestClock.adjust("1 second")
       yield* settle
       assert.deepStrictEqual(h.starts, [{ id: held!.id, at: 60_000 }])
+    }))
+
+  it.effect("a release (a peer shutting down) wakes a sleeping consumer at once, as a send does", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const h = recordingHandler()
+      const [held] = yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+      const [claim] = yield* spy.inner.claim(queue, { lease: "5 minutes", limit: 1, consumer: "peer" })
+      yield* startConsumer(spy, h.handler, { pollInterval: "1 minute" })
+      yield* settle
+      yield* TestClock.adjust("30 seconds")
+      assert.isTrue(yield* spy.inner.release(claim!))
+      yield* settle
+      assert.deepStrictEqual(h.starts, [{ id: held!.id, at: 30_000 }], "claimed at the release, not at the next poll (60 s)")
     }))
 
   it.effect("when nextVisibleAt fails, the consumer sleeps the poll interval", () =>
