@@ -25,6 +25,7 @@ import {
   defaults,
   type DeadLetterFilter,
   fromOperations,
+  type HandedBack,
   historyErrors,
   QueueStore,
   type QueueStoreShape,
@@ -130,15 +131,30 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
     }
     /**
      * A fenced finishing write (retry, release, dead letter) of a held message; one whose
-     * cancel was asked for while it ran is deleted instead (as SQL does): never run again.
+     * cancel was asked for while it ran is deleted instead (as SQL does): never run again,
+     * with a `cancelled` history row carrying the write's `error`.
      */
-    const fencedWrite = <A>(id: MessageId, token: string, write: (row: Row, now: number) => A) =>
-      Effect.map(Clock.currentTimeMillis, (now) => {
+    const fencedWrite = (id: MessageId, token: string, error: string | null, write: (row: Row, now: number) => void) =>
+      Effect.map(Clock.currentTimeMillis, (now): HandedBack => {
         const row = held(id, token)
-        if (row === undefined) return false
-        if (row.cancelRequestedAt !== null) rows.delete(BigInt(id))
-        else write(row, now)
-        return true
+        if (row === undefined) return "lost"
+        if (row.cancelRequestedAt === null) {
+          write(row, now)
+          return "written"
+        }
+        rows.delete(BigInt(id))
+        pushAttempt({
+          messageId: id,
+          queue: row.queue,
+          task: row.task,
+          attempt: row.attemptBase + row.attempts,
+          consumer: row.leasedBy ?? "",
+          startedAt: new Date(row.leasedAt ?? row.visibleAt),
+          endedAt: new Date(now),
+          outcome: "cancelled",
+          error
+        })
+        return "cancelled"
       })
 
     const send: QueueStoreShape["send"] = (queue, messages) =>
@@ -261,7 +277,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       Effect.flatMap(
         options?.delay === undefined ? Effect.succeed(0) : Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie),
         (delayMs) =>
-          fencedWrite(ref.id, ref.leaseToken, (row, now) => {
+          fencedWrite(ref.id, ref.leaseToken, null, (row, now) => {
             row.visibleAt = now + delayMs
             row.attempts = Math.max(row.attempts - 1, 0)
             clearLease(row)
@@ -272,14 +288,14 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
 
     const retry: QueueStoreShape["retry"] = (ref, options) =>
       Effect.flatMap(Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie), (delayMs) =>
-        fencedWrite(ref.id, ref.leaseToken, (row, now) => {
+        fencedWrite(ref.id, ref.leaseToken, options.error, (row, now) => {
           row.visibleAt = now + delayMs
           row.lastError = Validate.boundedText(options.error)
           clearLease(row)
         }))
 
     const deadLetter: QueueStoreShape["deadLetter"] = (ref, options) =>
-      fencedWrite(ref.id, ref.leaseToken, (row, now) => {
+      fencedWrite(ref.id, ref.leaseToken, options.error ?? null, (row, now) => {
         row.state = "dead"
         // A claim beyond the last attempt (quarantined, exhausted) ran nothing: never shown past the max.
         row.attempts = Math.min(row.attempts, row.maxAttempts)
@@ -305,11 +321,11 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
           const landed = f._tag === "Ack" || cancelled
             ? yield* ack(c.ref)
             : f._tag === "Retry"
-            ? yield* retry(c.ref, { delay: f.delayMs, error: f.error })
+            ? (yield* retry(c.ref, { delay: f.delayMs, error: f.error })) === "written"
             : f._tag === "DeadLetter"
-            ? yield* deadLetter(c.ref, { reason: f.reason, error: f.error })
+            ? (yield* deadLetter(c.ref, { reason: f.reason, error: f.error })) === "written"
             : f._tag === "Release"
-            ? yield* release(c.ref)
+            ? (yield* release(c.ref)) === "written"
             : false
           if (!landed) {
             // A retried write whose first one landed (its answer lost) answers as its record says, recording nothing more.

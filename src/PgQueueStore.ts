@@ -32,6 +32,7 @@ import {
   defaults,
   type DeadLetterFilter,
   fromOperations,
+  type HandedBack,
   historyErrors,
   QueueStore,
   type QueueStoreShape,
@@ -645,21 +646,38 @@ export const make = (
     /**
      * One fenced finishing write that hands the message back (`set`: the columns a retry,
      * release or dead letter writes; the lease is cleared too). A message whose cancel was
-     * asked for while it ran is deleted instead, as `complete` does: never run again. Either
-     * way `true` while the lease was held; the history is the caller's to record.
+     * asked for while it ran is deleted instead, as `complete` does (never run again), with a
+     * `cancelled` history row (`error`: the write's own error text, if any); the history of a
+     * write that landed is the caller's to record.
+     *
+     * The row is locked first (`target`) and the choice made on what the lock read. The two
+     * writes read their rows as of the statement's start: a write that waited on a cancel's row
+     * lock would otherwise decide on the flag as it was before the cancel, then find the flag
+     * set once the lock is granted, and match neither branch (answered "lost", the message
+     * hidden until its lease ran out). A locking read waits, then reads the committed row.
      */
-    const finishOne = (ref: ClaimRef, set: Statement.Fragment) =>
-      leaseSql<{ id: bigint }>`
-        WITH cancelled AS (
-          DELETE FROM ${table}
-          WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid AND cancel_requested_at IS NOT NULL
-          RETURNING id
+    const finishOne = (ref: ClaimRef, set: Statement.Fragment, error: string | null, now: Date | null) =>
+      leaseSql<{ id: bigint; cancelled: boolean }>`
+        WITH target AS (
+          SELECT id, cancel_requested_at IS NOT NULL AS cancel_asked FROM ${table}
+          WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid
+          FOR UPDATE
+        ), cancelled AS (
+          DELETE FROM ${table} AS m USING target AS t WHERE m.id = t.id AND t.cancel_asked
+          RETURNING m.id, m.queue, m.task, m.attempt_base + m.attempts AS attempt, m.leased_by, m.leased_at, m.visible_at
+        ), recorded AS (
+          INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
+          SELECT id, queue, task, attempt, coalesce(leased_by, ''), coalesce(leased_at, visible_at), coalesce(${now}::timestamptz, now()),
+                 'cancelled', ${error}::text
+          FROM cancelled
         ), written AS (
-          UPDATE ${table} SET ${set}, lease_token = NULL, leased_by = NULL, leased_at = NULL
-          WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid AND cancel_requested_at IS NULL
-          RETURNING id
+          UPDATE ${table} AS m SET ${set}, lease_token = NULL, leased_by = NULL, leased_at = NULL
+          FROM target AS t WHERE m.id = t.id AND NOT t.cancel_asked
+          RETURNING m.id
         )
-        SELECT id FROM cancelled UNION ALL SELECT id FROM written`.pipe(Effect.map((rows) => rows.length === 1))
+        SELECT id, true AS cancelled FROM cancelled UNION ALL SELECT id, false AS cancelled FROM written`.pipe(
+        Effect.map((rows): HandedBack => rows.length === 0 ? "lost" : rows[0]!.cancelled ? "cancelled" : "written")
+      )
 
     const release: QueueStoreShape["release"] = (ref, options) =>
       Effect.gen(function*() {
@@ -670,10 +688,10 @@ export const make = (
         // The attempt is given back: a release is not a failure of the handler.
         const held = yield* finishOne(ref, sql`
             visible_at  = coalesce(${now}::timestamptz, now()) + ${delayMs}::bigint * interval '1 millisecond',
-            attempts    = greatest(attempts - 1, 0)`)
+            attempts    = greatest(attempts - 1, 0)`, null, now)
         // Ready again now: wake idle consumers of its queue, as a send does (its queue read by id:
         // a ref carries none; a row deleted meanwhile notifies nothing).
-        if (held && delayMs === 0) {
+        if (held === "written" && delayMs === 0) {
           yield* sql.afterCommit(Effect.ignore(sql`SELECT pg_notify(${channel}, queue) FROM ${table} WHERE id = ${ref.id}::bigint`))
         }
         return held
@@ -683,9 +701,10 @@ export const make = (
       Effect.gen(function*() {
         const delayMs = yield* Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie)
         const now = yield* currentTime
+        const error = Validate.boundedText(options.error)
         return yield* finishOne(ref, sql`
             visible_at  = coalesce(${now}::timestamptz, now()) + ${delayMs}::bigint * interval '1 millisecond',
-            last_error  = ${Validate.boundedText(options.error)}`)
+            last_error  = ${error}`, error, now)
       }).pipe((e) => op("retry", { messageId: ref.id }, e))
 
     const deadLetter: QueueStoreShape["deadLetter"] = (ref, options) =>
@@ -697,7 +716,7 @@ export const make = (
             attempts    = least(attempts, max_attempts),
             dead_reason = ${Validate.boundedText(options.reason)},
             dead_at     = coalesce(${now}::timestamptz, now()),
-            last_error  = coalesce(${error}::text, last_error)`)
+            last_error  = coalesce(${error}::text, last_error)`, error, now)
       }).pipe((e) => op("deadLetter", { messageId: ref.id }, e))
 
     /**
@@ -756,13 +775,22 @@ export const make = (
             ) AS a, unnest(a.id, a.token, a.kind, a.delay_ms, a.last_error, a.reason, a.queue, a.task, a.attempt,
                            a.consumer, a.started_at, a.outcome, a.error, a.result)
               AS u(id, token, kind, delay_ms, last_error, reason, queue, task, attempt, consumer, started_at, outcome, error, result)
+          ), handed AS (
+            -- A retry, release or dead letter chooses between writing and deleting by the cancel flag,
+            -- read here under a row lock: the writes below read their rows as of the statement's start,
+            -- so one that waited on a cancel's lock would decide on the flag as it was before the cancel
+            -- and match neither branch once the lock is granted (issue 24, item 7). Id order, as cancels lock.
+            SELECT m.id, m.cancel_requested_at IS NOT NULL AS cancel_asked
+            FROM ${table} AS m JOIN items AS i ON m.id = i.id AND m.lease_token = i.token
+            WHERE i.kind IN ('Retry', 'DeadLetter', 'Release')
+            ORDER BY m.id
+            FOR UPDATE OF m
           ), acked AS (
             -- A retry, release or dead letter of a message whose cancel was asked for while it ran
             -- (the handler ended before the flag reached it) is a cancel: deleted, never run again.
             DELETE FROM ${table} AS m USING items AS i
             WHERE m.id = i.id AND m.lease_token = i.token
-              AND (i.kind IN ('Ack', 'Cancel')
-                   OR (i.kind IN ('Retry', 'DeadLetter', 'Release') AND m.cancel_requested_at IS NOT NULL))
+              AND (i.kind IN ('Ack', 'Cancel') OR m.id IN (SELECT id FROM handed WHERE cancel_asked))
             RETURNING m.id, m.attempt_base, i.kind <> 'Ack' AS cancelled
           ), updated AS (
             UPDATE ${table} AS m SET
@@ -779,7 +807,7 @@ export const make = (
               lease_token = NULL, leased_by = NULL, leased_at = NULL
             FROM items AS i
             WHERE i.kind IN ('Retry', 'DeadLetter', 'Release') AND m.id = i.id AND m.lease_token = i.token
-              AND m.cancel_requested_at IS NULL
+              AND m.id IN (SELECT id FROM handed WHERE NOT cancel_asked)
             RETURNING m.id, m.attempt_base
           ), held AS (
             SELECT id, attempt_base, cancelled FROM acked

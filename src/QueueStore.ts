@@ -81,6 +81,17 @@ export type Finish =
   /** Delete a message whose cancel was asked for (its handler stopped); the history says `cancelled`. */
   | { readonly _tag: "Cancel" }
 
+/**
+ * What a single `retry`, `release` or `deadLetter` did, fenced by the claim's token:
+ * - `"written"`: the lease was held and the write landed (its attempt's history is the caller's
+ *   to record, with `recordAttempt`);
+ * - `"cancelled"`: the lease was held, but a cancel of the message had been asked for (before
+ *   the write, or while it waited on the cancel): the message was deleted instead, never to run
+ *   again, and the store recorded the `cancelled` history row itself;
+ * - `"lost"`: the lease was lost (reclaimed, finished or deleted): nothing was written.
+ */
+export type HandedBack = "written" | "cancelled" | "lost"
+
 /** What {@link QueueStoreShape.complete} answers. */
 export interface Completed {
   /** The ids whose lease was still held: their write landed. */
@@ -147,9 +158,9 @@ export interface QueueStoreShape {
   readonly ack: (claim: ClaimRef) => Effect.Effect<boolean, StoreError>
   /**
    * Make a claimed message visible again (now, or after `delay`), giving the
-   * attempt back: for shutdown and interruption, not for failures.
+   * attempt back: for shutdown and interruption, not for failures. What it did: see {@link HandedBack}.
    */
-  readonly release: (claim: ClaimRef, options?: { readonly delay?: Duration.Input | undefined }) => Effect.Effect<boolean, StoreError>
+  readonly release: (claim: ClaimRef, options?: { readonly delay?: Duration.Input | undefined }) => Effect.Effect<HandedBack, StoreError>
   /**
    * Finish many runs at once: each message's fenced write (as `ack`, `retry`,
    * `deadLetter` and `release` do one by one) and its attempt-history record,
@@ -164,16 +175,19 @@ export interface QueueStoreShape {
    * one completion can fail the others. Delays must be valid (0 .. ten years).
    */
   readonly complete: (completions: ReadonlyArray<Completion>) => Effect.Effect<Completed, StoreError>
-  /** Make a failed message visible again after `delay`, recording `error`. */
+  /** Make a failed message visible again after `delay`, recording `error`. What it did: see {@link HandedBack}. */
   readonly retry: (
     claim: ClaimRef,
     options: { readonly delay: Duration.Input; readonly error: string }
-  ) => Effect.Effect<boolean, StoreError>
-  /** Move a message out of the ready set, keeping it with `reason` (and the last error, if given). */
+  ) => Effect.Effect<HandedBack, StoreError>
+  /**
+   * Move a message out of the ready set, keeping it with `reason` (and the last error, if
+   * given). What it did: see {@link HandedBack}.
+   */
   readonly deadLetter: (
     claim: ClaimRef,
     options: { readonly reason: string; readonly error?: string | undefined }
-  ) => Effect.Effect<boolean, StoreError>
+  ) => Effect.Effect<HandedBack, StoreError>
   /**
    * Return dead letters to ready with a fresh attempt budget (attempts and lease expiries reset); returns the ids redriven.
    * The filter must name a queue, ids or `all: true`. A redriven message keeps its dedup key unless a live message

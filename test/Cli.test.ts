@@ -150,7 +150,7 @@ const makeDeadLetters = (schema: string, queue: string, n: number) =>
       while (claims.length < n) claims.push(...(yield* store.claim(queue, { lease: "10 seconds", limit: n, consumer: "cli-test" })))
       for (const claim of claims) {
         const written = yield* store.deadLetter(claim, { reason: `poisoned ${claim.payload && (claim.payload as { n: number }).n}`, error: "Error: boom" })
-        assert.isTrue(written)
+        assert.strictEqual(written, "written")
       }
       return sent.map((s) => s.id)
     }))

@@ -101,7 +101,7 @@ describe("Consumer wakes at the earliest visibility (TestClock)", () => {
       // Handed back at 30 s by a retry without delay (it notifies nobody): found by the next poll,
       // at 60 s, not at 300 s.
       yield* TestClock.adjust("30 seconds")
-      assert.isTrue(yield* spy.inner.retry(claim!, { delay: 0, error: "handed back" }))
+      assert.strictEqual(yield* spy.inner.retry(claim!, { delay: 0, error: "handed back" }), "written")
       yield* TestClock.adjust("29 seconds")
       yield* settle
       assert.deepStrictEqual(h.starts, [])

@@ -115,7 +115,7 @@ export const conformance = (
           error: "suspected worker-killer"
         }])
         assert.deepStrictEqual(held, { held: [a!.id], cancelled: [] })
-        assert.isTrue(yield* store.deadLetter(byPayload("b"), { reason: "attempts exhausted" }))
+        assert.strictEqual(yield* store.deadLetter(byPayload("b"), { reason: "attempts exhausted" }), "written")
         const dead = yield* store.deadLetters({ queue })
         assert.deepStrictEqual(dead.map((d) => [d.id, d.attempts, d.maxAttempts]).sort(), [[a!.id, 2, 2], [b!.id, 2, 2]].sort())
       }))
@@ -465,7 +465,7 @@ export const conformance = (
         assert.notStrictEqual(fresh!.id, a!.id)
         // A dead letter does not hold its key.
         const second = claims.find((x) => x.id === c!.id)!
-        assert.isTrue(yield* store.deadLetter(second, { reason: "test" }))
+        assert.strictEqual(yield* store.deadLetter(second, { reason: "test" }), "written")
         const [afterDead] = yield* sendAll(queue, [msg("fifth", { dedupKey: "k2" })])
         assert.strictEqual(afterDead!.deduplicated, false)
       }))
@@ -500,7 +500,7 @@ export const conformance = (
         })
         // Dead-lettered, then purged: still held.
         const second = claims.find((x) => x.id === c!.id)!
-        assert.isTrue(yield* store.deadLetter(second, { reason: "test" }))
+        assert.strictEqual(yield* store.deadLetter(second, { reason: "test" }), "written")
         assert.deepStrictEqual((yield* sendAll(queue, [msg("after-dead", { unique: { key: "u2", for: "1 hour" } })]))[0], {
           id: c!.id,
           deduplicated: true
@@ -730,9 +730,9 @@ export const conformance = (
         assert.strictEqual(current!.attempts, 2)
         assert.deepStrictEqual((yield* store.renew([old!], "5 minutes")).held, [])
         assert.isFalse(yield* store.ack(old!))
-        assert.isFalse(yield* store.retry(old!, { delay: 0, error: "stale" }))
-        assert.isFalse(yield* store.deadLetter(old!, { reason: "stale" }))
-        assert.isFalse(yield* store.release(old!))
+        assert.strictEqual(yield* store.retry(old!, { delay: 0, error: "stale" }), "lost")
+        assert.strictEqual(yield* store.deadLetter(old!, { reason: "stale" }), "lost")
+        assert.strictEqual(yield* store.release(old!), "lost")
         // Nothing changed: still in flight for "fast", no dead letter, no error recorded.
         const stats = yield* store.stats(queue)
         assert.deepStrictEqual([stats.inFlight, stats.ready, stats.dead], [1, 0, 0])
@@ -761,10 +761,10 @@ export const conformance = (
         const queue = freshQueue("release")
         yield* sendAll(queue, [msg("m")])
         const [c] = yield* claimAll(queue)
-        assert.isTrue(yield* store.release(c!))
+        assert.strictEqual(yield* store.release(c!), "written")
         const [again] = yield* claimAll(queue)
         assert.strictEqual(again!.attempts, 1)
-        assert.isTrue(yield* store.release(again!, { delay: "10 seconds" }))
+        assert.strictEqual(yield* store.release(again!, { delay: "10 seconds" }), "written")
         assert.strictEqual((yield* claimAll(queue)).length, 0)
         yield* TestClock.adjust("10 seconds")
         assert.strictEqual((yield* claimAll(queue)).length, 1)
@@ -776,7 +776,7 @@ export const conformance = (
         const queue = freshQueue("retry")
         yield* sendAll(queue, [msg("m")])
         const [c] = yield* claimAll(queue)
-        assert.isTrue(yield* store.retry(c!, { delay: "5 seconds", error: "boom: it failed" }))
+        assert.strictEqual(yield* store.retry(c!, { delay: "5 seconds", error: "boom: it failed" }), "written")
         assert.strictEqual((yield* store.stats(queue)).delayed, 1)
         yield* TestClock.adjust("4 seconds")
         assert.strictEqual((yield* claimAll(queue)).length, 0)
@@ -785,7 +785,7 @@ export const conformance = (
         assert.strictEqual(again!.attempts, 2)
         assert.strictEqual(again!.lastError, "boom: it failed")
         // Error text is bounded.
-        assert.isTrue(yield* store.retry(again!, { delay: 0, error: "x".repeat(100_000) }))
+        assert.strictEqual(yield* store.retry(again!, { delay: 0, error: "x".repeat(100_000) }), "written")
         const [third] = yield* claimAll(queue)
         assert.isTrue(third!.lastError!.length <= 8 * 1024)
       }))
@@ -800,8 +800,8 @@ export const conformance = (
         yield* sendAll(other, [msg("z")])
         const claims = yield* claimAll(queue)
         const [z] = yield* claimAll(other)
-        for (const c of claims) assert.isTrue(yield* store.deadLetter(c, { reason: "attempts exhausted", error: `err ${c.payload}` }))
-        assert.isTrue(yield* store.deadLetter(z!, { reason: "unknown task" }))
+        for (const c of claims) assert.strictEqual(yield* store.deadLetter(c, { reason: "attempts exhausted", error: `err ${c.payload}` }), "written")
+        assert.strictEqual(yield* store.deadLetter(z!, { reason: "unknown task" }), "written")
         assert.strictEqual((yield* store.stats(queue)).dead, 3)
         assert.strictEqual((yield* claimAll(queue)).length, 0, "dead letters are not claimable")
         const listed = yield* store.deadLetters({ queue })
@@ -1233,12 +1233,12 @@ export const conformance = (
         assert.deepStrictEqual(order.map((cs) => cs.map((c) => c.payload)), [["suspect"], ["a"], ["b"]])
         assert.deepStrictEqual(order.map((cs) => cs[0]!.leaseExpiries), [2, 1, 1])
         // A finished claim clears the lease: no expiry is counted after a release.
-        assert.isTrue(yield* store.release(order[1]![0]!))
+        assert.strictEqual(yield* store.release(order[1]![0]!), "written")
         const [again] = yield* claimAll(queue, { consumer: "n4" })
         assert.strictEqual(again!.payload, "a")
         assert.strictEqual(again!.leaseExpiries, 1)
         // Redrive gives a fresh budget, lease expiries included.
-        assert.isTrue(yield* store.deadLetter(order[0]![0]!, { reason: "suspected worker-killer" }))
+        assert.strictEqual(yield* store.deadLetter(order[0]![0]!, { reason: "suspected worker-killer" }), "written")
         yield* store.redrive({ ids: [s1!.id] })
         const [redriven] = yield* claimAll(queue, { consumer: "n5" })
         assert.deepStrictEqual([redriven!.payload, redriven!.attempts, redriven!.leaseExpiries], ["suspect", 1, 0])
@@ -1356,7 +1356,7 @@ export const conformance = (
         yield* sendAll(live, [msg(1), msg(2, { delay: 60_000 })])
         yield* sendAll(dead, [msg(1)])
         const [d] = yield* claimAll(dead)
-        assert.isTrue(yield* store.deadLetter(d!, { reason: "r" }))
+        assert.strictEqual(yield* store.deadLetter(d!, { reason: "r" }), "written")
         yield* sendAll(historic, [msg(1)])
         const [h] = yield* claimAll(historic)
         yield* store.complete([{
@@ -1389,7 +1389,7 @@ export const conformance = (
         const [running, dead] = yield* sendAll(queue, [msg("running"), msg("dead")])
         const [claimedRunning, claimedDead] = yield* claimAll(queue)
         assert.strictEqual(claimedRunning!.id, running!.id)
-        assert.isTrue(yield* store.deadLetter(claimedDead!, { reason: "r" }))
+        assert.strictEqual(yield* store.deadLetter(claimedDead!, { reason: "r" }), "written")
         const [ready, delayed, kept] = yield* sendAll(queue, [msg("ready"), msg("delayed", { delay: 60_000 }), msg("kept")])
         const answer = yield* store.cancel([
           delayed!.id,
@@ -1480,22 +1480,29 @@ export const conformance = (
         assert.deepStrictEqual(history, [["cancelled"], ["cancelled"], ["cancelled"], ["acked"]])
       }))
 
-    it.effect("cancel of a running message: its single retry, release or dead letter deletes it too", () =>
+    it.effect("cancel of a running message: its single retry, release or dead letter deletes it too, answers cancelled, records it", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
         const queue = freshQueue("cancel-single")
         const sent = yield* sendAll(queue, [msg("retry"), msg("release"), msg("dead"), msg("kept")])
-        const [retried, released, dead, kept] = yield* claimAll(queue)
+        const [retried, released, dead, kept] = yield* claimAll(queue, { consumer: "holder" })
         assert.deepStrictEqual(
           (yield* store.cancel(sent.slice(0, 3).map((s) => s.id))).map((r) => r.result),
           ["cancelling", "cancelling", "cancelling"]
         )
-        assert.isTrue(yield* store.retry(retried!, { delay: 0, error: "boom" }), "held: the write landed as a delete")
-        assert.isTrue(yield* store.release(released!))
-        assert.isTrue(yield* store.deadLetter(dead!, { reason: "r" }))
-        assert.isTrue(yield* store.retry(kept!, { delay: 0, error: "boom" }), "a message not cancelled is retried")
+        assert.strictEqual(yield* store.retry(retried!, { delay: 0, error: "boom" }), "cancelled", "held: the write landed as a delete")
+        assert.strictEqual(yield* store.release(released!), "cancelled")
+        assert.strictEqual(yield* store.deadLetter(dead!, { reason: "r", error: "bad" }), "cancelled")
+        assert.strictEqual(yield* store.retry(kept!, { delay: 0, error: "boom" }), "written", "a message not cancelled is retried")
+        assert.strictEqual(yield* store.retry(retried!, { delay: 0, error: "boom" }), "lost", "a second write finds it gone")
         assert.deepStrictEqual((yield* store.messages(queue)).map((m) => m.id), [kept!.id], "the cancelled ones are gone, dead letters included")
         assert.isEmpty(yield* store.deadLetters({ queue, limit: 10 }))
+        const history = yield* Effect.forEach(sent, (s) => store.attempts(s.id))
+        assert.deepStrictEqual(
+          history.map((h) => h.map((a) => [a.outcome, a.attempt, a.consumer, a.error])),
+          [[["cancelled", 1, "holder", "boom"]], [["cancelled", 1, "holder", null]], [["cancelled", 1, "holder", "bad"]], []],
+          "each cancelled write recorded its run as cancelled; the written one's history is the caller's"
+        )
         assert.deepStrictEqual((yield* claimAll(queue)).map((c) => c.id), [kept!.id], "never claimed again")
       }))
 
@@ -1603,7 +1610,7 @@ export const conformance = (
         assert.strictEqual(claimed!.id, flight!.id)
         const [dead] = yield* sendAll(queue, [msg("dead")])
         const [deadClaim] = yield* claimAll(queue, { limit: 1 })
-        assert.isTrue(yield* store.deadLetter(deadClaim!, { reason: "bad payload", error: "boom" }))
+        assert.strictEqual(yield* store.deadLetter(deadClaim!, { reason: "bad payload", error: "boom" }), "written")
         const [ready] = yield* sendAll(queue, [msg("ready", { priority: 3, dedupKey: "k" })])
         const [delayed] = yield* sendAll(queue, [msg("delayed", { delay: 3_600_000 })])
 
@@ -1644,7 +1651,7 @@ export const conformance = (
         const [dead] = yield* sendAll(queue, [msg(1)])
         const [deadClaim] = yield* claimAll(queue, { limit: 1 })
         assert.strictEqual(deadClaim!.id, dead!.id)
-        assert.isTrue(yield* store.deadLetter(deadClaim!, { reason: "r" }))
+        assert.strictEqual(yield* store.deadLetter(deadClaim!, { reason: "r" }), "written")
         // Priorities and delays do not change the order: it is the order of sending.
         const rest = yield* sendAll(queue, [msg(2, { priority: 9 }), msg(3, { delay: 60_000 }), msg(4, { priority: -1 }), msg(5)])
         yield* sendAll(other, [msg("elsewhere")])
@@ -1759,9 +1766,9 @@ export const conformance = (
           assert.deepStrictEqual([current!.attempts, current!.leaseExpiries], [2, 1])
           assert.deepStrictEqual((yield* store.renew([old!], "5 minutes")).held, [])
           assert.isFalse(yield* store.ack(old!))
-          assert.isFalse(yield* store.retry(old!, { delay: 0, error: "stale" }))
-          assert.isFalse(yield* store.deadLetter(old!, { reason: "stale" }))
-          assert.isFalse(yield* store.release(old!))
+          assert.strictEqual(yield* store.retry(old!, { delay: 0, error: "stale" }), "lost")
+          assert.strictEqual(yield* store.deadLetter(old!, { reason: "stale" }), "lost")
+          assert.strictEqual(yield* store.release(old!), "lost")
           const stats = yield* store.stats(queue)
           assert.deepStrictEqual([stats.inFlight, stats.ready, stats.dead], [1, 0, 0])
           const history = yield* store.attempts(sent!.id)
@@ -1791,8 +1798,8 @@ export const conformance = (
           const queue = freshQueue("db-retry")
           yield* sendAll(queue, [msg("r"), msg("l")])
           const [r, l] = yield* claimAll(queue, { lease: "1 minute" })
-          assert.isTrue(yield* store.retry(r!, { delay: "1 second", error: "boom" }))
-          assert.isTrue(yield* store.release(l!, { delay: "1 second" }))
+          assert.strictEqual(yield* store.retry(r!, { delay: "1 second", error: "boom" }), "written")
+          assert.strictEqual(yield* store.release(l!, { delay: "1 second" }), "written")
           assert.strictEqual((yield* store.stats(queue)).delayed, 2)
           assert.strictEqual((yield* claimAll(queue)).length, 0)
           yield* realSleep(1_300)
@@ -1802,7 +1809,7 @@ export const conformance = (
             [["l", 1, null], ["r", 2, "boom"]]
           )
           // Released now: visible at once, the attempt given back.
-          assert.isTrue(yield* store.release(again.find((c) => c.payload === "l")!))
+          assert.strictEqual(yield* store.release(again.find((c) => c.payload === "l")!), "written")
           assert.deepStrictEqual((yield* claimAll(queue)).map((c) => [c.payload, c.attempts]), [["l", 1]])
         }))
 
@@ -1813,7 +1820,7 @@ export const conformance = (
           yield* sendAll(queue, [msg("dead")])
           const [c] = yield* claimAll(queue)
           const before = yield* wallClock
-          assert.isTrue(yield* store.deadLetter(c!, { reason: "x" }))
+          assert.strictEqual(yield* store.deadLetter(c!, { reason: "x" }), "written")
           const [dead] = yield* store.deadLetters({ queue })
           assert.isAtLeast(dead!.deadAt.getTime(), before - slack)
           assert.isAtMost(dead!.deadAt.getTime(), (yield* wallClock) + slack)

@@ -47,7 +47,7 @@ describe("Task (memory store, TestClock)", () => {
       // Stored encoded: count as a string.
       const [raw] = yield* spy.inner.claim("default", { lease: "1 second", limit: 1, consumer: "peek" })
       assert.deepStrictEqual(raw!.payload, { to: "ada@example.com", count: "3" })
-      assert.isTrue(yield* spy.inner.release(raw!))
+      assert.strictEqual(yield* spy.inner.release(raw!), "written")
       yield* startConsumer(spy, Task.dispatcher(email), {})
       yield* idle(spy)
       assert.deepStrictEqual(seen, [{ to: "ada@example.com", count: 3 }])

@@ -46,7 +46,7 @@ export const makeSpy: Effect.Effect<Spy> = Effect.gen(function*() {
     Effect.map(Clock.currentTimeMillis, (at) => {
       calls.push({ seq: seq++, op, phase, ids, at })
     })
-  const fenced = <A extends Array<any>>(op: string, f: (ref: ClaimRef, ...rest: A) => Effect.Effect<boolean, StoreError>) =>
+  const fenced = <A extends Array<any>, B>(op: string, f: (ref: ClaimRef, ...rest: A) => Effect.Effect<B, StoreError>) =>
   (ref: ClaimRef, ...rest: A) => Effect.tap(f(ref, ...rest), () => record(op, "end", [ref.id]))
   const spy: Spy = {
     inner,
