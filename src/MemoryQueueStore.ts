@@ -620,7 +620,9 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         const payloads = yield* Effect.forEach(specs, (spec) =>
           Effect.map(Validate.prepareMessage(spec.queue, { task: spec.task, payload: spec.payload }, limits), (m) =>
             JSON.parse(m.payloadJson) as unknown))
-        const now = options.now
+        // As SQL: a declared time ahead of the store's clock by more than the tolerance is the store's now.
+        const storeNow = yield* Clock.currentTimeMillis
+        const now = options.now.getTime() > storeNow + defaults.scheduleClockToleranceMs ? new Date(storeNow) : options.now
         return specs.map((spec, i): ScheduleInfo => {
           const old = scheduleRows.get(spec.key)
           if (old !== undefined && options.replace === false) {
@@ -654,7 +656,8 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
     const fireSchedule: QueueStoreShape["fireSchedule"] = (key, fire) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) => {
         const row = scheduleRows.get(key)
-        if (row === undefined || !(row.lastSlot < fire.slot) || row.cron !== fire.cron || row.tz !== fire.tz) {
+        const future = fire.slot.getTime() > now + defaults.scheduleClockToleranceMs
+        if (row === undefined || future || !(row.lastSlot < fire.slot) || row.cron !== fire.cron || row.tz !== fire.tz) {
           return Effect.succeedNone
         }
         const moved: ScheduleInfo = { ...row, lastSlot: fire.slot, nextSlot: fire.nextSlot, firedAt: new Date(now) }
@@ -685,7 +688,10 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       return removed
     })
 
+    const now: QueueStoreShape["now"] = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+
     return fromOperations({
+      now,
       upsertSchedules,
       fireSchedule,
       triggerSchedule,

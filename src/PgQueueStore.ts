@@ -1305,6 +1305,17 @@ export const make = (
     // -------------------------------------------------------------------------
     // Schedules (migration 7): one row per key; `last_slot` fences each firing.
 
+    /** How far a schedule's time may run ahead of the store's clock, as an interval. */
+    const scheduleTolerance = sql`${defaults.scheduleClockToleranceMs}::bigint * interval '1 millisecond'`
+
+    // The store's clock, as every statement reads it (now() is the statement's transaction start).
+    const now: QueueStoreShape["now"] = Effect.gen(function*() {
+      const fixed = yield* currentTime
+      if (fixed !== null) return fixed
+      const [row] = yield* sql<{ now: Date }>`SELECT now() AS now`
+      return row!.now
+    }).pipe((e) => op("now", {}, e))
+
     // All specs in one statement (jsonb_to_recordset), one row per key. A new key starts at
     // `now` (slots before its declaration never fire). An existing key takes the declared
     // definition when `replace` (a worker starting); a changed cron or tz also moves last_slot
@@ -1325,12 +1336,18 @@ export const make = (
           })))
         if (docs.length === 0) return []
         const replace = options.replace ?? true
+        const now = yield* currentTime
+        // The declared time, unless it is ahead of the store's clock by more than the tolerance: a
+        // worker whose clock runs ahead neither starts a schedule in the future (no slot would fire
+        // until then) nor marks it seen in the future (greatest() below would keep that).
         const rows = yield* sql<ScheduleRow>`
           INSERT INTO ${schedulesTable} AS s
             (key, cron, tz, queue, task, payload, last_slot, next_slot, last_seen_at, last_seen_by)
-          SELECT d.key, d.cron, d.tz, d.queue, d.task, d.payload, ${options.now}, d.next_slot, ${options.now}, ${options.seenBy}
+          SELECT d.key, d.cron, d.tz, d.queue, d.task, d.payload, c.at, d.next_slot, c.at, ${options.seenBy}
           FROM jsonb_to_recordset(${JSON.stringify(docs)}::jsonb)
-            AS d(key text, cron text, tz text, queue text, task text, payload jsonb, next_slot timestamptz)
+            AS d(key text, cron text, tz text, queue text, task text, payload jsonb, next_slot timestamptz),
+            (SELECT CASE WHEN ${options.now}::timestamptz > coalesce(${now}::timestamptz, now()) + ${scheduleTolerance}
+                         THEN coalesce(${now}::timestamptz, now()) ELSE ${options.now}::timestamptz END AS at) AS c
           ON CONFLICT (key) DO UPDATE SET
             last_slot    = CASE WHEN ${replace}::boolean AND (s.cron, s.tz) IS DISTINCT FROM (excluded.cron, excluded.tz)
                                 THEN greatest(s.last_slot, excluded.last_slot) ELSE s.last_slot END,
@@ -1366,6 +1383,8 @@ export const make = (
             UPDATE ${schedulesTable} SET last_slot = ${fire.slot}, next_slot = ${fire.nextSlot},
                    fired_at = coalesce(${now}::timestamptz, now())
             WHERE key = ${key} AND last_slot < ${fire.slot} AND cron = ${fire.cron} AND tz = ${fire.tz}
+              -- Not a slot still ahead of the database's clock (a firer whose clock runs ahead).
+              AND ${fire.slot}::timestamptz <= coalesce(${now}::timestamptz, now()) + ${scheduleTolerance}
             RETURNING queue, task, payload
           ), ins AS (
             INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts)
@@ -1425,6 +1444,7 @@ export const make = (
     }).pipe((e) => op("pruneUniqueKeys", {}, e))
 
     return fromOperations({
+      now,
       upsertSchedules,
       fireSchedule,
       triggerSchedule,

@@ -283,11 +283,20 @@ export interface QueueStoreShape {
    */
   readonly nextVisibleAt: (queue: string) => Effect.Effect<Option.Option<Date>, InvalidInput | StoreError>
 
+  /**
+   * The store's clock: what leases, delays and schedules are timed by. On PostgreSQL the
+   * database's `now()` (Effect's `Clock` with `clock: "effect"`); in memory, Effect's `Clock`.
+   * A scheduler times its slots by it, so workers whose own clocks are off still agree.
+   */
+  readonly now: Effect.Effect<Date, StoreError>
+
   // Schedules (see `Scheduler`): rows keyed by schedule key, fired at most once per slot.
 
   /**
    * Insert or update schedules as a worker declares them, and record that `seenBy` still
-   * declares them at `now` (the scheduler's clock). A new schedule's last slot is `now`, so
+   * declares them at `now` (the store's time, as {@link QueueStoreShape.now} reads it; a `now`
+   * later than the store's own by more than `defaults.scheduleClockToleranceMs` is taken as the
+   * store's now). A new schedule's last slot is `now`, so
    * only later slots fire; a changed cron or time zone moves it up to `now` too (the new
    * expression starts from now, nothing "missed" under it fires). Every spec is checked
    * (names, payload) before anything is written. Returns the rows as stored.
@@ -303,7 +312,10 @@ export interface QueueStoreShape {
    * Fire one slot of a schedule: move its last slot to `slot` only if it is earlier (the
    * fence) and the row still holds `cron` and `tz`, and send its message, in one
    * transaction. `none` when another worker fired this slot or a later one (or the row
-   * changed or is gone): nothing was sent. The message carries the headers
+   * changed or is gone), or when the slot is still in the future by the store's clock (later
+   * than its now plus `defaults.scheduleClockToleranceMs`: a worker whose clock runs ahead
+   * cannot fire a slot early, nor move the fence past slots the others still have to fire):
+   * nothing was sent. The message carries the headers
    * `leasehold-schedule` (the key) and `leasehold-slot` (the slot, ISO 8601).
    */
   readonly fireSchedule: (
@@ -458,5 +470,11 @@ export const defaults = {
   /** Attempts a message gets unless its sender says otherwise. */
   maxAttempts: 25,
   /** Shortest lease accepted by `claim` and `renew`. */
-  minLeaseMs: 100
+  minLeaseMs: 100,
+  /**
+   * How far a schedule's time may run ahead of the store's clock: a slot fires only once it is
+   * at most this much later than the store's now, and a scheduler whose own clock is off the
+   * store's by more than this logs a warning.
+   */
+  scheduleClockToleranceMs: 1_000
 } as const

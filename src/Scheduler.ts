@@ -2,9 +2,13 @@
  * Cron schedules: recurring messages that fire exactly once per slot, however many
  * workers declare them, with no leader. Declare a schedule in code ({@link define}, or
  * `Task.schedule` for a typed task) and provide {@link layer} beside the consumer: it
- * upserts its schedules on start, then sleeps until the next slot (on Effect's `Clock`,
- * so `TestClock` drives it) and fires it. Every worker whose clock reaches a slot tries;
- * the store's fenced write (`last_slot < slot`) lets exactly one send the message.
+ * upserts its schedules on start, then sleeps until the next slot and fires it. Slots are
+ * timed by the store's clock (the database's `now()`, read each round; Effect's `Clock` only
+ * measures the time between, so `TestClock` drives it over a store on that clock): a worker
+ * whose own clock is off still fires on time, and logs a warning when it is off by more than
+ * `defaults.scheduleClockToleranceMs`. Every worker that reaches a slot tries; the store's
+ * fenced write (`last_slot < slot`, and never a slot ahead of its clock) lets exactly one send
+ * the message.
  *
  * @since 0.1.0
  */
@@ -12,7 +16,7 @@ import { Cause, Clock, Context, Cron, type Duration, Effect, Layer, Metric, Opti
 import * as QueueConfig from "./QueueConfig.ts"
 import { InvalidInput, type StoreError } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
-import { QueueStore, type QueueStoreShape, type ScheduleInfo } from "./QueueStore.ts"
+import { defaults, QueueStore, type QueueStoreShape, type ScheduleInfo } from "./QueueStore.ts"
 import * as Validate from "./internal/validate.ts"
 
 /**
@@ -170,7 +174,7 @@ export interface SchedulerShape {
   readonly id: string
   readonly schedules: ReadonlyArray<Schedule>
   /**
-   * The time (on the scheduler's clock) up to which every slot of its schedules was handled:
+   * The time (on the store's clock) up to which every slot of its schedules was handled:
    * fired here, or found fired by another worker. For tests and health checks.
    */
   readonly checkedUntil: Effect.Effect<Date>
@@ -198,7 +202,8 @@ export const make = (
     const state = new Map<string, number>()
     /** The next slot of each schedule after the last round (cron arithmetic in a named zone is not cheap). */
     const upcoming = new Map<string, number>()
-    const start = yield* Clock.currentTimeMillis
+    const clock = skewWatch(store, heartbeatMs)
+    const start = (yield* clock.read).at
     const upsert = (now: number, replace: boolean) =>
       Effect.map(
         store.upsertSchedules(specs(schedules, now), { seenBy: id, now: new Date(now), replace }),
@@ -214,7 +219,8 @@ export const make = (
 
     /** One round: heartbeat when due, fire every due slot, then sleep until the next slot. */
     const round = Effect.gen(function*() {
-      const now = yield* Clock.currentTimeMillis
+      const time = yield* clock.read
+      const now = time.at
       if (now - lastHeartbeat >= heartbeatMs) {
         yield* upsert(now, false)
         lastHeartbeat = now
@@ -229,9 +235,9 @@ export const make = (
         next = Math.min(next, upcoming.get(schedule.key)!)
       }
       checkedUntil = now
-      // Until the next slot or heartbeat, counted from the clock as it is after the round
+      // Until the next slot or heartbeat, counted from the time as it is after the round
       // (which took time): when that is already past, the next round starts at once.
-      const after = yield* Clock.currentTimeMillis
+      const after = now + (yield* Clock.currentTimeMillis) - time.local
       if (next > after) yield* Effect.sleep(next - after)
     })
     let retryMs = RETRY_MS
@@ -253,6 +259,32 @@ export const make = (
       checkedUntil: Effect.sync(() => new Date(checkedUntil))
     })
   })
+
+/**
+ * The store's time, read around one round trip, with this worker's `Clock` beside it: `at` is
+ * the store's now, `local` the worker's clock right after the read (what later readings of it
+ * are measured from). A worker whose clock is off the store's by more than the tolerance is
+ * warned about, at the first reading that shows it and then at most once per `everyMs`.
+ */
+const skewWatch = (store: QueueStoreShape, everyMs: number) => {
+  let warnedAt = -Infinity
+  const read = Effect.gen(function*() {
+    const before = yield* Clock.currentTimeMillis
+    const at = (yield* store.now).getTime()
+    const local = yield* Clock.currentTimeMillis
+    // The store read its clock somewhere within the round trip: compare with its middle.
+    const skewMs = Math.round((before + local) / 2 - at)
+    if (Math.abs(skewMs) > defaults.scheduleClockToleranceMs + (local - before) / 2 && at - warnedAt >= everyMs) {
+      warnedAt = at
+      yield* Effect.logWarning(
+        `schedules: this worker's clock is ${Math.abs(skewMs)} ms ${skewMs > 0 ? "ahead of" : "behind"} the store's ` +
+          `(tolerance ${defaults.scheduleClockToleranceMs} ms); slots are timed by the store's clock, fix the worker's clock (NTP)`
+      ).pipe(Effect.annotateLogs({ skewMs }))
+    }
+    return { at, local }
+  })
+  return { read }
+}
 
 /** The schedules as the store takes them, with their next slot after `now`. */
 const specs = (schedules: ReadonlyArray<Schedule>, now: number) =>
