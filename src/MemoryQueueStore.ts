@@ -202,6 +202,26 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         return results
       })
 
+    /** The history record of the attempt its last holder left unfinished. */
+    const unfinished = (row: Row, endedAt: number, outcome: "cancelled" | "lease-expired", error: string): Attempt => ({
+      messageId: String(row.id) as MessageId,
+      queue: row.queue,
+      task: row.task,
+      attempt: row.attemptBase + row.attempts,
+      consumer: row.leasedBy ?? "",
+      startedAt: new Date(row.leasedAt ?? row.visibleAt),
+      endedAt: new Date(endedAt),
+      outcome,
+      error
+    })
+    /** Delete the cancelled ones of `picked` (their holders stopped before finishing them), recording it. */
+    const dropCancelled = (picked: ReadonlyArray<Row>, now: number) => {
+      for (const row of picked.filter((r) => r.cancelRequestedAt !== null)) {
+        rows.delete(row.id)
+        pushAttempt(unfinished(row, now, "cancelled", historyErrors.cancelledUnfinished))
+      }
+    }
+
     const claim: QueueStoreShape["claim"] = (queue, options) =>
       Effect.gen(function*() {
         yield* Validate.name("queue", queue)
@@ -210,26 +230,18 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
         const now = yield* Clock.currentTimeMillis
         if (pauses.get(queue)?.paused === true) return []
-        const all = live(queue).filter((r) => r.visibleAt <= now).sort(claimOrder).slice(0, limit)
+        // As SQL: a pick of only cancelled messages (deleted below) picks again, never answering
+        // nothing while ready messages wait behind them.
+        const pick = () => live(queue).filter((r) => r.visibleAt <= now).sort(claimOrder).slice(0, limit)
+        let all = pick()
+        while (all.length > 0 && all.every((r) => r.cancelRequestedAt !== null)) {
+          dropCancelled(all, now)
+          all = pick()
+        }
         // Same rules as SQL: a message whose cancel was asked for while it ran, and whose holder
         // stopped before finishing it, is deleted (never run again); a suspect (lease expired now
         // or before) is claimed alone.
-        /** The history record of the attempt its last holder left unfinished. */
-        const unfinished = (row: Row, endedAt: number, outcome: "cancelled" | "lease-expired", error: string): Attempt => ({
-          messageId: String(row.id) as MessageId,
-          queue: row.queue,
-          task: row.task,
-          attempt: row.attemptBase + row.attempts,
-          consumer: row.leasedBy ?? "",
-          startedAt: new Date(row.leasedAt ?? row.visibleAt),
-          endedAt: new Date(endedAt),
-          outcome,
-          error
-        })
-        for (const row of all.filter((r) => r.cancelRequestedAt !== null)) {
-          rows.delete(row.id)
-          pushAttempt(unfinished(row, now, "cancelled", historyErrors.cancelledUnfinished))
-        }
+        dropCancelled(all, now)
         const picked = all.filter((r) => r.cancelRequestedAt === null)
         const suspect = (r: Row) => r.leaseExpiries > 0 || r.leaseToken !== null
         const chosen = picked.length > 0 && suspect(picked[0]!) ? [picked[0]!] : picked.filter((r) => !suspect(r))

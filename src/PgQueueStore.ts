@@ -27,6 +27,7 @@ import * as Pooler from "./Pooler.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, type ConfigInvalid, InvalidInput, type StoreError } from "./QueueError.ts"
 import {
+  type ClaimOptions,
   type Completed,
   type Completion,
   defaults,
@@ -151,6 +152,8 @@ interface ClaimRow extends MessageColumns {
   readonly visible_at: Date
   readonly lease_token: Claim["leaseToken"]
   readonly was_visible_at: Date
+  /** How many cancelled rows the claim deleted (the same on every row); `id` is NULL on the row of a claim of none. */
+  readonly dropped: number
 }
 
 const toDeadLetter = (row: MessageRow): DeadLetter => ({
@@ -269,6 +272,9 @@ export const notifyChannel = (schema: string): string => {
   const suffix = `_${hash31(schema).toString(36)}`
   return `leasehold_${schema.slice(0, MAX_IDENTIFIER_BYTES - "leasehold_".length - suffix.length)}${suffix}`
 }
+
+/** Claim statements one claim runs at most while its picked rows are all cancelled ones (see `claim`). */
+const MAX_CLAIM_RUNS = 10
 
 /** Rows per INSERT of a batch send: keeps one statement's parameters well under protocol limits. */
 const SEND_CHUNK = 500
@@ -524,7 +530,8 @@ export const make = (
         return results
       }).pipe((e) => op("send", { queue, count: messages.length }, e))
 
-    const claim: QueueStoreShape["claim"] = (queue, options) =>
+    /** One claim statement: what it claimed, and how many cancelled rows it deleted instead. */
+    const claimOnce = (queue: string, options: ClaimOptions) =>
       Effect.gen(function*() {
         yield* Validate.name("queue", queue)
         yield* Validate.name("consumer", options.consumer)
@@ -605,17 +612,33 @@ export const make = (
                    'lease-expired', ${historyErrors.leaseExpired}::text
             FROM claimed AS c JOIN chosen AS h ON h.id = c.id WHERE h.expired
           )
+          -- Always one row at least: how many cancelled rows were dropped rides along (on a row of
+          -- NULLs when nothing was claimed), so a claim that only dropped rows is run again.
           SELECT c.id, c.task, c.payload, c.headers, c.priority, c.attempts, c.max_attempts, c.enqueued_at, c.visible_at,
-                 c.lease_token, c.dedup_key, c.last_error, c.lease_expiries, h.visible_at AS was_visible_at
-          FROM claimed AS c JOIN chosen AS h ON h.id = c.id ORDER BY h.priority, h.visible_at, c.id`
+                 c.lease_token, c.dedup_key, c.last_error, c.lease_expiries, h.visible_at AS was_visible_at, d.n AS dropped
+          FROM (SELECT count(*)::int AS n FROM dropped) AS d
+          LEFT JOIN (claimed AS c JOIN chosen AS h ON h.id = c.id) ON true
+          ORDER BY h.priority, h.visible_at, c.id`
         const consumer = options.consumer
-        return rows.map((row): Claim => ({
+        const claims = rows.filter((row) => row.id !== null).map((row): Claim => ({
           ...toMessage(row, queue),
           leaseToken: row.lease_token,
           leaseExpiresAt: row.visible_at,
           consumer,
           readyAt: row.was_visible_at
         }))
+        return { claims, dropped: rows[0]?.dropped ?? 0 }
+      })
+
+    // A claim whose picked rows were all cancelled ones (deleted, not claimed) would answer nothing
+    // while ready messages wait behind them: it is run again (each run deletes what it dropped, so
+    // this ends; bounded all the same).
+    const claim: QueueStoreShape["claim"] = (queue, options) =>
+      Effect.gen(function*() {
+        for (let run = 1;; run++) {
+          const { claims, dropped } = yield* claimOnce(queue, options)
+          if (claims.length > 0 || dropped === 0 || run >= MAX_CLAIM_RUNS) return claims
+        }
       }).pipe((e) => op("claim", { queue, limit: options.limit, consumer: options.consumer }, e, claimAttributes))
 
     const renew: QueueStoreShape["renew"] = (claims, lease) =>

@@ -1554,6 +1554,24 @@ export const conformance = (
         assert.isFalse(yield* store.ack(held!))
       }))
 
+    movesTime("a claim whose picked messages were all cancelled (their holders died) goes on to the ready ones behind them", () =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = freshQueue("cancel-all-picked")
+        const doomed = yield* sendAll(queue, [msg("a"), msg("b")])
+        assert.lengthOf(yield* claimAll(queue, { lease: "10 seconds", limit: 2 }), 2)
+        assert.deepStrictEqual((yield* store.cancel(doomed.map((d) => d.id))).map((r) => r.result), ["cancelling", "cancelling"])
+        // Both holders die; once their leases ran out the two are the first ready rows, ahead of a later send.
+        yield* TestClock.adjust("11 seconds")
+        const [waiting] = yield* sendAll(queue, [msg("c")])
+        const claimed = yield* claimAll(queue, { limit: 2 })
+        assert.deepStrictEqual(claimed.map((c) => c.id), [waiting!.id], "not nothing while a message waits")
+        for (const d of doomed) {
+          assert.isTrue(Option.isNone(yield* store.get(d.id)), "deleted")
+          assert.deepStrictEqual((yield* store.attempts(d.id)).map((a) => a.outcome), ["cancelled"])
+        }
+      }))
+
     it.effect("cancels: a cancel of running messages wakes a subscriber of its queue, naming them", () =>
       Effect.gen(function*() {
         const store = yield* QueueStore
