@@ -8,7 +8,7 @@
 import { PgClient, PgTypes } from "@effect/sql-pg"
 import { Clock, Context, Deferred, Duration, Effect, Fiber, Latch, Layer, Option, Queue, Result, type Scope, type Tracer } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
-import { SqlClient, type SqlError, type Statement } from "effect/sql"
+import { SqlClient, SqlError, type Statement } from "effect/sql"
 import type {
   Attempt,
   CancelResult,
@@ -331,6 +331,21 @@ const foreignTransaction = (queue: string) =>
   })
 
 /**
+ * Whether `error` is PostgreSQL refusing a NOTIFY because its queue is full ("too many
+ * notifications in the NOTIFY queue", 54000, raised at commit): a listening session stopped
+ * reading (a frozen consumer, a session left in a transaction) and the queue filled behind it.
+ * The failing transaction wrote nothing, so its statement can be run again without the NOTIFY.
+ */
+const notifyQueueFull = (error: unknown): boolean => {
+  if (!SqlError.isSqlError(error)) return false
+  const cause = error.reason.cause as { readonly code?: unknown; readonly message?: unknown } | undefined
+  return cause?.code === "54000" && /NOTIFY queue/i.test(String(cause.message ?? ""))
+}
+
+/** How often, at most, a full NOTIFY queue is logged. */
+const NOTIFY_FULL_WARN_MS = 60_000
+
+/**
  * Build a PostgreSQL store over the `SqlClient` in context (provide
  * `PgClient.layer`). When you use the same client for your own
  * `sql.withTransaction`, `send` joins that transaction. A send made while a
@@ -362,6 +377,27 @@ export const make = (
     const currentTime: Effect.Effect<Date | null> = options.clock === "effect"
       ? Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
       : Effect.succeed(null)
+
+    let notifyFullWarnedAt = -Infinity
+    /**
+     * Run a statement that announces what it wrote (a NOTIFY inside its own transaction), or,
+     * when the NOTIFY queue is full, run it again without the announcement: the write matters,
+     * the wake-up is best effort (consumers poll). Warned about at most once a minute.
+     */
+    const announcing = <A, E, R>(statement: (announce: boolean) => Effect.Effect<A, E, R>) =>
+      statement(true).pipe(Effect.catchIf(notifyQueueFull, () =>
+        Effect.andThen(
+          Effect.suspend(() => {
+            const at = Date.now()
+            if (at - notifyFullWarnedAt < NOTIFY_FULL_WARN_MS) return Effect.void
+            notifyFullWarnedAt = at
+            return Effect.logWarning(
+              "the NOTIFY queue is full (a listening session stopped reading; see pg_notification_queue_usage()): " +
+                "writing without waking listeners, consumers find the messages by polling"
+            ).pipe(Effect.annotateLogs({ module: "PgQueueStore" }))
+          }),
+          statement(false)
+        )))
 
     /**
      * Run one operation: time it in a span, classify its failures. `after` adds attributes
@@ -463,16 +499,19 @@ export const make = (
     // The common single send, ready now, outside any transaction: the row and its announcement in
     // one statement, so a waiting consumer hears of it one round trip sooner. The NOTIFY is part of
     // the INSERT's own transaction (delivered at its commit, never before the row); nothing else
-    // of the caller's is in that transaction, so it can endanger nothing but this send.
+    // of the caller's is in that transaction, so it can endanger nothing but this send, and when
+    // the NOTIFY queue is full (the commit fails, nothing was written) it is sent again without it.
     const insertAnnounced = (queue: string, now: Date | null, m: PreparedMessage) =>
-      sql<{ id: bigint }>`
+      announcing((announce) =>
+        sql<{ id: bigint }>`
         WITH ins AS (
           INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts)
           VALUES (${queue}, ${m.task}, ${m.payloadJson}::jsonb, ${JSON.stringify(m.headers)}::jsonb, ${m.priority},
                   coalesce(${now}::timestamptz, now()), coalesce(${now}::timestamptz, now()), ${m.maxAttempts})
           RETURNING id
         )
-        SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify(${channel}, ${queue})) AS announced`.pipe(
+        SELECT ins.id FROM ins LEFT JOIN LATERAL (SELECT pg_notify(${channel}, ${queue}) WHERE ${announce}::boolean) AS announced ON true`
+      ).pipe(
         Effect.map((rows): ReadonlyArray<SendResult> => rows.map((r) => ({ id: String(r.id) as MessageId, deduplicated: false })))
       )
 
@@ -1014,7 +1053,8 @@ export const make = (
     const cancelLocked = (
       lock: (now: Date | null) => Effect.Effect<ReadonlyArray<{ id: bigint; running: boolean }>, SqlError.SqlError>
     ) =>
-      sql.withTransaction(Effect.gen(function*() {
+      // Without the NOTIFY when its queue is full (see `announcing`): the cancel still lands.
+      announcing((announce) => sql.withTransaction(Effect.gen(function*() {
         const now = yield* currentTime
         const locked = yield* lock(now)
         if (locked.length === 0) return []
@@ -1035,6 +1075,7 @@ export const make = (
             SELECT count(pg_notify(${channel}, 'cancel ' || queue ||
                      CASE WHEN length(ids) <= ${CancelInbox.MAX_LISTED_BYTES}::int THEN ' ' || ids ELSE '' END)) AS n
             FROM (SELECT queue, string_agg(id::text, ',' ORDER BY id) AS ids FROM flagged GROUP BY queue) AS q
+            WHERE ${announce}::boolean
           ), recorded AS (
             INSERT INTO ${attemptsTable} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
             SELECT id, queue, task, attempt, '', coalesce(${now}::timestamptz, now()), coalesce(${now}::timestamptz, now()),
@@ -1046,7 +1087,7 @@ export const make = (
           SELECT id, 'cancelling' AS result FROM flagged CROSS JOIN announced
           ORDER BY id`
         return rows.map((row): CancelResult => ({ id: String(row.id) as MessageId, result: row.result }))
-      }))
+      })))
 
     /**
      * Lock the rows `where` selects, in id order (two bulk cancels cannot deadlock), and say
@@ -1401,7 +1442,8 @@ export const make = (
       Effect.gen(function*() {
         const now = yield* currentTime
         const headers = JSON.stringify({ "leasehold-schedule": key, "leasehold-slot": fire.slot.toISOString() })
-        const rows = yield* sql<{ id: bigint }>`
+        // Without the NOTIFY when its queue is full (see `announcing`): the slot still fires.
+        const rows = yield* announcing((announce) => sql<{ id: bigint }>`
           WITH fired AS (
             UPDATE ${schedulesTable} SET last_slot = ${fire.slot}, next_slot = ${fire.nextSlot},
                    fired_at = coalesce(${now}::timestamptz, now())
@@ -1416,7 +1458,8 @@ export const make = (
             FROM fired
             RETURNING id, queue
           )
-          SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify(${channel}, ins.queue)) AS announced`
+          SELECT ins.id FROM ins
+          LEFT JOIN LATERAL (SELECT pg_notify(${channel}, ins.queue) WHERE ${announce}::boolean) AS announced ON true`)
         return rows.length === 0
           ? Option.none<SendResult>()
           : Option.some<SendResult>({ id: String(rows[0]!.id) as MessageId, deduplicated: false })
