@@ -273,6 +273,12 @@ export const notifyChannel = (schema: string): string => {
   return `leasehold_${schema.slice(0, MAX_IDENTIFIER_BYTES - "leasehold_".length - suffix.length)}${suffix}`
 }
 
+/**
+ * Messages one transaction of `cancelWhere` cancels: the row locks a renewal of one of them may
+ * wait behind are those of one batch, not of the whole queue.
+ */
+const CANCEL_BATCH = 1_000
+
 /** Claim statements one claim runs at most while its picked rows are all cancelled ones (see `claim`). */
 const MAX_CLAIM_RUNS = 10
 
@@ -1108,11 +1114,23 @@ export const make = (
         (e) => op("cancel", { count: cancelIds.length }, e)
       )
 
-    // Every message of the queue (of one task, if given).
+    // Every message of the queue (of one task, if given), in transactions of CANCEL_BATCH messages
+    // each: one transaction over a whole large queue held every row's lock until its commit, and
+    // every renewal or finishing write of those rows waited for all of it. The ids are read first
+    // (no lock, the messages there now: later sends are not cancelled), then locked and cancelled
+    // batch by batch in id order, each batch re-checked against the filter under its lock.
     const cancelWhere: QueueStoreShape["cancelWhere"] = (filter) =>
-      cancelLocked(lockForCancel(sql`queue = ${filter.queue} AND (${filter.task ?? null}::text IS NULL OR task = ${filter.task ?? null})`)).pipe(
-        (e) => op("cancelWhere", { queue: filter.queue, task: filter.task ?? "*" }, e)
-      )
+      Effect.gen(function*() {
+        const task = filter.task ?? null
+        const where = sql`queue = ${filter.queue} AND (${task}::text IS NULL OR task = ${task})`
+        const found = yield* sql<{ id: bigint }>`SELECT id FROM ${table} WHERE ${where} ORDER BY id`
+        const results: Array<CancelResult> = []
+        for (let k = 0; k < found.length; k += CANCEL_BATCH) {
+          const batch = found.slice(k, k + CANCEL_BATCH).map((row) => String(row.id))
+          results.push(...(yield* cancelLocked(lockForCancel(sql`id = ANY(${textArray(batch)}::bigint[]) AND ${where}`))))
+        }
+        return results
+      }).pipe((e) => op("cancelWhere", { queue: filter.queue, task: filter.task ?? "*" }, e))
 
     const recordAttempt: QueueStoreShape["recordAttempt"] = (a) =>
       sql`
