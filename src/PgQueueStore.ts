@@ -516,7 +516,7 @@ export const make = (
                   coalesce(${now}::timestamptz, now()), coalesce(${now}::timestamptz, now()), ${m.maxAttempts})
           RETURNING id
         )
-        SELECT ins.id FROM ins LEFT JOIN LATERAL (SELECT pg_notify(${channel}, ${queue}) WHERE ${announce}::boolean) AS announced ON true`
+        SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT CASE WHEN ${announce}::boolean THEN pg_notify(${channel}, ${queue}) END) AS announced`
       ).pipe(
         Effect.map((rows): ReadonlyArray<SendResult> => rows.map((r) => ({ id: String(r.id) as MessageId, deduplicated: false })))
       )
@@ -1477,7 +1477,7 @@ export const make = (
             RETURNING id, queue
           )
           SELECT ins.id FROM ins
-          LEFT JOIN LATERAL (SELECT pg_notify(${channel}, ins.queue) WHERE ${announce}::boolean) AS announced ON true`)
+          CROSS JOIN LATERAL (SELECT CASE WHEN ${announce}::boolean THEN pg_notify(${channel}, ins.queue) END) AS announced`)
         return rows.length === 0
           ? Option.none<SendResult>()
           : Option.some<SendResult>({ id: String(rows[0]!.id) as MessageId, deduplicated: false })

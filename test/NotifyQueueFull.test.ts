@@ -72,6 +72,22 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("a full NOTIFY qu
         { seenBy: "w", now: new Date(Date.now() - 120_000) }
       )
 
+      // Before the queue fills, a single send and a firing are announced (heard by a subscriber).
+      const heard = yield* store.sends(["q"])
+      // Eight times: past the five custom plans of a prepared statement, onto its generic plan.
+      for (let k = 0; k < 8; k++) {
+        yield* store.send("q", [{ task: "t", payload: "announced" }])
+        assert.isTrue(Option.isSome(yield* heard.pipe(Effect.timeoutOption("5 seconds"))), `single send ${k + 1} was announced`)
+        yield* store.claim("q", { lease: "1 minute", limit: 1, consumer: "c" })
+      }
+      yield* store.upsertSchedules(
+        [{ key: "early", cron: "* * * * *", tz: "UTC", queue: "q", task: "tick", payload: {}, nextSlot: null }],
+        { seenBy: "w", now: new Date(Date.now() - 120_000) }
+      )
+      const earlySlot = new Date(Math.floor((Date.now() - 60_000) / 60_000) * 60_000)
+      assert.isTrue(Option.isSome(yield* store.fireSchedule("early", { slot: earlySlot, nextSlot: null, cron: "* * * * *", tz: "UTC" })))
+      assert.isTrue(Option.isSome(yield* heard.pipe(Effect.timeoutOption("5 seconds"))), "the firing was announced")
+
       yield* frozenListener
       const refusal = yield* fillQueue
       assert.match(refusal, /too many notifications in the NOTIFY queue/, "the premise: a notifying commit now fails")
@@ -86,7 +102,7 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("a full NOTIFY qu
       assert.deepStrictEqual(yield* store.cancel([running!.id]), [{ id: running!.id, result: "cancelling" }], "the cancel flagged it")
       assert.deepStrictEqual(
         (yield* store.messages("q")).map((m) => [m.payload, m.cancelRequestedAt !== null]),
-        [["running", true], ["single", false], [{}, false]]
+        [["running", true], ...Array.from({ length: 8 }, () => ["announced", false]), [{}, false], ["single", false], [{}, false]]
       )
     }))
 })
