@@ -785,7 +785,7 @@ describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-
           messageId: claim!.id, queue: "esc", task: "t", consumer: "cli-test", attempt: 1, outcome: "dead-lettered",
           startedAt: new Date(), endedAt: new Date(), error: hostile
         })
-        assert.isTrue(yield* store.deadLetter(claim!, { reason: hostile, error: hostile }))
+        assert.strictEqual(yield* store.deadLetter(claim!, { reason: hostile, error: hostile }), "written")
         return sent.map((s) => s.id)
       }))
     const raw = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/

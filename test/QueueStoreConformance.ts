@@ -370,8 +370,8 @@ export const conformance = (
         // The single writes and recordAttempt go through the same boundary.
         yield* sendAll(queue, [msg("single-retry"), msg("single-dead")])
         const [r, d] = yield* claimAll(queue)
-        assert.isTrue(yield* store.retry(r!, { delay: 0, error: "one \u0000 two" }))
-        assert.isTrue(yield* store.deadLetter(d!, { reason: "why \u0000", error: "\udfff" }))
+        assert.strictEqual(yield* store.retry(r!, { delay: 0, error: "one \u0000 two" }), "written")
+        assert.strictEqual(yield* store.deadLetter(d!, { reason: "why \u0000", error: "\udfff" }), "written")
         yield* store.recordAttempt({ ...(yield* only(goodC)), attempt: 2, error: "rec \u0000", result: { s: "\u0000" } })
         const [retried] = yield* claimAll(queue)
         assert.strictEqual(retried!.lastError, "one \\u0000 two")
