@@ -119,7 +119,7 @@ describe("Consumer wakes at the earliest visibility (TestClock)", () => {
       yield* startConsumer(spy, h.handler, { pollInterval: "1 minute" })
       yield* settle
       yield* TestClock.adjust("30 seconds")
-      assert.isTrue(yield* spy.inner.release(claim!))
+      assert.strictEqual(yield* spy.inner.release(claim!), "written")
       yield* settle
       assert.deepStrictEqual(h.starts, [{ id: held!.id, at: 30_000 }], "claimed at the release, not at the next poll (60 s)")
     }))

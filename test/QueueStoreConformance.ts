@@ -1124,7 +1124,7 @@ export const conformance = (
             const [sent] = yield* sendAll(queue, [msg(payload, { dedupKey: "k" })])
             const [claimed] = yield* claimAll(queue)
             assert.strictEqual(claimed!.id, sent!.id)
-            assert.isTrue(yield* store.deadLetter(claimed!, { reason: "r" }))
+            assert.strictEqual(yield* store.deadLetter(claimed!, { reason: "r" }), "written")
             return sent!.id
           })
         // Each dies before the next is sent, so the key is free again for the next send.
@@ -1143,7 +1143,7 @@ export const conformance = (
         const [live] = yield* sendAll(queue, [msg("live", { dedupKey: "j" })])
         const [holder] = yield* claimAll(queue)
         assert.strictEqual(holder!.id, live!.id)
-        assert.isTrue(yield* store.deadLetter(holder!, { reason: "r" }))
+        assert.strictEqual(yield* store.deadLetter(holder!, { reason: "r" }), "written")
         const [successor] = yield* sendAll(queue, [msg("successor", { dedupKey: "j" })])
         assert.deepStrictEqual(yield* store.redrive({ ids: [live!.id] }), [live!.id])
         assert.strictEqual(Option.getOrThrow(yield* store.get(live!.id)).dedupKey, null)
@@ -1156,7 +1156,7 @@ export const conformance = (
         const queue = freshQueue("everything")
         yield* sendAll(queue, [msg("a")])
         const [claimed] = yield* claimAll(queue)
-        assert.isTrue(yield* store.deadLetter(claimed!, { reason: "r" }))
+        assert.strictEqual(yield* store.deadLetter(claimed!, { reason: "r" }), "written")
         for (const op of [store.redrive, store.purge]) {
           const e = yield* refusal(op({}))
           assert.strictEqual(e._tag, "InvalidInput")
@@ -1179,7 +1179,7 @@ export const conformance = (
         // all: true acts on every dead letter (of the queue, when one is named too).
         assert.deepStrictEqual(yield* store.redrive({ queue, all: true }), [claimed!.id])
         const [again] = yield* claimAll(queue)
-        assert.isTrue(yield* store.deadLetter(again!, { reason: "r" }))
+        assert.strictEqual(yield* store.deadLetter(again!, { reason: "r" }), "written")
         // Leading zeros spell the same id (as PostgreSQL reads it): both stores match it.
         assert.deepStrictEqual(yield* store.deadLetters({ ids: [`00${claimed!.id}` as MessageId] }), yield* store.deadLetters({ queue }))
         assert.deepStrictEqual(yield* store.purge({ ids: [`0${claimed!.id}` as MessageId] }), [claimed!.id])
@@ -1318,7 +1318,7 @@ export const conformance = (
         const [first, second] = yield* claimAll(queue, { limit: 2 })
         const next = yield* store.sends([queue]) // subscribed after the sends: nothing pending
         const single = yield* Effect.forkChild(next)
-        assert.isTrue(yield* store.release(first!))
+        assert.strictEqual(yield* store.release(first!), "written")
         yield* Fiber.join(single)
         const batched = yield* Effect.forkChild(next)
         const { held } = yield* store.complete([{
