@@ -198,13 +198,19 @@ export class UnknownQueues extends Data.TaggedError("UnknownQueues")<{
   }
 }
 
-/** Fail with {@link UnknownQueues} naming each of `named` that the store does not list. */
+/**
+ * Fail with {@link UnknownQueues} naming each of `named` that the store does not list. Names
+ * are checked first, so a name that breaks the rule is `InvalidInput`, never "unknown".
+ */
 const requireKnownQueues = (store: QueueStore["Service"], named: ReadonlyArray<string>) =>
-  Effect.flatMap(store.queues(), (known) => {
-    const names = new Set(known.map((q) => q.queue))
-    const missing = [...new Set(named)].filter((q) => !names.has(q))
-    return missing.length === 0 ? Effect.void : Effect.fail(new UnknownQueues({ queues: missing }))
-  })
+  Effect.forEach(named, (q) => Validate.name("queue", q), { discard: true }).pipe(
+    Effect.andThen(store.queues()),
+    Effect.flatMap((known) => {
+      const names = new Set(known.map((q) => q.queue))
+      const missing = [...new Set(named)].filter((q) => !names.has(q))
+      return missing.length === 0 ? Effect.void : Effect.fail(new UnknownQueues({ queues: missing }))
+    })
+  )
 
 /** Set while `stats --watch` refreshes or `serve` serves: Ctrl-C then ends the command normally (exit 0). */
 let watching = false
