@@ -143,17 +143,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
           return "written"
         }
         rows.delete(BigInt(id))
-        pushAttempt({
-          messageId: id,
-          queue: row.queue,
-          task: row.task,
-          attempt: row.attemptBase + row.attempts,
-          consumer: row.leasedBy ?? "",
-          startedAt: new Date(row.leasedAt ?? row.visibleAt),
-          endedAt: new Date(now),
-          outcome: "cancelled",
-          error
-        })
+        pushAttempt(unfinished(row, now, "cancelled", error))
         return "cancelled"
       })
 
@@ -203,7 +193,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       })
 
     /** The history record of the attempt its last holder left unfinished. */
-    const unfinished = (row: Row, endedAt: number, outcome: "cancelled" | "lease-expired", error: string): Attempt => ({
+    const unfinished = (row: Row, endedAt: number, outcome: "cancelled" | "lease-expired", error: string | null): Attempt => ({
       messageId: String(row.id) as MessageId,
       queue: row.queue,
       task: row.task,
