@@ -37,7 +37,7 @@ import * as ConsumerPresence from "./ConsumerPresence.ts"
 import { redactSecrets } from "./internal/redact.ts"
 import * as Validate from "./internal/validate.ts"
 import { Attempt, DeadLetter, type MessageId, MessageInfo, MessageState } from "./Message.ts"
-import { PgQueueStoreSettings } from "./PgQueueStore.ts"
+import { StoreSettings } from "./StoreSettings.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
@@ -445,7 +445,7 @@ export const handlers = HttpApiBuilder.group(AdminApi, "admin", (handlers) =>
   Effect.gen(function*() {
     const store = yield* QueueStore
     const sql = yield* Effect.serviceOption(SqlClient.SqlClient)
-    const settings = yield* Effect.serviceOption(PgQueueStoreSettings)
+    const settings = yield* Effect.serviceOption(StoreSettings)
     const queueRow = (queue: string) =>
       Effect.map(store.queues(), (all) =>
         all.find((q) => q.queue === queue) ?? { queue, ready: 0, delayed: 0, inFlight: 0, dead: 0, oldestReadyAgeMs: 0, paused: false, pausedAt: null })

@@ -13,7 +13,7 @@ import * as EventLoopLag from "./internal/eventLoopLag.ts"
 import * as IdleWake from "./internal/idleWake.ts"
 import * as PresenceWatch from "./internal/presenceWatch.ts"
 import { ConsumerPresence } from "./ConsumerPresence.ts"
-import { PgQueueStoreSettings } from "./PgQueueStore.ts"
+import { StoreSettings } from "./StoreSettings.ts"
 import * as QueueDepth from "./QueueDepth.ts"
 import * as LeaseRenewer from "./LeaseRenewer.ts"
 import type { Claim } from "./Message.ts"
@@ -448,7 +448,7 @@ export const make = <R>(
     yield* QueueDepth.track(settings.queues)
     yield* QueueMetrics.exportAtZero(settings.queues, dispatcher.tasks ?? [])
 
-    const storeSettings = yield* Effect.serviceOption(PgQueueStoreSettings)
+    const storeSettings = yield* Effect.serviceOption(StoreSettings)
     yield* Effect.logInfo(startupLine(settings, {
       presence: registration !== undefined,
       schema: storeSettings._tag === "Some" ? storeSettings.value.schema : undefined

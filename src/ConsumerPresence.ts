@@ -42,7 +42,7 @@ import { hash31 } from "./internal/hash.ts"
 import * as Validate from "./internal/validate.ts"
 import * as Migrations from "./Migrations.ts"
 import * as Pooler from "./Pooler.ts"
-import { PgQueueStoreSettings } from "./PgQueueStore.ts"
+import { StoreSettings } from "./StoreSettings.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, ConfigInvalid, InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
@@ -281,7 +281,7 @@ interface Session {
  */
 const resolveSchema = (explicit: string | undefined): Effect.Effect<string, InvalidInput> =>
   Effect.gen(function*() {
-    const store = yield* Effect.serviceOption(PgQueueStoreSettings)
+    const store = yield* Effect.serviceOption(StoreSettings)
     if (Option.isNone(store)) return yield* Validate.schemaName(explicit ?? Migrations.defaultSchema)
     if (explicit === undefined) return store.value.schema
     const schema = yield* Validate.schemaName(explicit)
@@ -909,7 +909,7 @@ export const layerFromEnv = (
 ): Layer.Layer<ConsumerPresence, InvalidInput | StoreError | ConfigInvalid, PgClient.PgClient | SqlClient.SqlClient> =>
   Layer.unwrap(Effect.gen(function*() {
     const mode = yield* modeFromEnv
-    const store = yield* Effect.serviceOption(PgQueueStoreSettings)
+    const store = yield* Effect.serviceOption(StoreSettings)
     const fromEnv = yield* QueueConfig.schemaFromEnv
     if (Option.isNone(store)) return layerPg({ ...options, mode, schema: fromEnv })
     // On a store, its schema rules (the store read LEASEHOLD_SCHEMA itself unless given one).

@@ -37,7 +37,7 @@ import * as HttpSecurity from "./internal/httpSecurity.ts"
 import { redactSecrets } from "./internal/redact.ts"
 import * as Migrations from "./Migrations.ts"
 import { Prometheus, prometheusContentType } from "./Observability.ts"
-import { PgQueueStoreSettings } from "./PgQueueStore.ts"
+import { StoreSettings } from "./StoreSettings.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { classify, type ConfigInvalid } from "./QueueError.ts"
 import type { QueueStore } from "./QueueStore.ts"
@@ -150,7 +150,7 @@ const check = (name: CheckResult["name"], ok: boolean | "skipped", text: string)
 /** What readiness looks at besides the consumer: each optional. */
 interface Probed {
   readonly sql: Option.Option<SqlClient.SqlClient>
-  readonly store: Option.Option<PgQueueStoreSettings["Service"]>
+  readonly store: Option.Option<StoreSettings["Service"]>
   readonly presence: Option.Option<ConsumerPresence["Service"]>
 }
 
@@ -228,7 +228,7 @@ export const healthHandlers = (options: ProbeOptions = {}) =>
       // Optional services, read once: the readiness checks skip what is not there.
       const probed: Probed = {
         sql: yield* Effect.serviceOption(SqlClient.SqlClient),
-        store: yield* Effect.serviceOption(PgQueueStoreSettings),
+        store: yield* Effect.serviceOption(StoreSettings),
         presence: yield* Effect.serviceOption(ConsumerPresence)
       }
       return handlers

@@ -25,6 +25,7 @@ import type {
 import * as Migrations from "./Migrations.ts"
 import * as Pooler from "./Pooler.ts"
 import * as QueueConfig from "./QueueConfig.ts"
+import { StoreSettings } from "./StoreSettings.ts"
 import { classify, type ConfigInvalid, InvalidInput, type StoreError } from "./QueueError.ts"
 import {
   type ClaimOptions,
@@ -76,16 +77,6 @@ export interface PgQueueStoreOptions {
     readonly statementTimeout?: Duration.Input | undefined
   } | undefined
 }
-
-/**
- * What a store built by {@link layer} resolved, for the parts that must agree
- * with it: session liveness (`ConsumerPresence`) registers consumers in this
- * schema, so the reaper sweeps the claims the store hands out.
- */
-export class PgQueueStoreSettings extends Context.Service<PgQueueStoreSettings, {
-  /** The validated SQL schema of the store's tables. */
-  readonly schema: string
-}>()("leasehold/PgQueueStoreSettings") {}
 
 /** Rows of the messages table, as the driver returns them. */
 interface MessageRow {
@@ -1591,15 +1582,15 @@ const makeLeaseClient = (options: PgQueueStoreOptions["leasePool"]) =>
 
 /**
  * The store as a layer over the `SqlClient` in context (migrating first unless
- * `migrate: false`), with the settings it resolved ({@link PgQueueStoreSettings}).
+ * `migrate: false`), with the settings it resolved ({@link StoreSettings}).
  * The schema is `options.schema`, else `LEASEHOLD_SCHEMA`, else `leasehold`:
  * read once, here, and taken from here by session liveness built on this layer.
  */
 export const layer = (
   options: PgQueueStoreOptions = {}
-): Layer.Layer<QueueStore | PgQueueStoreSettings, InvalidInput | StoreError | ConfigInvalid, SqlClient.SqlClient> =>
+): Layer.Layer<QueueStore | StoreSettings, InvalidInput | StoreError | ConfigInvalid, SqlClient.SqlClient> =>
   Layer.effectContext(Effect.gen(function*() {
     const schema = yield* Validate.schemaName(options.schema ?? (yield* QueueConfig.schemaFromEnv) ?? Migrations.defaultSchema)
     const store = yield* make({ ...options, schema })
-    return Context.make(QueueStore, store).pipe(Context.add(PgQueueStoreSettings, PgQueueStoreSettings.of({ schema })))
+    return Context.make(QueueStore, store).pipe(Context.add(StoreSettings, StoreSettings.of({ schema })))
   }))

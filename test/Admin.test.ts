@@ -29,7 +29,7 @@ import * as Http from "../src/Http.ts"
 import { nameRule } from "../src/internal/validate.ts"
 import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
 import { claimRef } from "../src/Message.ts"
-import { PgQueueStoreSettings } from "../src/PgQueueStore.ts"
+import { StoreSettings } from "../src/StoreSettings.ts"
 import { QueryFailed } from "../src/QueueError.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { QueueStore } from "../src/QueueStore.ts"
@@ -123,7 +123,7 @@ const serve = <E>(
       base,
       store: Context.get(context, QueueStore),
       sql: Context.getOption(context, SqlClient.SqlClient),
-      schema: Option.map(Context.getOption(context, PgQueueStoreSettings), (s) => s.schema)
+      schema: Option.map(Context.getOption(context, StoreSettings), (s) => s.schema)
     }
   })
 
@@ -457,7 +457,7 @@ describe("Admin API on real PostgreSQL", () => {
     Effect.gen(function*() {
       const context = yield* Layer.build(PgTest.storeLayer({ clock: "database" }))
       const store = Context.get(context, QueueStore)
-      const schema = Option.getOrThrow(Option.map(Context.getOption(context, PgQueueStoreSettings), (s) => s.schema))
+      const schema = Option.getOrThrow(Option.map(Context.getOption(context, StoreSettings), (s) => s.schema))
       yield* store.send("mail", [{ task: "send", payload: {} }])
       const output: Array<string> = []
       const proc = spawn(process.execPath, ["src/bin/leasehold.ts", "serve", "--port", "0"], {

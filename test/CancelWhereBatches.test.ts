@@ -9,7 +9,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Option } from "effect"
 import { SqlClient } from "effect/sql"
-import { PgQueueStoreSettings } from "../src/PgQueueStore.ts"
+import { StoreSettings } from "../src/StoreSettings.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitFor } from "./support/Wait.ts"
@@ -19,7 +19,7 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
     Effect.gen(function*() {
       const store = yield* QueueStore
       const sql = yield* SqlClient.SqlClient
-      const { schema } = yield* PgQueueStoreSettings
+      const { schema } = yield* StoreSettings
       const queue = `bulk-${Math.random().toString(36).slice(2, 8)}`
       const sent = yield* store.send(queue, Array.from({ length: 2_500 }, (_, i) => ({ task: "t", payload: i })))
       // The first message (lowest id: the first the cancel locks) is running.

@@ -10,7 +10,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
-import { PgQueueStoreSettings } from "../src/PgQueueStore.ts"
+import { StoreSettings } from "../src/StoreSettings.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { collecting } from "./support/Spans.ts"
@@ -100,7 +100,7 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
     Effect.gen(function*() {
       const store = yield* QueueStore
       const sql = yield* SqlClient.SqlClient
-      const messages = sql(`${(yield* PgQueueStoreSettings).schema}.messages`)
+      const messages = sql(`${(yield* StoreSettings).schema}.messages`)
       // Statistics that know only another queue, kept (autovacuum would refresh them within a
       // minute or so): what a new queue, or a burst on a quiet one between two autovacuum runs,
       // looks like. The planner then believes the bursting queue holds about one row.
@@ -130,7 +130,7 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
       for (const priority of [-1, 0, 7]) {
         yield* store.send(queue, Array.from({ length: 2_000 }, (_, i) => ({ task: "t", payload: i, priority, delay: 3_600_000 + i * 1_000 })))
       }
-      yield* sql`ANALYZE ${sql(`${(yield* PgQueueStoreSettings).schema}.messages`)}`
+      yield* sql`ANALYZE ${sql(`${(yield* StoreSettings).schema}.messages`)}`
       const { spans, tracer } = collecting()
       const next = yield* store.nextVisibleAt(queue).pipe(Effect.provideService(Tracer.Tracer, tracer))
       assert.isTrue(next._tag === "Some")
@@ -154,7 +154,7 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
       const queue = "busy"
       yield* store.send(queue, Array.from({ length: 20_000 }, (_, i) => ({ task: "t", payload: i })))
       const claimed = yield* store.claim(queue, { lease: "30 seconds", limit: 5, consumer: "c" })
-      yield* sql`ANALYZE ${sql(`${(yield* PgQueueStoreSettings).schema}.messages`)}`
+      yield* sql`ANALYZE ${sql(`${(yield* StoreSettings).schema}.messages`)}`
       const { spans, tracer } = collecting()
       const listed = yield* store.messages(queue, { state: "in-flight", limit: 100 }).pipe(Effect.provideService(Tracer.Tracer, tracer))
       assert.deepStrictEqual(listed.map((m) => m.id), claimed.map((c) => c.id))

@@ -11,7 +11,7 @@ import { assert, layer } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Option } from "effect"
 import { SqlClient } from "effect/sql"
 import type { Claim } from "../src/Message.ts"
-import { PgQueueStoreSettings } from "../src/PgQueueStore.ts"
+import { StoreSettings } from "../src/StoreSettings.ts"
 import { type Finish, QueueStore } from "../src/QueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitFor } from "./support/Wait.ts"
@@ -40,7 +40,7 @@ const raceCancel = <A, E>(claim: Claim, write: Effect.Effect<A, E>, flag: "manua
   Effect.gen(function*() {
     const store = yield* QueueStore
     const sql = yield* SqlClient.SqlClient
-    const { schema } = yield* PgQueueStoreSettings
+    const { schema } = yield* StoreSettings
     const messages = sql(`${schema}.messages`)
     const locked = yield* Deferred.make<number>()
     const commit = yield* Deferred.make<void>()

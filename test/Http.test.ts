@@ -25,6 +25,7 @@ import * as EmbeddedPostgres from "../src/internal/EmbeddedPostgres.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as Observability from "../src/Observability.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
+import { StoreSettings } from "../src/StoreSettings.ts"
 import * as QueueDepth from "../src/QueueDepth.ts"
 import { QueryFailed } from "../src/QueueError.ts"
 import { QueueStore } from "../src/QueueStore.ts"
@@ -214,7 +215,7 @@ describe("Http on a real consumer and PostgreSQL (real time)", () => {
       const base = Context.get(context, Http.Listening).url
       const sql = Context.get(context, SqlClient.SqlClient)
       // PgTest.storeLayer's type leaves the store's settings out; they are there.
-      const schema = Context.get(context as unknown as Context.Context<PgQueueStore.PgQueueStoreSettings>, PgQueueStore.PgQueueStoreSettings).schema
+      const schema = Context.get(context as unknown as Context.Context<StoreSettings>, StoreSettings).schema
       const table = sql(`${schema}.migrations`)
       const ready = JSON.parse((yield* waitForReply(base, "/readyz", "readyz 200", (r) => r.status === 200)).body)
       assert.deepStrictEqual(ready.checks.map((c: { name: string }) => c.name), ["database", "migrations", "presence"])

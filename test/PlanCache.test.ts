@@ -10,7 +10,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
-import { PgQueueStoreSettings } from "../src/PgQueueStore.ts"
+import { StoreSettings } from "../src/StoreSettings.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import { ackOf } from "./support/Completions.ts"
 import * as PgTest from "./support/PgTest.ts"
@@ -26,7 +26,7 @@ layer(PgTest.storeLayer({ clock: "database", maxConnections: 1, leasePool: false
         // A backlog, with statistics (as autovacuum keeps them): custom plans of a claim with a
         // visible limit then look much cheaper than the generic one.
         yield* store.send("planned", Array.from({ length: 5_000 }, (_, i) => ({ task: "t", payload: i })))
-        yield* sql`ANALYZE ${sql(`${(yield* PgQueueStoreSettings).schema}.messages`)}`
+        yield* sql`ANALYZE ${sql(`${(yield* StoreSettings).schema}.messages`)}`
         const rounds = 12
         for (let round = 0; round < rounds; round++) {
           const claims = yield* store.claim("planned", { lease: "30 seconds", limit: 1 + (round % 3), consumer: "c" })

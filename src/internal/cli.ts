@@ -17,6 +17,7 @@ import { SqlClient } from "effect/sql"
 import type { MessageId, QueueStats } from "../Message.ts"
 import * as Migrations from "../Migrations.ts"
 import * as PgQueueStore from "../PgQueueStore.ts"
+import { StoreSettings } from "../StoreSettings.ts"
 import * as QueueConfig from "../QueueConfig.ts"
 import type { DeadLetterFilter } from "../QueueStore.ts"
 import { QueueStore } from "../QueueStore.ts"
@@ -120,7 +121,7 @@ const connect = (options: { readonly migrate: boolean; readonly maxConnections?:
     )
     const context = yield* Layer.build(layer)
     const sql = Context.get(context, SqlClient.SqlClient)
-    const validated = Context.get(context, PgQueueStore.PgQueueStoreSettings).schema
+    const validated = Context.get(context, StoreSettings).schema
     if (!options.migrate) {
       const pending = yield* Effect.provideService(Migrations.pending({ schema: validated }), SqlClient.SqlClient, sql)
       if (pending.length > 0) return yield* Effect.fail(new SchemaNotMigrated({ schema: validated, pending }))

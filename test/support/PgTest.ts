@@ -7,6 +7,7 @@ import { Effect, Layer, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { inject } from "vitest"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
+import { StoreSettings } from "../../src/StoreSettings.ts"
 import type { QueueStore } from "../../src/QueueStore.ts"
 
 /** The URL of the test server. */
@@ -37,7 +38,7 @@ export const dropSchemaOnRelease = (schema: string) =>
  */
 export const storeLayer = (
   options: Omit<PgQueueStore.PgQueueStoreOptions, "schema"> & { readonly maxConnections?: number } = {}
-): Layer.Layer<QueueStore | PgQueueStore.PgQueueStoreSettings | SqlClient.SqlClient | PgClient.PgClient, unknown> => {
+): Layer.Layer<QueueStore | StoreSettings | SqlClient.SqlClient | PgClient.PgClient, unknown> => {
   const schema = uniqueSchema()
   return PgQueueStore.layer({ clock: "effect", ...options, schema }).pipe(
     Layer.provideMerge(dropSchemaOnRelease(schema)),
