@@ -27,7 +27,7 @@ import { Context, Effect, Layer, Option, type Redacted } from "effect"
 /** What the main URL connects through. */
 export type Mode = "none" | "session" | "transaction"
 
-/** Every mode, in the order the README lists them. */
+/** Every mode, in the order docs/poolers.md lists them. */
 export const modes: ReadonlyArray<Mode> = ["none", "session", "transaction"]
 
 /** The pooler setting of the application: use it where a connection needs a real session. */

@@ -38,8 +38,11 @@ export const doubleRuns = Metric.counter("leasehold_double_runs", { description:
 export const wedgedRenewers = Metric.counter("leasehold_wedged_renewers", { description: "Renewers that failed to stop in time" })
 /** Finishing writes (ack, retry, release, dead-letter) that could not be written. */
 export const finishFailures = Metric.counter("leasehold_finish_failures", { description: "Finishing writes that failed" })
-/** Handlers running now. */
-export const inFlight = Metric.gauge("leasehold_in_flight", { description: "Handlers running" })
+/**
+ * Messages this process holds now: claimed and not yet finished (handlers running, plus runs
+ * whose finishing write is still waiting for its batch).
+ */
+export const inFlight = Metric.gauge("leasehold_in_flight", { description: "Messages claimed by this process and not yet finished" })
 const handlerDurationBoundaries = Metric.exponentialBoundaries({ start: 5, factor: 2, count: 20 })
 /** Handler duration in milliseconds, by `queue` and `task` (see {@link forTask}). */
 export const handlerDuration = Metric.histogram("leasehold_handler_duration_ms", {
