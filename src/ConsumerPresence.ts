@@ -481,7 +481,8 @@ export const make = (
      *   cleared (the dead holder's fenced writes match nothing), and counted as a lease
      *   expiry. The attempt is not given back: the worker died mid-attempt, exactly as
      *   when its lease runs out, so attempts still bound a message that kills workers.
-     *   `o` is the row as it was, for the attempt history.
+     *   `o` is the row as it was, for the attempt history, whose attempt is numbered
+     *   across redrives (attempt_base + attempts, as every store write numbers it).
      */
     const sweep = (self: string, release = true): Effect.Effect<ReadonlyArray<Reaped>, StoreError> =>
       Effect.gen(function*() {
@@ -518,10 +519,10 @@ export const make = (
             FROM ${messages} AS o JOIN dead AS d ON o.leased_by = d.id
             WHERE m.id = o.id AND m.leased_by = d.id AND m.lease_token IS NOT NULL
               AND m.state = 'ready' AND m.visible_at > now()
-            RETURNING m.id, m.queue, m.task, m.attempts, d.id AS consumer, o.leased_at
+            RETURNING m.id, m.queue, m.task, m.attempt_base + m.attempts AS attempt, d.id AS consumer, o.leased_at
           ), history AS (
             INSERT INTO ${attempts} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
-            SELECT r.id, r.queue, r.task, r.attempts, r.consumer, coalesce(r.leased_at, now()), now(), 'lease-expired',
+            SELECT r.id, r.queue, r.task, r.attempt, r.consumer, coalesce(r.leased_at, now()), now(), 'lease-expired',
                    'consumer ' || r.consumer || ' died: its session ended and its heartbeat went stale; released by the reaper'
             FROM released AS r
           )
