@@ -15,6 +15,8 @@ import * as PresenceWatch from "./internal/presenceWatch.ts"
 import { ConsumerPresence } from "./ConsumerPresence.ts"
 import { StoreSettings } from "./StoreSettings.ts"
 import * as QueueDepth from "./QueueDepth.ts"
+import * as Maintenance from "./maintenance/Maintenance.ts"
+import * as Prune from "./maintenance/prune.ts"
 import * as LeaseRenewer from "./LeaseRenewer.ts"
 import type { Claim } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
@@ -400,17 +402,10 @@ export const make = <R>(
         )
       )
     }
-    // Keep the attempt history bounded: every consumer prunes now and then (an indexed delete).
-    yield* Effect.forkScoped(
-      Effect.forever(
-        Effect.sleep("10 minutes").pipe(
-          Effect.andThen(store.pruneAttempts(settings.attemptRetentionMs)),
-          Effect.catch((e) => Effect.logWarning(`attempt history not pruned: ${e.message}`)),
-          // Uniqueness reservations whose window ended, likewise (the next send of a key would replace one anyway).
-          Effect.andThen(store.pruneUniqueKeys.pipe(Effect.catch((e) => Effect.logWarning(`expired unique keys not pruned: ${e.message}`))))
-        )
-      ).pipe(Effect.annotateLogs(annotations))
-    )
+    // Keep the attempt history bounded, and drop uniqueness reservations whose window ended: every
+    // consumer prunes now and then (indexed deletes; see maintenance/prune.ts).
+    yield* Maintenance.fork(Prune.attempts(store, settings.attemptRetentionMs)).pipe(Effect.annotateLogs(annotations))
+    yield* Maintenance.fork(Prune.uniqueKeys(store)).pipe(Effect.annotateLogs(annotations))
 
     /** Wait until no message is in flight: every handler ended and every completion written. */
     const drainCompletions = Effect.gen(function*() {

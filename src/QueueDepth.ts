@@ -11,7 +11,9 @@
  *
  * @since 0.1.0
  */
-import { Duration, Effect, Layer, Schedule, type Scope } from "effect"
+import { Context, Effect, Layer, type Scope } from "effect"
+import * as Depth from "./maintenance/depth.ts"
+import * as Maintenance from "./maintenance/Maintenance.ts"
 import type { QueueStats } from "./Message.ts"
 import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
 import * as QueueConfig from "./QueueConfig.ts"
@@ -29,33 +31,46 @@ export interface QueueDepthOptions {
   readonly interval?: QueueConfig.DurationLike | undefined
 }
 
-/** How many running consumers of this process consume each queue. */
-const consumed = new Map<string, number>()
-
 /**
- * The queues of the consumers running in this process, in the order they
- * were first consumed: what {@link layer} samples by default.
+ * Which queues the running consumers consume, and how many consume each: what
+ * {@link layer} samples by default. A service: by default one per process (every
+ * consumer and collector of the process shares it); a runtime that must not see
+ * another's consumers (two workers in one process) provides its own with
+ * {@link layerConsumedQueues}, below its consumers and its collector.
  */
-export const consumedQueues = (): ReadonlyArray<string> => [...consumed.keys()]
+export const ConsumedQueues: Context.Reference<Map<string, number>> = Context.Reference<Map<string, number>>(
+  "leasehold/QueueDepth/ConsumedQueues",
+  { defaultValue: () => new Map() }
+)
+
+/** A registry of consumed queues of its own (see {@link ConsumedQueues}). */
+export const layerConsumedQueues: Layer.Layer<never> = Layer.sync(ConsumedQueues, () => new Map<string, number>())
 
 /**
- * Count `queues` as consumed in this process for the life of the current
- * scope (the consumer does this for its queues).
+ * The queues of the running consumers, in the order they were first consumed:
+ * what {@link layer} samples by default.
+ */
+export const consumedQueues: Effect.Effect<ReadonlyArray<string>> = Effect.map(Effect.service(ConsumedQueues), (consumed) => [...consumed.keys()])
+
+/**
+ * Count `queues` as consumed for the life of the current scope (the consumer
+ * does this for its queues).
  */
 export const track = (queues: ReadonlyArray<string>): Effect.Effect<void, never, Scope.Scope> =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      for (const queue of new Set(queues)) consumed.set(queue, (consumed.get(queue) ?? 0) + 1)
-    }),
-    () =>
+  Effect.flatMap(Effect.service(ConsumedQueues), (consumed) =>
+    Effect.acquireRelease(
       Effect.sync(() => {
-        for (const queue of new Set(queues)) {
-          const n = (consumed.get(queue) ?? 1) - 1
-          if (n <= 0) consumed.delete(queue)
-          else consumed.set(queue, n)
-        }
-      })
-  )
+        for (const queue of new Set(queues)) consumed.set(queue, (consumed.get(queue) ?? 0) + 1)
+      }),
+      () =>
+        Effect.sync(() => {
+          for (const queue of new Set(queues)) {
+            const n = (consumed.get(queue) ?? 1) - 1
+            if (n <= 0) consumed.delete(queue)
+            else consumed.set(queue, n)
+          }
+        })
+    ))
 
 /** Set the depth gauges of each queue counted. */
 export const record = (depths: ReadonlyArray<QueueStats>): Effect.Effect<void> =>
@@ -78,7 +93,7 @@ export const sample = (
   queues?: ReadonlyArray<string>
 ): Effect.Effect<ReadonlyArray<QueueStats>, InvalidInput | StoreError, QueueStore> =>
   Effect.gen(function*() {
-    const wanted = queues ?? consumedQueues()
+    const wanted = queues ?? (yield* consumedQueues)
     if (wanted.length === 0) return []
     const store = yield* QueueStore
     const depths = yield* store.depths(wanted)
@@ -95,11 +110,7 @@ export const sample = (
 export const layer = (options: QueueDepthOptions = {}): Layer.Layer<never, ConfigInvalid, QueueStore> =>
   Layer.effectDiscard(Effect.gen(function*() {
     const store = yield* QueueStore
-    const interval = Duration.millis(yield* QueueConfig.parseDuration("interval", options.interval ?? "10 seconds"))
-    const once = sample(options.queues).pipe(
-      Effect.provideService(QueueStore, store),
-      Effect.catch((error) => Effect.logWarning(`queue depths not sampled: ${error.message}`)),
-      Effect.annotateLogs({ module: "QueueDepth" })
-    )
-    yield* Effect.forkScoped(Effect.repeat(once, Schedule.spaced(interval)))
+    const interval = yield* QueueConfig.parseDuration("interval", options.interval ?? "10 seconds")
+    const once = sample(options.queues).pipe(Effect.provideService(QueueStore, store))
+    yield* Maintenance.fork(Depth.make(once, interval)).pipe(Effect.annotateLogs({ module: "QueueDepth" }))
   }))

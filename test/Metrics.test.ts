@@ -171,7 +171,7 @@ describe("metrics on PostgreSQL (real time)", () => {
       const queue = freshQueue("depth-layer")
       // A consumer of `queue` in this process (what `Consumer.make` registers).
       yield* QueueDepth.track([queue])
-      assert.include(QueueDepth.consumedQueues(), queue)
+      assert.include(yield* QueueDepth.consumedQueues, queue)
       yield* Layer.build(QueueDepth.layer({ interval: "50ms" }))
       const ready = QueueMetrics.forQueue(queue).ready
       yield* store.send(queue, [{ task: "t", payload: 1 }, { task: "t", payload: 2 }, { task: "t", payload: 3 }])

@@ -1,0 +1,115 @@
+/**
+ * The reaper's statements: the sweep that releases the claims of dead consumers,
+ * and forgetting consumer rows nobody has heartbeated for a long time. Both run
+ * on the presence pool ({@link PresenceContext}, `pg/presence.ts`).
+ *
+ * @since 0.1.0
+ */
+import { Effect } from "effect"
+import { classify, type StoreError } from "../QueueError.ts"
+import type { PresenceContext } from "./presence.ts"
+
+/** One claim released by the reaper. */
+export interface Reaped {
+  /** The dead consumer. */
+  readonly consumer: string
+  readonly host: string
+  readonly pid: number
+  readonly heartbeatAt: Date
+  /** The released message, absent when the dead consumer held nothing. */
+  readonly messageId: string | null
+  readonly queue: string | null
+}
+
+/**
+ * One sweep, as consumer `self` (never reaped by itself). First a cheap look at the small
+ * consumers table; only when some heartbeat is stale (and `release`), the statement that
+ * decides and releases, atomically:
+ *
+ * - `stale`: other consumers advertising a lock, heartbeat older than the bound,
+ *   on a server up for longer than the bound (after a restart every session is
+ *   new and everybody gets the bound to heartbeat again). Materialized so the
+ *   lock probe below runs on these rows only. `FOR UPDATE ... SKIP LOCKED`: the
+ *   statement's snapshot may predate a heartbeat that committed since; locking
+ *   re-reads the latest row version and re-checks the staleness on it (and the
+ *   key it advertises), and a row being written right now is a heartbeat under
+ *   way, so it is skipped rather than waited for.
+ * - `dead`: those whose lock is free. `pg_try_advisory_xact_lock` is granted only
+ *   when no session holds the key, and it is held until this statement commits,
+ *   so the consumer cannot re-take it between the check and the release, and two
+ *   reapers never release the same consumer twice. No scan of pg_locks.
+ * - their rows are deleted (a consumer that was in fact alive writes it again with
+ *   its next heartbeat), so a dead consumer is handled once, not at every sweep;
+ * - every claim still under lease by a dead consumer is made visible now, its token
+ *   cleared (the dead holder's fenced writes match nothing), and counted as a lease
+ *   expiry. The attempt is not given back: the worker died mid-attempt, exactly as
+ *   when its lease runs out, so attempts still bound a message that kills workers.
+ *   `o` is the row as it was, for the attempt history, whose attempt is numbered
+ *   across redrives (attempt_base + attempts, as every store write numbers it).
+ */
+export const sweep = (ctx: PresenceContext, self: string, release = true): Effect.Effect<ReadonlyArray<Reaped>, StoreError> =>
+  Effect.gen(function*() {
+    const { attempts, consumers, lockClass, messages, sql, staleMs } = ctx
+    const [candidates] = yield* sql<{ n: number }>`
+      SELECT count(*)::int AS n FROM ${consumers}
+      WHERE lock_key IS NOT NULL AND id <> ${self}
+        AND heartbeat_at < now() - ${staleMs}::bigint * interval '1 millisecond'`
+    if ((candidates?.n ?? 0) === 0 || !release) return []
+    const rows = yield* sql<{
+      consumer: string
+      host: string
+      pid: number
+      heartbeat_at: Date
+      message_id: bigint | string | null
+      queue: string | null
+    }>`
+      WITH stale AS MATERIALIZED (
+        SELECT c.id, c.host, c.pid, c.lock_key, c.heartbeat_at FROM ${consumers} AS c
+        WHERE c.lock_key IS NOT NULL AND c.id <> ${self}
+          AND c.heartbeat_at < now() - ${staleMs}::bigint * interval '1 millisecond'
+          AND pg_postmaster_start_time() < now() - ${staleMs}::bigint * interval '1 millisecond'
+        ORDER BY c.heartbeat_at
+        LIMIT 100
+        FOR UPDATE OF c SKIP LOCKED
+      ), dead AS MATERIALIZED (
+        SELECT * FROM stale WHERE pg_try_advisory_xact_lock(${lockClass}::int, stale.lock_key)
+      ), forgotten AS (
+        DELETE FROM ${consumers} AS c USING dead WHERE c.id = dead.id
+      ), released AS (
+        UPDATE ${messages} AS m SET
+          visible_at     = now(),
+          lease_token    = NULL, leased_by = NULL, leased_at = NULL,
+          lease_expiries = m.lease_expiries + 1
+        FROM ${messages} AS o JOIN dead AS d ON o.leased_by = d.id
+        WHERE m.id = o.id AND m.leased_by = d.id AND m.lease_token IS NOT NULL
+          AND m.state = 'ready' AND m.visible_at > now()
+        RETURNING m.id, m.queue, m.task, m.attempt_base + m.attempts AS attempt, d.id AS consumer, o.leased_at
+      ), history AS (
+        INSERT INTO ${attempts} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
+        SELECT r.id, r.queue, r.task, r.attempt, r.consumer, coalesce(r.leased_at, now()), now(), 'lease-expired',
+               'consumer ' || r.consumer || ' died: its session ended and its heartbeat went stale; released by the reaper'
+        FROM released AS r
+      )
+      SELECT d.id AS consumer, d.host, d.pid, d.heartbeat_at, r.id AS message_id, r.queue
+      FROM dead AS d LEFT JOIN released AS r ON r.consumer = d.id
+      ORDER BY d.id, r.id`
+    return rows.map((r): Reaped => ({
+      consumer: r.consumer,
+      host: r.host,
+      pid: r.pid,
+      heartbeatAt: r.heartbeat_at,
+      messageId: r.message_id === null ? null : String(r.message_id),
+      queue: r.queue
+    }))
+  }).pipe(classify("reap"), Effect.withSpan("leasehold.reap"))
+
+/**
+ * Forget rows nobody has heartbeated for `forgetMs` (no lock, or a process that stalled
+ * for that long; a live one writes its row again), except `self`'s.
+ */
+export const forgetConsumers = (ctx: PresenceContext, self: string, forgetMs: number): Effect.Effect<void, StoreError> =>
+  ctx.sql`DELETE FROM ${ctx.consumers}
+    WHERE id <> ${self} AND heartbeat_at < now() - ${forgetMs}::bigint * interval '1 millisecond'`.pipe(
+    Effect.asVoid,
+    classify("forget consumers")
+  )

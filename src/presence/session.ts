@@ -1,0 +1,85 @@
+/**
+ * A presence session: one dedicated connection per registered consumer, holding
+ * a session-level advisory lock whose end (the process died, the socket closed,
+ * the backend was terminated) frees the lock at once. Opened here, proven to be
+ * its own by `poolerProof.ts`.
+ *
+ * @since 0.1.0
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Exit, Scope } from "effect"
+import * as Reactivity from "effect/reactivity/Reactivity"
+import type { SqlClient } from "effect/sql"
+import * as PresenceSql from "../pg/presence.ts"
+import * as Pooler from "../Pooler.ts"
+import * as QueueConfig from "../QueueConfig.ts"
+import { classify, QueryFailed, type StoreError } from "../QueueError.ts"
+import * as PoolerProof from "./poolerProof.ts"
+
+/** A presence session: one dedicated connection holding the lock. */
+export interface Session {
+  readonly scope: Scope.Closeable
+  readonly sql: SqlClient.SqlClient
+  readonly backendPid: number
+  readonly lockKey: number
+}
+
+/** No session to be had: a pooler is in the way (lease expiry only). */
+export interface PoolerFound {
+  readonly _tag: "Pooler"
+  readonly detail: string
+}
+
+/**
+ * Open a presence session: connect, take a fresh key's session lock, and
+ * check that the lock really belongs to this connection's backend (see
+ * `poolerProof.ts`).
+ */
+export const open = (options: {
+  readonly ctx: PresenceSql.PresenceContext
+  readonly where: PoolerProof.Target
+  readonly appName: string
+  readonly mode: "on" | "auto"
+}): Effect.Effect<Session | PoolerFound, StoreError> =>
+  Effect.gen(function*() {
+    const { ctx, where } = options
+    if (where.target._tag === "None") {
+      return {
+        _tag: "Pooler" as const,
+        detail: `${QueueConfig.connectionVariables.pooler}=transaction and no ${QueueConfig.connectionVariables.directDatabaseUrl} ` +
+          "to hold a session on"
+      }
+    }
+    const base = where.base
+    const scope = yield* Scope.make()
+    const attempt = Effect.gen(function*() {
+      const client = yield* PgClient.makeClient({
+        ...base,
+        applicationName: `${options.appName}-presence`,
+        keepAlive: base.keepAlive ?? "10 seconds",
+        connectTimeout: base.connectTimeout ?? "10 seconds",
+        startupParameters: Pooler.startupParameters(where.mode, base.startupParameters, { statement_timeout: "5000" })
+      }).pipe(Effect.provide(Reactivity.layer), Scope.provide(scope))
+      const session = client.withoutTransforms()
+      for (let i = 0; i < 3; i++) {
+        const lock = yield* PresenceSql.takeLock(ctx, session)
+        if (lock === undefined) break
+        if (!lock.locked) continue // the sequence wrapped onto a key still held: take the next
+        const problem = yield* PoolerProof.prove(ctx, session, lock, options.mode)
+        if (problem !== undefined) {
+          // Wherever the lock landed, give it back (best effort; the key is never advertised).
+          yield* PresenceSql.unlock(ctx, session, lock.key).pipe(Effect.ignore)
+          return { _tag: "Pooler" as const, detail: problem }
+        }
+        return { scope, sql: session, backendPid: lock.pid, lockKey: lock.key } satisfies Session
+      }
+      return yield* new QueryFailed({ operation: "register", message: "register: no free presence lock key in 3 tries" })
+    }).pipe(classify("register"))
+    return yield* attempt.pipe(
+      Effect.onExit((exit) => Exit.isSuccess(exit) && !("_tag" in exit.value) ? Effect.void : Scope.close(scope, Exit.void))
+    )
+  })
+
+/** End a session (bounded: a dead connection does not hold up the caller). */
+export const close = (session: Session): Effect.Effect<void> =>
+  Scope.close(session.scope, Exit.void).pipe(Effect.timeoutOption(5_000), Effect.asVoid)
