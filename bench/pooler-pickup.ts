@@ -20,7 +20,7 @@
  */
 import { Deferred, Effect, Layer, Redacted, References } from "effect"
 import * as Consumer from "../src/Consumer.ts"
-import { startPostgres } from "../src/internal/EmbeddedPostgres.ts"
+import { startPostgres } from "../dev/EmbeddedPostgres.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import type * as Pooler from "../src/Pooler.ts"
 import * as QueueConfig from "../src/QueueConfig.ts"

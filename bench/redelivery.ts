@@ -21,7 +21,7 @@
  */
 import { join } from "node:path"
 import { Effect } from "effect"
-import { startPostgres } from "../src/internal/EmbeddedPostgres.ts"
+import { startPostgres } from "../dev/EmbeddedPostgres.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import {
   closeLogs,

@@ -7,7 +7,7 @@ import { PgClient } from "@effect/sql-pg"
 import { Effect, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest"
-import { startPostgres } from "../src/internal/EmbeddedPostgres.ts"
+import { startPostgres } from "../dev/EmbeddedPostgres.ts"
 
 /** Opens a pool on `url`, runs `SELECT 1`, closes the pool. */
 const selectOne = (url: string) =>

@@ -11,7 +11,7 @@
  * - `examples/api.ts` (an HTTP API that sends a task): with the store's migration held back (the test
  *   holds its advisory lock), the port accepts no connection; once the migration is let through, a
  *   request sent as the server starts is answered and its message stored (docs/tasks.md's wiring);
- * - `npm run demo` (`node src/bin/demo.ts`, as its npm script `exec`s it): its own embedded
+ * - `npm run demo` (`node dev/demo.ts`, as its npm script `exec`s it): its own embedded
  *   PostgreSQL, the renewals, the retry, the dead letter, the final stats, exit 0, server gone.
  *
  * The examples import `leasehold`: Node resolves it by the package's self-reference (package.json
@@ -33,7 +33,7 @@ import { afterAll, afterEach, assert, beforeAll, describe, it, onTestFailed } fr
 import * as PgTest from "./support/PgTest.ts"
 import { waitForAsync } from "./support/Wait.ts"
 import { sqlRuntime } from "./support/WorkerProcess.ts"
-import { freePort } from "../src/internal/EmbeddedPostgres.ts"
+import { freePort } from "../dev/EmbeddedPostgres.ts"
 
 /** Node >= 22 (type stripping): the one vitest runs on, else the devDependency's. */
 const nodeBinary = (() => {
@@ -319,7 +319,7 @@ describe("npm run demo (slow: an embedded PostgreSQL and a 6 s task)", () => {
   it("runs the renewals, the retry and the dead letter, prints the final stats, stops its server and exits 0", async () => {
     dumpOnFailure()
     // No LEASEHOLD_DATABASE_URL: the demo starts its own server, as `npm install && npm run demo` does.
-    const demo = run("demo", "src/bin/demo.ts", {})
+    const demo = run("demo", "dev/demo.ts", {})
     assert.deepStrictEqual(await waitExit(demo, 55_000), { code: 0, signal: null }, output(demo))
     const text = output(demo)
     const port = Number(/embedded PostgreSQL ready on port (\d+)/.exec(text)?.[1])

@@ -13,7 +13,7 @@ import { assert, layer } from "@effect/vitest"
 import { Context, Deferred, Effect, Exit, Layer, Option, Redacted } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import { SqlClient } from "effect/sql"
-import { startPostgres } from "../src/internal/EmbeddedPostgres.ts"
+import { startPostgres } from "../dev/EmbeddedPostgres.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 

@@ -11,7 +11,7 @@ import { Context, Deferred, Effect, Exit, Layer, Metric, Redacted, Scope } from 
 import { SqlClient } from "effect/sql"
 import * as Consumer from "../src/Consumer.ts"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
-import * as EmbeddedPostgres from "../src/internal/EmbeddedPostgres.ts"
+import * as EmbeddedPostgres from "../dev/EmbeddedPostgres.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { QueueStore } from "../src/QueueStore.ts"

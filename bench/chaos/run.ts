@@ -30,7 +30,7 @@
  */
 import { Effect } from "effect"
 import { join } from "node:path"
-import { startPostgres } from "../../src/internal/EmbeddedPostgres.ts"
+import { startPostgres } from "../../dev/EmbeddedPostgres.ts"
 import type { NewMessage } from "../../src/Message.ts"
 import { QueueStore } from "../../src/QueueStore.ts"
 import * as PgBouncer from "../../test/support/PgBouncer.ts"

@@ -18,7 +18,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
-import { startPostgres } from "../../src/internal/EmbeddedPostgres.ts"
+import { startPostgres } from "../../dev/EmbeddedPostgres.ts"
 import type { Claim } from "../../src/Message.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
 import { type Completion, QueueStore } from "../../src/QueueStore.ts"

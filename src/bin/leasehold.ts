@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * The `leasehold` command: operate queues from a shell (built on `effect/cli`;
- * the commands are in ../internal/cli.ts). Connects with LEASEHOLD_DATABASE_URL
+ * the commands are in ../cli/). Connects with LEASEHOLD_DATABASE_URL
  * (schema LEASEHOLD_SCHEMA, default `leasehold`). `leasehold --help` and
  * `leasehold <command> --help` list the commands and their flags:
  *
@@ -21,7 +21,7 @@
  */
 import { NodeRuntime, NodeServices } from "@effect/platform-node"
 import { Effect } from "effect"
-import * as Cli from "../internal/cli.ts"
+import * as Cli from "../cli/cli.ts"
 
 Cli.run(process.argv.slice(2)).pipe(
   Effect.provide(NodeServices.layer),

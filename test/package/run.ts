@@ -23,7 +23,7 @@ import { tmpdir } from "node:os"
 import { dirname, join, resolve } from "node:path"
 import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
-import { type PostgresServer, startPostgres } from "../../src/internal/EmbeddedPostgres.ts"
+import { type PostgresServer, startPostgres } from "../../dev/EmbeddedPostgres.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
 import * as QueueConfig from "../../src/QueueConfig.ts"
 import { QueueStore } from "../../src/QueueStore.ts"
@@ -120,7 +120,7 @@ const main = async () => {
   const tarball = join(packDir, tarballs[0]!)
   const listing = (await exec("tar", ["-tzf", tarball], { cwd: work })).split("\n").filter((l) => l !== "")
     .map((l) => l.replace(/^package\//, ""))
-  const unwanted = listing.filter((f) => /^(test|bench|examples|scripts|\.ci|\.tmp|node_modules)\//.test(f) || /^tsconfig|^vitest\.config/.test(f))
+  const unwanted = listing.filter((f) => /^(test|bench|examples|scripts|dev|\.ci|\.tmp|node_modules)\//.test(f) || /^tsconfig|^vitest\.config/.test(f))
   check(unwanted.length === 0, `the tarball ships files users do not need: ${unwanted.join(", ")}`)
   // docs/: the README shows docs/dashboard.png and links the guide's pages, on npm too.
   for (const needed of ["package.json", "README.md", "docs/dashboard.png", "docs/workers.md", "LICENSE", "dist/index.js", "dist/index.d.ts", "dist/index.js.map", "dist/bin/leasehold.js", "src/index.ts"]) {
@@ -132,9 +132,9 @@ const main = async () => {
   // `npm pack --dry-run` lists the same files (scripts skipped: dist/ is built by now).
   const dryRun = await exec("npm", ["pack", "--dry-run", "--ignore-scripts", "--json"], { cwd: repo })
   const dryFiles = (JSON.parse(dryRun.slice(dryRun.indexOf("["))) as Array<{ files: Array<{ path: string }> }>)[0]!.files.map((f) => f.path)
-  const dryUnwanted = dryFiles.filter((f) => /^(test|bench|examples|\.ci)\//.test(f))
+  const dryUnwanted = dryFiles.filter((f) => /^(test|bench|examples|dev|\.ci)\//.test(f))
   check(dryUnwanted.length === 0, `npm pack --dry-run lists ${dryUnwanted.join(", ")}`)
-  step(`packed ${tarballs[0]} (${listing.length} files; no test/, bench/, examples/, .ci/)`)
+  step(`packed ${tarballs[0]} (${listing.length} files; no test/, bench/, examples/, dev/, .ci/)`)
 
   // -- 2. the scratch app --------------------------------------------------------------------
   cpSync(join(repo, "test/package/app"), app, { recursive: true })

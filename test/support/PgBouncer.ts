@@ -14,7 +14,7 @@ import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Context, Effect, Layer } from "effect"
-import { freePort } from "../../src/internal/EmbeddedPostgres.ts"
+import { freePort } from "../../dev/EmbeddedPostgres.ts"
 import { findTool } from "./RequireTool.ts"
 
 /** Where Debian's package installs it, else the first on the PATH; else a spawn that fails naming it. */

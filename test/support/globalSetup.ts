@@ -6,7 +6,7 @@
  * Test files read the URL with `inject("databaseUrl")`.
  */
 import type { TestProject } from "vitest/node"
-import { startPostgres } from "../../src/internal/EmbeddedPostgres.ts"
+import { startPostgres } from "../../dev/EmbeddedPostgres.ts"
 
 declare module "vitest" {
   export interface ProvidedContext {
