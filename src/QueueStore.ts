@@ -123,8 +123,13 @@ export interface Completion {
   readonly result?: string | undefined
 }
 
-/** The operations of a queue store. Every write on a claim is fenced by `(id, leaseToken)`. */
-export interface QueueStoreShape {
+/**
+ * The lease protocol: what producers and consumers run, on the hot path. Send; claim a batch,
+ * each message under a fenced lease; renew the leases; finish each run with `complete` (its
+ * fenced write and its history record); hear about sends and cancels; sleep until the next
+ * visibility; read the store's clock.
+ */
+export interface LeaseProtocol {
   /**
    * Enqueue messages on `queue`; one result per message, in order. On
    * PostgreSQL, inside the caller's `sql.withTransaction` on the store's own
@@ -154,16 +159,11 @@ export interface QueueStoreShape {
    * holder must stop the handler and finish them with `Cancel`).
    */
   readonly renew: (claims: ReadonlyArray<ClaimRef>, lease: Duration.Input) => Effect.Effect<Renewed, StoreError>
-  /** Delete a finished message. `false`: the lease was lost, someone else holds or finished it. */
-  readonly ack: (claim: ClaimRef) => Effect.Effect<boolean, StoreError>
   /**
-   * Make a claimed message visible again (now, or after `delay`), giving the
-   * attempt back: for shutdown and interruption, not for failures. What it did: see {@link HandedBack}.
-   */
-  readonly release: (claim: ClaimRef, options?: { readonly delay?: Duration.Input | undefined }) => Effect.Effect<HandedBack, StoreError>
-  /**
-   * Finish many runs at once: each message's fenced write (as `ack`, `retry`,
-   * `deadLetter` and `release` do one by one) and its attempt-history record,
+   * Finish many runs at once: each message's fenced write (an `Ack` deletes it; a
+   * `Retry` makes it visible again after its delay, recording the error; a `Release`
+   * makes it visible now, giving the attempt back; a `DeadLetter` moves it out of the
+   * ready set with its reason; see {@link Finish}) and its attempt-history record,
    * in one statement and one commit on PostgreSQL. Answers the ids whose lease
    * was still held (their write landed), and which of those were deleted as
    * cancelled; the others were left untouched and their history says
@@ -175,86 +175,6 @@ export interface QueueStoreShape {
    * one completion can fail the others. Delays must be valid (0 .. ten years).
    */
   readonly complete: (completions: ReadonlyArray<Completion>) => Effect.Effect<Completed, StoreError>
-  /** Make a failed message visible again after `delay`, recording `error`. What it did: see {@link HandedBack}. */
-  readonly retry: (
-    claim: ClaimRef,
-    options: { readonly delay: Duration.Input; readonly error: string }
-  ) => Effect.Effect<HandedBack, StoreError>
-  /**
-   * Move a message out of the ready set, keeping it with `reason` (and the last error, if
-   * given). What it did: see {@link HandedBack}.
-   */
-  readonly deadLetter: (
-    claim: ClaimRef,
-    options: { readonly reason: string; readonly error?: string | undefined }
-  ) => Effect.Effect<HandedBack, StoreError>
-  /**
-   * Return dead letters to ready with a fresh attempt budget (attempts and lease expiries reset); returns the ids redriven.
-   * The filter must name a queue, ids or `all: true`. A redriven message keeps its dedup key unless a live message
-   * holds it, or an earlier-dead message redriven with it (same queue and key) takes it: then it gives the key up
-   * (`dedupKey` null) and is redriven all the same, never merged and never failing the redrive.
-   */
-  readonly redrive: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, InvalidInput | StoreError>
-  /** Delete dead letters for good; returns the ids purged. The filter must name a queue, ids or `all: true`. */
-  readonly purge: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, InvalidInput | StoreError>
-  /** List dead letters, oldest death first. */
-  readonly deadLetters: (
-    filter: DeadLetterFilter & { readonly limit?: number | undefined }
-  ) => Effect.Effect<ReadonlyArray<DeadLetter>, InvalidInput | StoreError>
-  /**
-   * One message by id, live or dead, with its state (as `stats` counts it, at the store's
-   * now); `Option.none` for an id no message has (finished and deleted, or never sent).
-   */
-  readonly get: (id: MessageId) => Effect.Effect<Option.Option<MessageInfo>, StoreError>
-  /**
-   * A page of the messages of `queue`, live and dead (or those in one state), in id order
-   * (the order they were sent); the next page starts `after` the last id of this one.
-   */
-  readonly messages: (
-    queue: string,
-    options?: MessagesOptions
-  ) => Effect.Effect<ReadonlyArray<MessageInfo>, InvalidInput | StoreError>
-  /**
-   * Stop consuming `queue`: no consumer claims from it until `resume` (sends are still
-   * accepted; messages in flight finish normally). Pausing a paused queue changes nothing.
-   */
-  readonly pause: (queue: string) => Effect.Effect<void, InvalidInput | StoreError>
-  /** Let consumers claim from `queue` again, waking idle ones at once (as a send does). */
-  readonly resume: (queue: string) => Effect.Effect<void, InvalidInput | StoreError>
-  /**
-   * Every queue that has messages, attempt history or has been paused, by name, with its
-   * counts (as `stats` gives them) and whether it is paused. For operators and dashboards.
-   */
-  readonly queues: () => Effect.Effect<ReadonlyArray<QueueInfo>, StoreError>
-  /**
-   * Cancel messages by id: a ready, delayed or dead one is deleted at once (`cancelled`,
-   * recorded in its history); a running one is flagged (`cancelling`), and its consumer
-   * stops the handler when a renewal answers the flag (at once when it hears of the cancel
-   * through {@link QueueStoreShape.cancels}, else at its next renewal) and deletes it. Ids of no message (finished,
-   * never sent, malformed) are simply absent from the answer, which is in id order.
-   * Cancelling a message already `cancelling` answers `cancelling` again.
-   */
-  readonly cancel: (ids: ReadonlyArray<MessageId>) => Effect.Effect<ReadonlyArray<CancelResult>, StoreError>
-  /** Cancel, as {@link QueueStoreShape.cancel} does, every message of a queue (or of one task in it). */
-  readonly cancelWhere: (filter: CancelFilter) => Effect.Effect<ReadonlyArray<CancelResult>, InvalidInput | StoreError>
-  /**
-   * Keep the record of a finished attempt (bounded by {@link QueueStoreShape.pruneAttempts}). Checked first
-   * (`InvalidInput`): message id, queue, task and consumer names, attempt number, outcome, dates, error text
-   * and result (JSON data).
-   */
-  readonly recordAttempt: (attempt: Attempt) => Effect.Effect<void, InvalidInput | StoreError>
-  /** The attempt history of a message, oldest first (none for an id that cannot be a message id). */
-  readonly attempts: (id: MessageId) => Effect.Effect<ReadonlyArray<Attempt>, StoreError>
-  /** Delete attempt records that ended more than `olderThan` ago; returns how many. */
-  readonly pruneAttempts: (olderThan: Duration.Input) => Effect.Effect<number, StoreError>
-  /** Counts of one queue: ready, delayed, in flight, dead, age of the oldest ready message. */
-  readonly stats: (queue: string) => Effect.Effect<QueueStats, InvalidInput | StoreError>
-  /**
-   * The counts of several queues (as {@link QueueStoreShape.stats} gives them for one) in one
-   * statement: one result per distinct queue, in the order given; a queue without messages
-   * counts zeros. What the queue-depth gauges sample.
-   */
-  readonly depths: (queues: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<QueueStats>, InvalidInput | StoreError>
   /**
    * Hear about sends: subscribe to `queues` for the life of the current scope;
    * the returned effect completes when a message ready now was sent to one of
@@ -282,16 +202,90 @@ export interface QueueStoreShape {
    * ending or a lease expiring), so an idle consumer can sleep exactly until then.
    */
   readonly nextVisibleAt: (queue: string) => Effect.Effect<Option.Option<Date>, InvalidInput | StoreError>
-
   /**
    * The store's clock: what leases, delays and schedules are timed by. On PostgreSQL the
    * database's `now()` (Effect's `Clock` with `clock: "effect"`); in memory, Effect's `Clock`.
    * A scheduler times its slots by it, so workers whose own clocks are off still agree.
    */
   readonly now: Effect.Effect<Date, StoreError>
+}
 
-  // Schedules (see `Scheduler`): rows keyed by schedule key, fired at most once per slot.
+/**
+ * What an operator reads and writes (the CLI, the admin API, the dashboard): messages and
+ * their history, queues and their counts, dead letters, pauses and cancels.
+ */
+export interface OperatorOperations {
+  /**
+   * One message by id, live or dead, with its state (as `stats` counts it, at the store's
+   * now); `Option.none` for an id no message has (finished and deleted, or never sent).
+   */
+  readonly get: (id: MessageId) => Effect.Effect<Option.Option<MessageInfo>, StoreError>
+  /**
+   * A page of the messages of `queue`, live and dead (or those in one state), in id order
+   * (the order they were sent); the next page starts `after` the last id of this one.
+   */
+  readonly messages: (
+    queue: string,
+    options?: MessagesOptions
+  ) => Effect.Effect<ReadonlyArray<MessageInfo>, InvalidInput | StoreError>
+  /**
+   * Every queue that has messages, attempt history or has been paused, by name, with its
+   * counts (as `stats` gives them) and whether it is paused. For operators and dashboards.
+   */
+  readonly queues: () => Effect.Effect<ReadonlyArray<QueueInfo>, StoreError>
+  /** Counts of one queue: ready, delayed, in flight, dead, age of the oldest ready message. */
+  readonly stats: (queue: string) => Effect.Effect<QueueStats, InvalidInput | StoreError>
+  /**
+   * The counts of several queues (as {@link QueueStoreShape.stats} gives them for one) in one
+   * statement: one result per distinct queue, in the order given; a queue without messages
+   * counts zeros. What the queue-depth gauges sample.
+   */
+  readonly depths: (queues: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<QueueStats>, InvalidInput | StoreError>
+  /** List dead letters, oldest death first. */
+  readonly deadLetters: (
+    filter: DeadLetterFilter & { readonly limit?: number | undefined }
+  ) => Effect.Effect<ReadonlyArray<DeadLetter>, InvalidInput | StoreError>
+  /**
+   * Return dead letters to ready with a fresh attempt budget (attempts and lease expiries reset); returns the ids redriven.
+   * The filter must name a queue, ids or `all: true`. A redriven message keeps its dedup key unless a live message
+   * holds it, or an earlier-dead message redriven with it (same queue and key) takes it: then it gives the key up
+   * (`dedupKey` null) and is redriven all the same, never merged and never failing the redrive.
+   */
+  readonly redrive: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, InvalidInput | StoreError>
+  /** Delete dead letters for good; returns the ids purged. The filter must name a queue, ids or `all: true`. */
+  readonly purge: (filter: DeadLetterFilter) => Effect.Effect<ReadonlyArray<MessageId>, InvalidInput | StoreError>
+  /**
+   * Stop consuming `queue`: no consumer claims from it until `resume` (sends are still
+   * accepted; messages in flight finish normally). Pausing a paused queue changes nothing.
+   */
+  readonly pause: (queue: string) => Effect.Effect<void, InvalidInput | StoreError>
+  /** Let consumers claim from `queue` again, waking idle ones at once (as a send does). */
+  readonly resume: (queue: string) => Effect.Effect<void, InvalidInput | StoreError>
+  /**
+   * Cancel messages by id: a ready, delayed or dead one is deleted at once (`cancelled`,
+   * recorded in its history); a running one is flagged (`cancelling`), and its consumer
+   * stops the handler when a renewal answers the flag (at once when it hears of the cancel
+   * through {@link QueueStoreShape.cancels}, else at its next renewal) and deletes it. Ids of no message (finished,
+   * never sent, malformed) are simply absent from the answer, which is in id order.
+   * Cancelling a message already `cancelling` answers `cancelling` again.
+   */
+  readonly cancel: (ids: ReadonlyArray<MessageId>) => Effect.Effect<ReadonlyArray<CancelResult>, StoreError>
+  /** Cancel, as {@link QueueStoreShape.cancel} does, every message of a queue (or of one task in it). */
+  readonly cancelWhere: (filter: CancelFilter) => Effect.Effect<ReadonlyArray<CancelResult>, InvalidInput | StoreError>
+  /** The attempt history of a message, oldest first (none for an id that cannot be a message id). */
+  readonly attempts: (id: MessageId) => Effect.Effect<ReadonlyArray<Attempt>, StoreError>
+}
 
+/** Maintenance, run periodically by consumers: what bounds the history and the uniqueness reservations. */
+export interface MaintenanceOperations {
+  /** Delete attempt records that ended more than `olderThan` ago; returns how many. */
+  readonly pruneAttempts: (olderThan: Duration.Input) => Effect.Effect<number, StoreError>
+  /** Delete uniqueness reservations whose window ended before now; returns how many. */
+  readonly pruneUniqueKeys: Effect.Effect<number, StoreError>
+}
+
+/** Schedules (see `Scheduler`): rows keyed by schedule key, fired at most once per slot. */
+export interface ScheduleOperations {
   /**
    * Insert or update schedules as a worker declares them, and record that `seenBy` still
    * declares them at `now` (the store's time, as {@link QueueStoreShape.now} reads it; a `now`
@@ -331,9 +325,46 @@ export interface QueueStoreShape {
   readonly schedules: Effect.Effect<ReadonlyArray<ScheduleInfo>, StoreError>
   /** Delete a schedule (a worker that still declares it upserts it again); false for an unknown key. */
   readonly removeSchedule: (key: string) => Effect.Effect<boolean, InvalidInput | StoreError>
-  /** Delete uniqueness reservations whose window ended before now; returns how many. */
-  readonly pruneUniqueKeys: Effect.Effect<number, StoreError>
 }
+
+/**
+ * The single finishing writes of one claim and a bare history record. Nothing in the library
+ * calls them (the consumer finishes everything through `complete`): they are being removed
+ * (issue 26, item 5); tests finish claims with test/support/Finish.ts.
+ */
+export interface SingleWrites {
+  /** Delete a finished message. `false`: the lease was lost, someone else holds or finished it. */
+  readonly ack: (claim: ClaimRef) => Effect.Effect<boolean, StoreError>
+  /**
+   * Make a claimed message visible again (now, or after `delay`), giving the
+   * attempt back: for shutdown and interruption, not for failures. What it did: see {@link HandedBack}.
+   */
+  readonly release: (claim: ClaimRef, options?: { readonly delay?: Duration.Input | undefined }) => Effect.Effect<HandedBack, StoreError>
+  /** Make a failed message visible again after `delay`, recording `error`. What it did: see {@link HandedBack}. */
+  readonly retry: (
+    claim: ClaimRef,
+    options: { readonly delay: Duration.Input; readonly error: string }
+  ) => Effect.Effect<HandedBack, StoreError>
+  /**
+   * Move a message out of the ready set, keeping it with `reason` (and the last error, if
+   * given). What it did: see {@link HandedBack}.
+   */
+  readonly deadLetter: (
+    claim: ClaimRef,
+    options: { readonly reason: string; readonly error?: string | undefined }
+  ) => Effect.Effect<HandedBack, StoreError>
+  /**
+   * Keep the record of a finished attempt (bounded by {@link QueueStoreShape.pruneAttempts}). Checked first
+   * (`InvalidInput`): message id, queue, task and consumer names, attempt number, outcome, dates, error text
+   * and result (JSON data).
+   */
+  readonly recordAttempt: (attempt: Attempt) => Effect.Effect<void, InvalidInput | StoreError>
+}
+
+/**
+ * The operations of a queue store, by group. Every write on a claim is fenced by `(id, leaseToken)`.
+ */
+export interface QueueStoreShape extends LeaseProtocol, OperatorOperations, MaintenanceOperations, ScheduleOperations, SingleWrites {}
 
 /** A schedule as a worker declares it to the store: the cron and time zone are checked by `Scheduler`. */
 export interface ScheduleSpec {

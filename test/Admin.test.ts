@@ -33,6 +33,7 @@ import { StoreSettings } from "../src/StoreSettings.ts"
 import { QueryFailed } from "../src/QueueError.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { QueueStore } from "../src/QueueStore.ts"
+import * as Finish from "./support/Finish.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitForAsync } from "./support/Wait.ts"
 
@@ -208,7 +209,7 @@ describe("Admin API on real PostgreSQL", () => {
       assert.deepStrictEqual(redriven.body, { redriven: [doomed!.id] })
       assert.strictEqual(Option.getOrThrow(yield* store.get(doomed!.id)).state, "ready", "redriven in the database")
       const [again] = yield* store.claim("reports", { lease: "1 minute", limit: 1, consumer: "admin-test" })
-      yield* store.deadLetter(again!, { reason: "still bad" })
+      yield* Finish.deadLetter(store, again!, { reason: "still bad" })
       const purged = yield* request(base, "POST", "/api/dead-letters/purge", { auth, body: { queue: "reports" } })
       assert.deepStrictEqual(purged.body, { purged: [doomed!.id] })
       assert.isTrue(Option.isNone(yield* store.get(doomed!.id)), "purged from the database")
@@ -303,7 +304,7 @@ describe("Admin API on real PostgreSQL", () => {
       const [live] = yield* store.send("mail", [{ task: "send", payload: {} }])
       const [dead] = yield* store.send("reports", [{ task: "render", payload: {} }])
       const [claim] = yield* store.claim("reports", { lease: "1 minute", limit: 1, consumer: "c" })
-      yield* store.deadLetter(claim!, { reason: "bad" })
+      yield* Finish.deadLetter(store, claim!, { reason: "bad" })
       const changes = [
         ["/api/queues/mail/pause", {}],
         ["/api/queues/mail/resume", {}],

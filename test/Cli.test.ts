@@ -16,11 +16,12 @@ import { resolve } from "node:path"
 import { Effect, ManagedRuntime } from "effect"
 import { SqlClient } from "effect/sql"
 import { afterAll, assert, beforeAll, describe, it } from "vitest"
-import type { Claim, MessageId } from "../src/Message.ts"
+import type { Claim } from "../src/Message.ts"
 import { freePort } from "../dev/EmbeddedPostgres.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import type { QueueStoreShape } from "../src/QueueStore.ts"
+import * as Finish from "./support/Finish.ts"
 import * as PgTest from "./support/PgTest.ts"
 
 /** Node 22 (type stripping): vitest runs on it through node_modules/.bin/node; fall back to that binary otherwise. */
@@ -149,7 +150,7 @@ const makeDeadLetters = (schema: string, queue: string, n: number) =>
       const claims: Array<Claim> = []
       while (claims.length < n) claims.push(...(yield* store.claim(queue, { lease: "10 seconds", limit: n, consumer: "cli-test" })))
       for (const claim of claims) {
-        const written = yield* store.deadLetter(claim, { reason: `poisoned ${claim.payload && (claim.payload as { n: number }).n}`, error: "Error: boom" })
+        const written = yield* Finish.deadLetter(store, claim, { reason: `poisoned ${claim.payload && (claim.payload as { n: number }).n}`, error: "Error: boom" })
         assert.strictEqual(written, "written")
       }
       return sent.map((s) => s.id)
@@ -266,13 +267,15 @@ describe("leasehold CLI (a real process)", () => {
   it("attempts <id> prints a message's attempt history, oldest first; a bad id is a usage error", async () => {
     const schema = await freshSchema(true)
     const env = envFor(schema)
-    const [id] = await makeDeadLetters(schema, "hist", 1)
-    const base = { messageId: id as MessageId, queue: "hist", task: "poisoned", consumer: "w1", startedAt: new Date(1_000), endedAt: new Date(2_000) }
-    await withStore(schema, (store) =>
-      Effect.andThen(
-        store.recordAttempt({ ...base, attempt: 1, outcome: "retried", error: "Error: boom" }),
-        store.recordAttempt({ ...base, attempt: 2, outcome: "dead-lettered", error: "Error: boom again" })
-      ))
+    // Two runs of one message by worker w1: a retry, then a dead letter.
+    const id = await withStore(schema, (store) =>
+      Effect.gen(function*() {
+        const [sent] = yield* store.send("hist", [{ task: "poisoned", payload: {} }])
+        const claimOne = Effect.map(store.claim("hist", { lease: "10 seconds", limit: 1, consumer: "w1" }), (claims) => claims[0]!)
+        assert.strictEqual(yield* Finish.retry(store, yield* claimOne, { delay: 0, error: "Error: boom" }), "written")
+        assert.strictEqual(yield* Finish.deadLetter(store, yield* claimOne, { reason: "poisoned", error: "Error: boom again" }), "written")
+        return sent!.id
+      }))
     const history = await ok(["attempts", id!, "--json"], env)
     assert.deepStrictEqual(
       history.map((a: { attempt: number; outcome: string; consumer: string; error: string }) => [a.attempt, a.outcome, a.consumer, a.error]),
@@ -699,9 +702,13 @@ describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-
     const [dead, other] = await makeDeadLetters(schema, "unk", 2)
     const ready = (await ok(["send", "unk", "t", "{}"], env)).id as string
     // The history of a message completed (and so deleted) outlives it: still known.
-    const gone = "99999996" as MessageId
-    await withStore(schema, (store) =>
-      store.recordAttempt({ messageId: gone, queue: "unk", task: "t", consumer: "w1", startedAt: new Date(1_000), endedAt: new Date(2_000), attempt: 1, outcome: "acked", error: null }))
+    const gone = await withStore(schema, (store) =>
+      Effect.gen(function*() {
+        yield* store.send("unk-done", [{ task: "t", payload: {} }])
+        const [claim] = yield* store.claim("unk-done", { lease: "10 seconds", limit: 1, consumer: "w1" })
+        assert.isTrue(yield* Finish.ack(store, claim!))
+        return claim!.id
+      }))
     const [never, attempted, notYet, redriveNone, purgeSome, redriveReady, completed] = await Promise.all([
       run(["attempts", "99999999"], env),
       run(["attempts", other!, "--json"], env),
@@ -714,9 +721,10 @@ describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-
     assert.strictEqual(never.code, 1, show(never))
     assert.strictEqual(never.stderr.trim(), "leasehold: UnknownIds: no message and no recorded attempts with id: 99999999")
     assert.strictEqual(never.stdout, "", "no [] printed")
-    // Known messages with no recorded attempts (these dead letters were written by the store directly; one not yet claimed): exit 0.
+    // Known messages: a dead letter with its one run (the one that dead-lettered it), and one not yet claimed, with no
+    // recorded attempts: exit 0.
     assert.strictEqual(attempted.code, 0, show(attempted))
-    assert.deepStrictEqual(JSON.parse(attempted.stdout), [])
+    assert.deepStrictEqual(JSON.parse(attempted.stdout).map((a: { outcome: string }) => a.outcome), ["dead-lettered"])
     assert.strictEqual(notYet.code, 0, show(notYet))
     assert.strictEqual(notYet.stdout.trim(), "no attempts recorded")
     assert.strictEqual(completed.code, 0, show(completed))
@@ -754,11 +762,7 @@ describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-
       Effect.gen(function*() {
         yield* store.send("done", [{ task: "t", payload: {} }])
         const [claim] = yield* store.claim("done", { lease: "10 seconds", limit: 1, consumer: "cli-test" })
-        yield* store.recordAttempt({
-          messageId: claim!.id, queue: "done", task: "t", consumer: "cli-test", attempt: 1, outcome: "acked",
-          startedAt: new Date(), endedAt: new Date(), error: null
-        })
-        assert.isTrue(yield* store.ack(claim!))
+        assert.isTrue(yield* Finish.ack(store, claim!))
         yield* store.pause("idle")
       }))
     const stats = await ok(["stats", "--json"], env)
@@ -781,11 +785,8 @@ describe("leasehold CLI on effect/cli: help, --json, every queue, --watch, read-
       Effect.gen(function*() {
         const sent = yield* store.send("esc", [{ task: "t", payload: { text: hostile }, dedupKey: `key\x1b[1m` }])
         const [claim] = yield* store.claim("esc", { lease: "10 seconds", limit: 1, consumer: "cli-test" })
-        yield* store.recordAttempt({
-          messageId: claim!.id, queue: "esc", task: "t", consumer: "cli-test", attempt: 1, outcome: "dead-lettered",
-          startedAt: new Date(), endedAt: new Date(), error: hostile
-        })
-        assert.strictEqual(yield* store.deadLetter(claim!, { reason: hostile, error: hostile }), "written")
+        // Its history row carries the hostile error too.
+        assert.strictEqual(yield* Finish.deadLetter(store, claim!, { reason: hostile, error: hostile }), "written")
         return sent.map((s) => s.id)
       }))
     const raw = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/

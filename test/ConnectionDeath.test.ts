@@ -16,6 +16,7 @@ import { type PostgresServer, startPostgres } from "../dev/EmbeddedPostgres.ts"
 import { redactSecrets } from "../src/internal/redact.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import { classify, classifySqlError, ConnectionDead, QueryFailed } from "../src/QueueError.ts"
+import * as Finish from "./support/Finish.ts"
 
 let server: PostgresServer
 
@@ -177,7 +178,7 @@ describe("ConnectionDead vs QueryFailed on a real server", () => {
       assert.strictEqual(claims.length, 1)
       assert.deepStrictEqual(claims[0]!.payload, { n: 1 })
       assert.strictEqual(claims[0]!.attempts, 1, "the terminated claim was rolled back")
-      assert.isTrue(yield* store.ack(claims[0]!))
+      assert.isTrue(yield* Finish.ack(store, claims[0]!))
     }))
 
   it.live("a backend terminated inside withTransaction classifies as ConnectionDead, although the driver dies on ROLLBACK", () =>

@@ -22,6 +22,7 @@ import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { captureLogs } from "./support/ConsumerHarness.ts"
+import * as Finish from "./support/Finish.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitFor } from "./support/Wait.ts"
 
@@ -259,7 +260,7 @@ describe("ConsumerPresence (real PostgreSQL, real time)", () => {
         assert.isAtMost(state.visible_in_ms, 0, "visible at once")
         // The stale dead token can write nothing any more.
         const store = yield* PgQueueStore.make({ schema, migrate: false, leasePool: false })
-        assert.isFalse(yield* store.ack(claim))
+        assert.isFalse(yield* Finish.ack(store, claim))
         assert.deepStrictEqual(yield* store.renew([claim], "30 seconds"), { held: [], cancelling: [] })
         // Nothing more to do.
         assert.deepStrictEqual(yield* presence.sweep("someone"), [])

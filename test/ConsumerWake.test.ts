@@ -10,6 +10,7 @@ import { TestClock } from "effect/testing"
 import type * as Consumer from "../src/Consumer.ts"
 import { ConnectionDead } from "../src/QueueError.ts"
 import { makeSpy, type Spy, startConsumer } from "./support/ConsumerHarness.ts"
+import * as Finish from "./support/Finish.ts"
 
 const queue = "default"
 
@@ -101,7 +102,7 @@ describe("Consumer wakes at the earliest visibility (TestClock)", () => {
       // Handed back at 30 s by a retry without delay (it notifies nobody): found by the next poll,
       // at 60 s, not at 300 s.
       yield* TestClock.adjust("30 seconds")
-      assert.strictEqual(yield* spy.inner.retry(claim!, { delay: 0, error: "handed back" }), "written")
+      assert.strictEqual(yield* Finish.retry(spy.inner, claim!, { delay: 0, error: "handed back" }), "written")
       yield* TestClock.adjust("29 seconds")
       yield* settle
       assert.deepStrictEqual(h.starts, [])
@@ -119,7 +120,7 @@ describe("Consumer wakes at the earliest visibility (TestClock)", () => {
       yield* startConsumer(spy, h.handler, { pollInterval: "1 minute" })
       yield* settle
       yield* TestClock.adjust("30 seconds")
-      assert.strictEqual(yield* spy.inner.release(claim!), "written")
+      assert.strictEqual(yield* Finish.release(spy.inner, claim!), "written")
       yield* settle
       assert.deepStrictEqual(h.starts, [{ id: held!.id, at: 30_000 }], "claimed at the release, not at the next poll (60 s)")
     }))

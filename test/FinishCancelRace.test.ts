@@ -1,8 +1,8 @@
 /**
  * A finishing write racing a cancel, on real PostgreSQL with two connections (issue 24,
  * item 7). The cancel's transaction (on a connection of the test's own) locks and flags the
- * running message and holds its row lock; the holder's retry, release or dead letter (single,
- * or batched through `complete`) starts and waits on that lock; then the cancel commits. The
+ * running message and holds its row lock; the holder's retry, release or dead letter (through
+ * `complete`, alone or in a batch) starts and waits on that lock; then the cancel commits. The
  * write must then see the cancel: delete the message as cancelled, record `cancelled`, and
  * say so, never match nothing and vanish ("lost", history `lease-lost`, the message hidden
  * until its lease ran out), which it did while it chose its branch on the flag as of its start.
@@ -101,22 +101,6 @@ const completion = (claim: Claim, queue: string, finish: Finish) => ({
 })
 
 layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("a finishing write racing a cancel (PostgreSQL)", (it) => {
-  const singles = {
-    retry: (store: typeof QueueStore.Service, c: Claim) => store.retry(c, { delay: 0, error: "boom" }),
-    release: (store: typeof QueueStore.Service, c: Claim) => store.release(c),
-    deadLetter: (store: typeof QueueStore.Service, c: Claim) => store.deadLetter(c, { reason: "r", error: "boom" })
-  } as const
-  for (const [name, write] of Object.entries(singles)) {
-    it.effect(`a single ${name} that waited on a cancel's row lock deletes the message as cancelled and says so`, () =>
-      Effect.gen(function*() {
-        const store = yield* QueueStore
-        const { claim } = yield* running(name)
-        const { answer } = yield* raceCancel(claim, write(store, claim))
-        yield* assertCancelled(claim)
-        assert.strictEqual(answer, "cancelled")
-      }))
-  }
-
   const batched: Record<string, Finish> = {
     Retry: { _tag: "Retry", delayMs: 0, error: "boom" },
     Release: { _tag: "Release" },
@@ -157,10 +141,10 @@ layer(PgTest.storeLayer({ clock: "database" }), { excludeTestServices: true })("
   it.effect("the store's own cancel, queued behind a lock with the write behind it: the write answers cancelled", () =>
     Effect.gen(function*() {
       const store = yield* QueueStore
-      const { claim } = yield* running("store-cancel")
-      const { answer, cancelled } = yield* raceCancel(claim, store.retry(claim, { delay: 0, error: "boom" }), "store")
+      const { claim, queue } = yield* running("store-cancel")
+      const { answer, cancelled } = yield* raceCancel(claim, store.complete([completion(claim, queue, batched["Retry"]!)]), "store")
       assert.deepStrictEqual(cancelled, [{ id: claim.id, result: "cancelling" }])
       yield* assertCancelled(claim)
-      assert.strictEqual(answer, "cancelled")
+      assert.deepStrictEqual(answer, { held: [claim.id], cancelled: [claim.id] })
     }))
 })

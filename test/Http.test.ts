@@ -29,6 +29,7 @@ import { StoreSettings } from "../src/StoreSettings.ts"
 import * as QueueDepth from "../src/QueueDepth.ts"
 import { QueryFailed } from "../src/QueueError.ts"
 import { QueueStore } from "../src/QueueStore.ts"
+import * as Finish from "./support/Finish.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitFor } from "./support/Wait.ts"
 
@@ -289,7 +290,7 @@ describe("Http /metrics with the queue-depth collector (real time)", () => {
       const [dead] = yield* store.send("http_depth", [{ task: "t", payload: 0 }])
       const [claim] = yield* store.claim("http_depth", { lease: "30 seconds", limit: 1, consumer: "test" })
       assert.strictEqual(claim?.id, dead!.id)
-      assert.strictEqual(yield* store.deadLetter(claim!, { reason: "for the test" }), "written")
+      assert.strictEqual(yield* Finish.deadLetter(store, claim!, { reason: "for the test" }), "written")
       yield* store.send("http_depth", [1, 2, 3].map((n) => ({ task: "t", payload: n })))
       yield* store.send("http_depth", [{ task: "t", payload: 4, delay: 3_600_000 }])
       // http_worked is consumed: two messages of task "email" acked.

@@ -1,4 +1,4 @@
 import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
-import { conformance } from "./QueueStoreConformance.ts"
+import { conformance } from "./conformance/index.ts"
 
 conformance("memory", MemoryQueueStore.layer(), { exactlyOnceMessages: 2000 })

@@ -14,6 +14,7 @@ import * as QueueDepth from "../src/QueueDepth.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as Task from "../src/Task.ts"
+import * as Finish from "./support/Finish.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitFor } from "./support/Wait.ts"
 
@@ -147,7 +148,7 @@ describe("metrics on PostgreSQL (real time)", () => {
       const quiet = freshQueue("depth-quiet")
       yield* store.send(queue, [{ task: "t", payload: "flight" }, { task: "t", payload: "dead" }])
       const [, dead] = yield* store.claim(queue, { lease: "1 minute", limit: 2, consumer: "depth-test" })
-      yield* store.deadLetter(dead!, { reason: "for the test" })
+      yield* Finish.deadLetter(store, dead!, { reason: "for the test" })
       yield* store.send(queue, [{ task: "t", payload: "r1" }, { task: "t", payload: "r2" }, { task: "t", payload: "later", delay: 60_000 }])
 
       const depths = yield* QueueDepth.sample([queue, quiet])

@@ -16,6 +16,7 @@ import { SqlClient } from "effect/sql"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
+import * as Finish from "./support/Finish.ts"
 import * as PgProxy from "./support/PgProxy.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitFor } from "./support/Wait.ts"
@@ -35,7 +36,7 @@ describe("the reaper after a redrive (real PostgreSQL, real time)", () => {
       const [sent] = yield* store.send(QUEUE, [{ task: "job", payload: { n: 1 } }])
       const [first] = yield* store.claim(QUEUE, { lease: "30 seconds", limit: 1, consumer: "first" })
       assert.strictEqual(first?.id, sent!.id)
-      yield* store.deadLetter(first!, { reason: "test", error: "boom" })
+      yield* Finish.deadLetter(store, first!, { reason: "test", error: "boom" })
       assert.deepStrictEqual(yield* store.redrive({ ids: [sent!.id] }), [sent!.id])
       const [base] = yield* sql<{ attempt_base: number; attempts: number }>`
         SELECT attempt_base, attempts FROM ${sql(`${schema}.messages`)} WHERE id = ${sent!.id}::bigint`

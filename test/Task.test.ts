@@ -15,6 +15,7 @@ import { QueueStore, type QueueStoreShape } from "../src/QueueStore.ts"
 import * as Task from "../src/Task.ts"
 import * as Testing from "../src/Testing.ts"
 import { captureLogs, makeSpy, startConsumer, type Spy } from "./support/ConsumerHarness.ts"
+import * as Finish from "./support/Finish.ts"
 
 const Email = Schema.Struct({ to: Schema.String, count: Schema.NumberFromString })
 
@@ -47,7 +48,7 @@ describe("Task (memory store, TestClock)", () => {
       // Stored encoded: count as a string.
       const [raw] = yield* spy.inner.claim("default", { lease: "1 second", limit: 1, consumer: "peek" })
       assert.deepStrictEqual(raw!.payload, { to: "ada@example.com", count: "3" })
-      assert.strictEqual(yield* spy.inner.release(raw!), "written")
+      assert.strictEqual(yield* Finish.release(spy.inner, raw!), "written")
       yield* startConsumer(spy, Task.dispatcher(email), {})
       yield* idle(spy)
       assert.deepStrictEqual(seen, [{ to: "ada@example.com", count: 3 }])

@@ -13,6 +13,7 @@ import { QueueStore } from "../src/QueueStore.ts"
 import * as Task from "../src/Task.ts"
 import * as TaskClient from "../src/TaskClient.ts"
 import { makeSpy, startConsumer } from "./support/ConsumerHarness.ts"
+import * as Finish from "./support/Finish.ts"
 
 const digest = Task.define({ name: "digest", queue: "digests", payload: Schema.Struct({ user: Schema.String }) })
 
@@ -28,7 +29,7 @@ describe("unique windows through TaskClient", () => {
       assert.isFalse(first.deduplicated)
       // Run and acked: the message is gone, the key still held.
       const [claim] = yield* store.claim("digests", { lease: "30 seconds", limit: 1, consumer: "c" })
-      assert.isTrue(yield* store.ack(claim!))
+      assert.isTrue(yield* Finish.ack(store, claim!))
       yield* TestClock.adjust("59 minutes")
       assert.deepStrictEqual(yield* send("ada"), { id: first.id, deduplicated: true })
       assert.isFalse((yield* send("bob")).deduplicated, "another key")

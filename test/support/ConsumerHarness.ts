@@ -35,7 +35,7 @@ export interface Spy {
   readonly of: (op: string) => ReadonlyArray<Call>
 }
 
-/** The single write a completion stands for (a `Forget` writes nothing). */
+/** The name each finishing kind of a completion is recorded under (a `Forget` writes nothing). */
 const opOf: Record<string, string | undefined> = { Ack: "ack", Retry: "retry", DeadLetter: "deadLetter", Release: "release", Cancel: "cancel" }
 
 export const makeSpy: Effect.Effect<Spy> = Effect.gen(function*() {
@@ -46,8 +46,6 @@ export const makeSpy: Effect.Effect<Spy> = Effect.gen(function*() {
     Effect.map(Clock.currentTimeMillis, (at) => {
       calls.push({ seq: seq++, op, phase, ids, at })
     })
-  const fenced = <A extends Array<any>, B>(op: string, f: (ref: ClaimRef, ...rest: A) => Effect.Effect<B, StoreError>) =>
-  (ref: ClaimRef, ...rest: A) => Effect.tap(f(ref, ...rest), () => record(op, "end", [ref.id]))
   const spy: Spy = {
     inner,
     calls,
@@ -61,11 +59,7 @@ export const makeSpy: Effect.Effect<Spy> = Effect.gen(function*() {
           yield* record("renew", "start", refs.map((r) => r.id))
           return yield* (spy.renew === undefined ? inner.renew(refs, lease) : spy.renew(refs, inner))
         }).pipe(Effect.onExit(() => record("renew", "end", refs.map((r) => r.id)))),
-      ack: fenced("ack", inner.ack),
-      release: fenced("release", inner.release),
-      retry: fenced("retry", inner.retry),
-      deadLetter: fenced("deadLetter", inner.deadLetter),
-      // A batch of finishing writes is recorded as the single writes it stands for, in order.
+      // A batch of finishing writes is recorded as one call per completion, by its kind, in order.
       complete: (completions) =>
         Effect.tap(inner.complete(completions), () =>
           Effect.forEach(completions, (c) => {

@@ -1,7 +1,8 @@
 /**
- * PostgreSQL-only behaviour of the store that the shared conformance suite
- * does not cover: the database clock, joining the caller's transaction,
- * migrations, hostile input, odd rows, and large or mixed batches.
+ * The PostgreSQL store's SQL, where the shared conformance suite does not reach:
+ * the server's clock, joining the caller's transaction, migrations, hostile names
+ * kept out of the SQL text, rows written by raw SQL, and batches split into chunks
+ * (large, mixed, atomic, past jsonb's cap).
  *
  * Every test here runs on real time (`excludeTestServices`): the store reads
  * `now()` from the server.
@@ -14,6 +15,7 @@ import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import { InvalidInput, QueryFailed } from "../src/QueueError.ts"
 import { QueueStore } from "../src/QueueStore.ts"
+import * as Finish from "./support/Finish.ts"
 import * as PgTest from "./support/PgTest.ts"
 
 const schema = PgTest.uniqueSchema("extra")
@@ -249,7 +251,7 @@ layer(StoreLive, { excludeTestServices: true })("PgQueueStore on PostgreSQL: bey
       assert.strictEqual(claims[1]!.task, "not a valid task name")
       assert.deepStrictEqual(claims[1]!.headers, { h: "v" })
       assert.deepStrictEqual(claims[2]!.payload, [1, 2.5, true, null, { a: [] }])
-      for (const claim of claims) assert.isTrue(yield* store.ack(claim))
+      for (const claim of claims) assert.isTrue(yield* Finish.ack(store, claim))
     }))
 
   it.effect("a batch of 1,200 (three INSERT chunks) keeps input order, and every message is claimable", () =>
