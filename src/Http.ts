@@ -36,6 +36,7 @@ import { seconds } from "./internal/format.ts"
 import * as HttpSecurity from "./http/security.ts"
 import { redactSecrets } from "./internal/redact.ts"
 import * as Migrations from "./Migrations.ts"
+import * as Probe from "./pg/probe.ts"
 import { Prometheus, prometheusContentType } from "./Observability.ts"
 import { StoreSettings } from "./StoreSettings.ts"
 import * as QueueConfig from "./QueueConfig.ts"
@@ -163,7 +164,7 @@ const readiness = (consumer: Consumer["Service"], { presence, sql, store }: Prob
       checks.push(check("database", true, "no SQL client (in-memory store)"), check("migrations", true, "no SQL client"))
     } else {
       const client = sql.value
-      const answered = yield* client`SELECT 1`.pipe(classify("readiness probe"), Effect.timeoutOption(timeout), Effect.result)
+      const answered = yield* Probe.ping(client).pipe(classify("readiness probe"), Effect.timeoutOption(timeout), Effect.result)
       const database = answered._tag === "Failure"
         ? check("database", false, detail(answered.failure))
         : Option.isNone(answered.success)

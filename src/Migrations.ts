@@ -16,6 +16,7 @@ import schedulesAndUniqueKeys from "./migrations/0007_schedules_and_unique_keys.
 import claimIndexOnly from "./migrations/0008_claim_index_only.ts"
 import { classify, type InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
+import * as Statements from "./pg/migrate.ts"
 
 /** The schema leasehold uses unless told otherwise. */
 export const defaultSchema = "leasehold"
@@ -54,8 +55,8 @@ export const run = (options: { readonly schema?: string | undefined } = {}): Eff
     })
     return yield* sql.withTransaction(Effect.gen(function*() {
       // Why a lock: CREATE SCHEMA IF NOT EXISTS and the migrations table are not race-free on their own.
-      yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`leasehold.migrate.${schema}`}))`
-      yield* sql`CREATE SCHEMA IF NOT EXISTS ${sql(schema)}`
+      yield* Statements.lock(sql, schema)
+      yield* Statements.createSchema(sql, schema)
       return yield* migrate
     })).pipe(
       // A migration that failed on SQL reports that SQL error; any other migrator failure is a QueryFailed.
@@ -90,10 +91,8 @@ export const pending = (options: { readonly schema?: string | undefined } = {}):
   Effect.gen(function*() {
     const schema = yield* Validate.schemaName(options.schema ?? defaultSchema)
     const sql = (yield* SqlClient.SqlClient).withoutTransforms()
-    // to_regclass: NULL (no error) when the schema or its migrations table does not exist.
-    const [table] = yield* sql<{ present: boolean }>`SELECT to_regclass(${`${schema}.migrations`}) IS NOT NULL AS present`
-    if (table?.present !== true) return known
-    const rows = yield* sql<{ id: number }>`SELECT migration_id AS id FROM ${sql(`${schema}.migrations`)}`
-    const applied = new Set(rows.map((row) => Number(row.id)))
+    // No migrations table (nor perhaps the schema): nothing has run.
+    const applied = yield* Statements.applied(sql, schema)
+    if (applied === undefined) return known
     return known.filter(([id]) => !applied.has(id))
   }).pipe(classify("read migrations"))

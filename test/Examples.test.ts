@@ -247,7 +247,7 @@ const accepts = (port: number) =>
   })
 
 /**
- * Hold the advisory lock that migrations of `schema` take (Migrations.ts: `leasehold.migrate.<schema>`)
+ * Hold the advisory lock that migrations of `schema` take (src/pg/migrate.ts: `leasehold.migrate.<schema>`)
  * in an open transaction on the database at `url`, until `release` is called.
  */
 const holdMigrationLock = async (url: string, schema: string) => {
