@@ -1,5 +1,6 @@
 /**
- * The readiness probe's statement (`Http`'s `/readyz`): does the database answer?
+ * The probe statement: does the database answer? (`Http`'s `/readyz`, and the pooler proof
+ * touching its session between its lock checks.)
  *
  * @since 0.1.0
  */

@@ -7,6 +7,7 @@
  */
 import { Effect } from "effect"
 import { classify, type StoreError } from "../QueueError.ts"
+import { attemptNumber, historyInsert } from "./fragments.ts"
 import type { PresenceContext } from "./presence.ts"
 
 /** One claim released by the reaper. */
@@ -83,9 +84,9 @@ export const sweep = (ctx: PresenceContext, self: string, release = true): Effec
         FROM ${messages} AS o JOIN dead AS d ON o.leased_by = d.id
         WHERE m.id = o.id AND m.leased_by = d.id AND m.lease_token IS NOT NULL
           AND m.state = 'ready' AND m.visible_at > now()
-        RETURNING m.id, m.queue, m.task, m.attempt_base + m.attempts AS attempt, d.id AS consumer, o.leased_at
+        RETURNING m.id, m.queue, m.task, ${attemptNumber("m")} AS attempt, d.id AS consumer, o.leased_at
       ), history AS (
-        INSERT INTO ${attempts} (message_id, queue, task, attempt, consumer, started_at, ended_at, outcome, error)
+        ${historyInsert(attempts)}
         SELECT r.id, r.queue, r.task, r.attempt, r.consumer, coalesce(r.leased_at, now()), now(), 'lease-expired',
                'consumer ' || r.consumer || ' died: its session ended and its heartbeat went stale; released by the reaper'
         FROM released AS r

@@ -15,6 +15,7 @@ import { Effect, Option } from "effect"
 import type { SqlClient } from "effect/sql"
 import { seconds } from "../internal/format.ts"
 import * as PresenceSql from "../pg/presence.ts"
+import * as Probe from "../pg/probe.ts"
 import * as Pooler from "../Pooler.ts"
 
 /** A backend older than this at our first statement was not started for us: a pooler's connection. */
@@ -61,7 +62,7 @@ export const sharedBackend = (
 ): Effect.Effect<string | undefined> =>
   Effect.gen(function*() {
     for (let i = 0; i < 3; i++) {
-      yield* session`SELECT 1`
+      yield* Probe.ping(session)
       const probe = yield* PresenceSql.tryTakeOver(ctx, key)
       if (probe?.got === true) {
         return probe.pid === pid
