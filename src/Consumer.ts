@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Clock, Config, Context, Deferred, Effect, Exit, Fiber, Latch, Layer, type LogLevel, Metric, Option, References, Runtime, Scope } from "effect"
+import { Cause, Clock, Context, Deferred, Effect, Exit, Fiber, Latch, Layer, type LogLevel, Metric, Option, References, Runtime, Scope } from "effect"
 import * as Completer from "./internal/completer.ts"
 import * as Handle from "./internal/handle.ts"
 import * as EventLoopLag from "./internal/eventLoopLag.ts"
@@ -557,11 +557,9 @@ export const layerFromEnv = <R>(handler: Handler<R> | Dispatcher<R>): Layer.Laye
   Layer.effect(
     Consumer,
     Effect.gen(function*() {
-      const { consumer: settings, process } = yield* QueueConfig.workerFromEnv
-      const named = yield* Effect.orElseSucceed(Config.option(Config.String(QueueConfig.variables.queues)), () => Option.none<string>())
-      const fromTasks = dispatcherQueues(handler)
-      const unnamed = Option.isNone(named) || named.value.trim() === ""
-      return yield* withLogLevel(make(handler, unnamed && fromTasks !== undefined ? { ...settings, queues: fromTasks } : settings), process.logLevel)
+      // LEASEHOLD_QUEUES is read once: unset (or blank), a dispatcher's task queues stand in for it.
+      const { consumer: settings, process } = yield* QueueConfig.workerFromEnvWith({ fallbacks: { queues: dispatcherQueues(handler) } })
+      return yield* withLogLevel(make(handler, settings), process.logLevel)
     })
   )
 

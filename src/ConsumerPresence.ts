@@ -40,7 +40,7 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Clock, Config, Context, Deferred, type Duration, Effect, Layer, Option, type Scope } from "effect"
+import { Clock, Context, Deferred, type Duration, Effect, Layer, Option, type Scope } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import type { SqlClient } from "effect/sql"
 import * as os from "node:os"
@@ -386,21 +386,8 @@ export const layerPg = (
 ): Layer.Layer<ConsumerPresence, InvalidInput | StoreError, PgClient.PgClient | SqlClient.SqlClient> =>
   Layer.effect(ConsumerPresence, make(options))
 
-/** The mode from `LEASEHOLD_SESSION_LIVENESS` (on, off or auto; default auto). */
-export const modeFromEnv: Effect.Effect<Mode, ConfigInvalid> = Effect.gen(function*() {
-  const name = variables.sessionLiveness
-  const value = yield* Config.option(Config.String(name)).pipe(
-    Effect.mapError((e) => new ConfigInvalid({ variable: name, rule: "readable", message: `${name}: ${e.message}` }))
-  )
-  if (Option.isNone(value) || value.value.trim() === "") return "auto"
-  const mode = value.value.trim().toLowerCase()
-  if (mode === "on" || mode === "off" || mode === "auto") return mode
-  return yield* new ConfigInvalid({
-    variable: name,
-    rule: "on, off or auto",
-    message: `${name}: ${JSON.stringify(value.value)} is invalid; expected on, off or auto`
-  })
-})
+/** The mode from `LEASEHOLD_SESSION_LIVENESS` (on, off or auto; default auto): `QueueConfig.presenceModeFromEnv`. */
+export const modeFromEnv: Effect.Effect<Mode, ConfigInvalid> = QueueConfig.presenceModeFromEnv
 
 /**
  * {@link layerPg} with the mode from `LEASEHOLD_SESSION_LIVENESS`. The schema

@@ -12,9 +12,10 @@
  *
  * @since 0.1.0
  */
-import { Config, Context, type Duration, Effect, Layer, Option } from "effect"
+import { Config, Context, type Duration, Effect, Layer } from "effect"
 import { FetchHttpClient } from "effect/http"
 import { Otlp, type OtlpExporter, PrometheusMetrics } from "effect/observability"
+import * as Read from "./config/read.ts"
 import { redactSecrets } from "./internal/redact.ts"
 import { ConfigInvalid } from "./QueueError.ts"
 
@@ -98,11 +99,32 @@ export const variables = {
   serviceName: "OTEL_SERVICE_NAME"
 } as const
 
-const readOptional = (name: string) =>
-  Config.option(Config.String(name)).pipe(
-    Effect.mapError((e) => new ConfigInvalid({ variable: name, rule: "readable", message: `${name}: ${e.message}` })),
-    Effect.map((value) => Option.getOrUndefined(Option.filter(Option.map(value, (s) => s.trim()), (s) => s !== "")))
-  )
+/** What {@link layerOtlpFromEnv} reads: the collector's endpoint (none: no export) and the service name. */
+export interface OtlpSettings {
+  readonly endpoint: string | undefined
+  readonly serviceName: string
+}
+
+/**
+ * The OpenTelemetry variables as one `Config` description: `OTEL_EXPORTER_OTLP_ENDPOINT` (an
+ * http(s) URL; unset or blank: none) and `OTEL_SERVICE_NAME` (default `leasehold`).
+ */
+export const otlpConfig: Config.Config<OtlpSettings> = Config.all({
+  endpoint: Read.text(variables.endpoint, { trim: true }).pipe(Read.check((endpoint) => {
+    if (endpoint === undefined) return Effect.succeed(undefined)
+    const url = URL.canParse(endpoint) ? new URL(endpoint) : undefined
+    return url !== undefined && (url.protocol === "http:" || url.protocol === "https:")
+      ? Effect.succeed(endpoint)
+      : Effect.fail(
+        new ConfigInvalid({
+          variable: variables.endpoint,
+          rule: "an http(s) URL",
+          message: `${variables.endpoint}: ${JSON.stringify(redactSecrets(endpoint))} is invalid; expected an http(s) URL such as http://localhost:4318`
+        })
+      )
+  })),
+  serviceName: Config.map(Read.text(variables.serviceName, { trim: true }), (name) => name ?? "leasehold")
+})
 
 /**
  * {@link layerOtlp} configured by the standard OpenTelemetry variables:
@@ -116,17 +138,5 @@ const readOptional = (name: string) =>
 export const layerOtlpFromEnv = (
   options: Omit<OtlpOptions, "url" | "serviceName"> = {}
 ): Layer.Layer<never, ConfigInvalid> =>
-  Layer.unwrap(Effect.gen(function*() {
-    const endpoint = yield* readOptional(variables.endpoint)
-    if (endpoint === undefined) return Layer.empty
-    const url = URL.canParse(endpoint) ? new URL(endpoint) : undefined
-    if (url === undefined || (url.protocol !== "http:" && url.protocol !== "https:")) {
-      return yield* new ConfigInvalid({
-        variable: variables.endpoint,
-        rule: "an http(s) URL",
-        message: `${variables.endpoint}: ${JSON.stringify(redactSecrets(endpoint))} is invalid; expected an http(s) URL such as http://localhost:4318`
-      })
-    }
-    const serviceName = (yield* readOptional(variables.serviceName)) ?? "leasehold"
-    return layerOtlp({ ...options, url: endpoint, serviceName })
-  }))
+  Layer.unwrap(Effect.map(Read.load(otlpConfig), ({ endpoint, serviceName }) =>
+    endpoint === undefined ? Layer.empty : layerOtlp({ ...options, url: endpoint, serviceName })))

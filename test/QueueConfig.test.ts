@@ -1,9 +1,11 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, ConfigProvider, Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Cause, Config, ConfigProvider, Context, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
 import * as Consumer from "../src/Consumer.ts"
+import * as ConsumerPresence from "../src/ConsumerPresence.ts"
 import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
 import * as QueueConfig from "../src/QueueConfig.ts"
 import { ConfigInvalid } from "../src/QueueError.ts"
+import * as Task from "../src/Task.ts"
 
 const withEnv = (env: Record<string, string>) => Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnvRecord(env)))
 
@@ -264,4 +266,111 @@ describe("QueueConfig", () => {
       const printed = Cause.pretty(Cause.fail(e))
       assert.strictEqual(printed, "ConfigInvalid: LEASEHOLD_HTTP_PORT: \"http\" is invalid; expected a whole number from 0 to 65535")
     }))
+
+  describe("through a ConfigProvider", () => {
+    const withProvider = (root: Record<string, unknown>) => Effect.provide(ConfigProvider.layer(ConfigProvider.fromUnknown(root)))
+
+    it.effect("every description reads the provided source, not the process environment; rules name the variable", () =>
+      Effect.gen(function*() {
+        const worker = yield* QueueConfig.workerFromEnv.pipe(withProvider({
+          LEASEHOLD_QUEUES: "a, b",
+          LEASEHOLD_CONCURRENCY: 4,
+          LEASEHOLD_LEASE: "10s",
+          LEASEHOLD_HTTP_PORT: 0,
+          LEASEHOLD_LOG_LEVEL: "warn"
+        }))
+        assert.deepStrictEqual(worker.consumer.queues, ["a", "b"])
+        assert.strictEqual(worker.consumer.concurrency, 4)
+        assert.strictEqual(worker.consumer.leaseMs, 10_000)
+        assert.deepStrictEqual(worker.process.http, Option.some({ port: 0, host: "127.0.0.1" }))
+        assert.deepStrictEqual(worker.process.logLevel, Option.some("Warn"))
+        assert.strictEqual(yield* QueueConfig.schemaFromEnv.pipe(withProvider({ LEASEHOLD_SCHEMA: "jobs" })), "jobs")
+        assert.strictEqual(yield* QueueConfig.poolerFromEnv.pipe(withProvider({ LEASEHOLD_POOLER: "Transaction" })), "transaction")
+        assert.strictEqual(yield* ConsumerPresence.modeFromEnv.pipe(withProvider({ LEASEHOLD_SESSION_LIVENESS: " OFF " })), "off")
+        assert.strictEqual(yield* ConsumerPresence.modeFromEnv.pipe(withProvider({})), "auto")
+        for (
+          const [root, variable, rule] of [
+            [{ LEASEHOLD_CONCURRENCY: 0 }, "LEASEHOLD_CONCURRENCY", /from 1 to 10000/],
+            [{ LEASEHOLD_BATCH_SIZE: "many" }, "LEASEHOLD_BATCH_SIZE", /a whole number/],
+            [{ LEASEHOLD_HTTP_PORT: 70_000 }, "LEASEHOLD_HTTP_PORT", /from 0 to 65535/],
+            [{ LEASEHOLD_SESSION_LIVENESS: "sometimes" }, "LEASEHOLD_SESSION_LIVENESS", /on, off or auto/],
+            [{ LEASEHOLD_POOLER: "pgcat" }, "LEASEHOLD_POOLER", /none, session or transaction/],
+            // A rule between two settings, one of them left at its default: named by the variable to set.
+            [{ LEASEHOLD_RETRY_BASE: "2h" }, "LEASEHOLD_RETRY_MAX", /at least the retry base/]
+          ] as const
+        ) {
+          const e = yield* fails(
+            Effect.all([QueueConfig.workerFromEnv, QueueConfig.poolerFromEnv, ConsumerPresence.modeFromEnv]).pipe(withProvider(root))
+          )
+          assert.deepStrictEqual([e._tag, e.variable], ["ConfigInvalid", variable], JSON.stringify(root))
+          assert.match(e.rule, rule, JSON.stringify(root))
+          assert.include(e.message, variable)
+        }
+        const presence = yield* fails(ConsumerPresence.modeFromEnv.pipe(withProvider({ LEASEHOLD_SESSION_LIVENESS: "sometimes" })))
+        assert.strictEqual(presence.message, 'LEASEHOLD_SESSION_LIVENESS: "sometimes" is invalid; expected on, off or auto')
+      }))
+
+    it.effect("the descriptions compose as effect Configs; a broken rule is a ConfigError carrying the ConfigInvalid", () =>
+      Effect.gen(function*() {
+        const both = Config.all({ consumer: QueueConfig.consumerConfig(), schema: QueueConfig.schemaConfig })
+        const read = yield* both.parse(ConfigProvider.fromUnknown({ LEASEHOLD_SCHEMA: "s1", LEASEHOLD_BATCH_SIZE: "7" }))
+        assert.deepStrictEqual([read.schema, read.consumer.batchSize], ["s1", 7])
+        const error = yield* Effect.flip(both.parse(ConfigProvider.fromUnknown({ LEASEHOLD_LEASE: "soon" })))
+        assert.strictEqual(error._tag, "ConfigError")
+        assert.instanceOf(error.cause.cause, ConfigInvalid)
+        assert.strictEqual((error.cause.cause as ConfigInvalid).variable, "LEASEHOLD_LEASE")
+      }))
+
+    it.effect("code options overlay the environment: a value from code wins and its error names the option", () =>
+      Effect.gen(function*() {
+        const env = { LEASEHOLD_CONCURRENCY: "3", LEASEHOLD_LEASE: "12s", LEASEHOLD_QUEUES: "from-env" }
+        const overlaid = QueueConfig.consumerConfig({ overrides: { concurrency: 5 }, fallbacks: { queues: ["fallback"], batchSize: 9 } })
+        const settings = yield* overlaid.pipe(withProvider(env))
+        assert.deepStrictEqual(
+          [settings.concurrency, settings.leaseMs, settings.queues, settings.batchSize],
+          [5, 12_000, ["from-env"], 9]
+        )
+        const under = yield* QueueConfig.workerFromEnvWith({ fallbacks: { queues: ["fallback"] } }).pipe(withProvider({}))
+        assert.deepStrictEqual(under.consumer.queues, ["fallback"])
+        const fromCode = yield* fails(QueueConfig.workerFromEnvWith({ overrides: { concurrency: 0 } }).pipe(withProvider(env)))
+        assert.deepStrictEqual([fromCode.variable, fromCode.rule], ["concurrency", "a whole number from 1 to 10000"])
+        const fromEnv = yield* fails(QueueConfig.workerFromEnvWith({ overrides: { lease: "5s" } }).pipe(withProvider({ LEASEHOLD_CONCURRENCY: "0" })))
+        assert.strictEqual(fromEnv.variable, "LEASEHOLD_CONCURRENCY")
+      }))
+
+    it.effect("Consumer.layerFromEnv reads LEASEHOLD_QUEUES once; unset, its dispatcher's task queues", () =>
+      Effect.gen(function*() {
+        const task = Task.make({ name: "t", queue: "from-tasks", payload: Schema.Struct({}), handler: () => Effect.void })
+        for (const [root, queues] of [[{ LEASEHOLD_QUEUES: "q1,q2" }, ["q1", "q2"]], [{}, ["from-tasks"]]] as const) {
+          const source = ConfigProvider.fromUnknown(root)
+          let reads = 0
+          const counting = ConfigProvider.make((path) => {
+            if (path.join(".") === QueueConfig.env.queues) reads++
+            return source.load(path)
+          })
+          const settings = yield* Effect.scoped(Effect.gen(function*() {
+            const context = yield* Layer.build(Consumer.layerFromEnv(Task.dispatcher(task)).pipe(Layer.provide(MemoryQueueStore.layer())))
+            return Context.get(context, Consumer.Consumer).settings
+          })).pipe(Effect.provide(ConfigProvider.layer(counting)))
+          assert.deepStrictEqual(settings.queues, queues)
+          assert.strictEqual(reads, 1, "LEASEHOLD_QUEUES reads")
+        }
+      }))
+
+    it("one record names every LEASEHOLD_ variable; the other maps are views of it", () => {
+      const names = Object.values(QueueConfig.env)
+      assert.strictEqual(new Set(names).size, names.length)
+      for (const name of names) assert.match(name, /^LEASEHOLD_[A-Z_]+$/)
+      const views = [
+        QueueConfig.variables,
+        QueueConfig.connectionVariables,
+        QueueConfig.httpVariables,
+        QueueConfig.adminVariables,
+        QueueConfig.logVariables,
+        ConsumerPresence.variables
+      ]
+      for (const view of views) for (const name of Object.values(view)) assert.include(names, name)
+      assert.sameMembers([...new Set(views.flatMap((view) => Object.values(view)))], names)
+    })
+  })
 })

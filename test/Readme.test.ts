@@ -8,7 +8,9 @@
  * - a block introduced by a link to one of examples/*.ts is that file, line for line (the files
  *   test/Examples.test.ts and vitest run);
  * - every relative link and #anchor points at a file and heading that exist;
- * - the Node version the README states is the one package.json requires.
+ * - the Node version the README states is the one package.json requires;
+ * - every variable of `QueueConfig.env` (the one list of `LEASEHOLD_*` names) is documented in
+ *   docs/configuration.md or docs/operating.md, and every `LEASEHOLD_*` name a page mentions is in it.
  *
  * A quoted line may stand in for variable parts with `<...>` (e.g. `<message>`); the literal
  * parts between them must appear, in order, in one log call of src/.
@@ -170,5 +172,20 @@ describe("README.md and docs/*.md", () => {
     assert.isDefined(required)
     assert.include(readme, `Node.js >= ${required}`)
     assert.notMatch(readme, /Node\.js 20\+/)
+  })
+
+  it("documents every variable of QueueConfig.env, and mentions no LEASEHOLD_ variable that is not in it", () => {
+    const reference = pages.filter((page) => page.path === "docs/configuration.md" || page.path === "docs/operating.md")
+      .map((page) => page.text).join("\n")
+    const undocumented = Object.values(QueueConfig.env).filter((name) => !new RegExp(`\\b${name}\\b`).test(reference))
+    assert.deepStrictEqual(undocumented, [], "in QueueConfig.env but in neither docs/configuration.md nor docs/operating.md")
+    // Not leasehold's settings: the test suite's database and the dev tools' PostgreSQL binaries.
+    const devAndTest = new Set(["LEASEHOLD_TEST_DATABASE_URL", "LEASEHOLD_PG_BIN"])
+    const known = new Set<string>(Object.values(QueueConfig.env))
+    const unknown = pages.flatMap((page) =>
+      [...page.text.matchAll(/\bLEASEHOLD_[A-Z][A-Z_]*[A-Z]\b/g)].map((m) => m[0]).filter((name) => !known.has(name) && !devAndTest.has(name))
+        .map((name) => `${page.path}: ${name}`)
+    )
+    assert.deepStrictEqual([...new Set(unknown)], [], "mentioned in a page but read by nothing (not in QueueConfig.env)")
   })
 })

@@ -6,13 +6,14 @@
  * @since 0.1.0
  */
 import { Clock, Deferred, Effect, Option } from "effect"
+import { env } from "../config/variables.ts"
 import { seconds } from "../internal/format.ts"
 import * as PresenceSql from "../pg/presence.ts"
 import { classify, QueryFailed, type StoreError } from "../QueueError.ts"
 import * as Session from "./session.ts"
 
 /** The environment variable that turns session liveness on, off or auto (`ConsumerPresence.variables`). */
-export const variables = { sessionLiveness: "LEASEHOLD_SESSION_LIVENESS" } as const
+export const variables = { sessionLiveness: env.sessionLiveness } as const
 
 /**
  * A failure that proves the server itself is down for everyone (not that this
