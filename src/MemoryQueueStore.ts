@@ -11,6 +11,7 @@ import type {
   Attempt,
   CancelResult,
   Claim,
+  ClaimRef,
   DeadLetter,
   MessageId,
   MessageInfo,
@@ -25,7 +26,7 @@ import {
   defaults,
   type DeadLetterFilter,
   fromOperations,
-  type HandedBack,
+  type Finish,
   historyErrors,
   QueueStore,
   type QueueStoreShape,
@@ -130,21 +131,17 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         .sort((a, b) => (a.deadAt ?? 0) - (b.deadAt ?? 0) || (a.id < b.id ? -1 : 1))
     }
     /**
-     * A fenced finishing write (retry, release, dead letter) of a held message; one whose
-     * cancel was asked for while it ran is deleted instead (as SQL does): never run again,
-     * with a `cancelled` history row carrying the write's `error`.
+     * The fenced write of a retry, release or dead letter of a held message (one flagged for
+     * cancel never gets here: `complete` deletes it instead): `write` sets its columns, the
+     * lease is cleared. `false` when the lease was lost.
      */
-    const fencedWrite = (id: MessageId, token: string, error: string | null, write: (row: Row, now: number) => void) =>
-      Effect.map(Clock.currentTimeMillis, (now): HandedBack => {
-        const row = held(id, token)
-        if (row === undefined) return "lost"
-        if (row.cancelRequestedAt === null) {
-          write(row, now)
-          return "written"
-        }
-        rows.delete(BigInt(id))
-        pushAttempt(unfinished(row, now, "cancelled", error))
-        return "cancelled"
+    const handBack = (ref: ClaimRef, write: (row: Row, now: number) => void) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const row = held(ref.id, ref.leaseToken)
+        if (row === undefined) return false
+        write(row, now)
+        clearLease(row)
+        return true
       })
 
     const send: QueueStoreShape["send"] = (queue, messages) =>
@@ -272,42 +269,44 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         return { held: stillHeld, cancelling }
       })
 
-    const ack: QueueStoreShape["ack"] = (ref) =>
-      Effect.sync(() => held(ref.id, ref.leaseToken) !== undefined && rows.delete(BigInt(ref.id)))
+    /** Delete a held message (an ack, or a cancel); `false` when the lease was lost. */
+    const deleteHeld = (ref: ClaimRef) => Effect.sync(() => held(ref.id, ref.leaseToken) !== undefined && rows.delete(BigInt(ref.id)))
 
-    const release: QueueStoreShape["release"] = (ref, options) =>
-      Effect.flatMap(
-        options?.delay === undefined ? Effect.succeed(0) : Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie),
-        (delayMs) =>
-          fencedWrite(ref.id, ref.leaseToken, null, (row, now) => {
-            row.visibleAt = now + delayMs
+    /** The fenced write of one completion's finish (not a cancel): whether it landed. */
+    const finishWrite = (ref: ClaimRef, f: Finish): Effect.Effect<boolean> => {
+      switch (f._tag) {
+        case "Ack":
+        case "Cancel":
+          return deleteHeld(ref)
+        case "Retry":
+          return Effect.flatMap(Validate.durationMs("delay", f.delayMs, { min: 0 }).pipe(Effect.orDie), (delayMs) =>
+            handBack(ref, (row, now) => {
+              row.visibleAt = now + delayMs
+              row.lastError = Validate.boundedText(f.error)
+            }))
+        case "Release":
+          return handBack(ref, (row, now) => {
+            // The attempt is given back: a release is not a failure of the handler.
+            row.visibleAt = now
             row.attempts = Math.max(row.attempts - 1, 0)
-            clearLease(row)
             // Ready again now: idle consumers hear of it as of a send (a peer claims it at once).
-            if (delayMs === 0) for (const latch of listeners.get(row.queue) ?? []) latch.openUnsafe()
+            for (const latch of listeners.get(row.queue) ?? []) latch.openUnsafe()
           })
-      )
+        case "DeadLetter":
+          return handBack(ref, (row, now) => {
+            row.state = "dead"
+            // A claim beyond the last attempt (quarantined, exhausted) ran nothing: never shown past the max.
+            row.attempts = Math.min(row.attempts, row.maxAttempts)
+            row.deadReason = Validate.boundedText(f.reason)
+            row.deadAt = now
+            if (f.error !== undefined) row.lastError = Validate.boundedText(f.error)
+          })
+        case "Forget":
+          return Effect.succeed(false)
+      }
+    }
 
-    const retry: QueueStoreShape["retry"] = (ref, options) =>
-      Effect.flatMap(Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie), (delayMs) =>
-        fencedWrite(ref.id, ref.leaseToken, options.error, (row, now) => {
-          row.visibleAt = now + delayMs
-          row.lastError = Validate.boundedText(options.error)
-          clearLease(row)
-        }))
-
-    const deadLetter: QueueStoreShape["deadLetter"] = (ref, options) =>
-      fencedWrite(ref.id, ref.leaseToken, options.error ?? null, (row, now) => {
-        row.state = "dead"
-        // A claim beyond the last attempt (quarantined, exhausted) ran nothing: never shown past the max.
-        row.attempts = Math.min(row.attempts, row.maxAttempts)
-        row.deadReason = Validate.boundedText(options.reason)
-        row.deadAt = now
-        if (options.error !== undefined) row.lastError = Validate.boundedText(options.error)
-        clearLease(row)
-      })
-
-    /** Each completion as its single write would do it, then its history record; as one step. */
+    /** Each completion's fenced write, by its kind, then its history record; as one step. */
     const complete: QueueStoreShape["complete"] = (completions) =>
       Effect.gen(function*() {
         const landedIds: Array<MessageId> = []
@@ -320,15 +319,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
           const flagged = held(c.ref.id, c.ref.leaseToken)?.cancelRequestedAt != null &&
             (f._tag === "Retry" || f._tag === "DeadLetter" || f._tag === "Release")
           const cancelled = flagged || f._tag === "Cancel"
-          const landed = f._tag === "Ack" || cancelled
-            ? yield* ack(c.ref)
-            : f._tag === "Retry"
-            ? (yield* retry(c.ref, { delay: f.delayMs, error: f.error })) === "written"
-            : f._tag === "DeadLetter"
-            ? (yield* deadLetter(c.ref, { reason: f.reason, error: f.error })) === "written"
-            : f._tag === "Release"
-            ? (yield* release(c.ref)) === "written"
-            : false
+          const landed = yield* (cancelled ? deleteHeld(c.ref) : finishWrite(c.ref, f))
           if (!landed) {
             // A retried write whose first one landed (its answer lost) answers as its record says, recording nothing more.
             const earlier = ownRecord(c)
@@ -491,10 +482,6 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
         ...(json === undefined ? {} : { result: JSON.parse(json) })
       })
     }
-
-    /** Numbered on after a redrive, like the SQL store. */
-    const recordAttempt: QueueStoreShape["recordAttempt"] = (a) =>
-      Effect.sync(() => pushAttempt({ ...a, attempt: a.attempt + attemptBaseOf(a.messageId) }))
 
     const attempts: QueueStoreShape["attempts"] = (id) => Effect.sync(() => history.filter((a) => a.messageId === id))
 
@@ -703,10 +690,6 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       send,
       claim,
       renew,
-      ack,
-      release,
-      retry,
-      deadLetter,
       complete,
       redrive,
       purge,
@@ -718,7 +701,6 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       cancelWhere,
       get,
       messages,
-      recordAttempt,
       attempts,
       pruneAttempts,
       sends,

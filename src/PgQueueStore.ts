@@ -52,8 +52,8 @@ export interface PgQueueStoreOptions {
    */
   readonly clock?: "database" | "effect" | undefined
   /**
-   * A small pool of its own for lease traffic (renew, ack, release, retry,
-   * dead-letter), so handlers that exhaust the main pool cannot starve
+   * A small pool of its own for lease traffic (renew, and `complete`'s acks,
+   * releases, retries and dead letters), so handlers that exhaust the main pool cannot starve
    * renewals, with a `statement_timeout` so a stuck statement cannot hold a
    * renewal forever. Built from the `PgClient` in context (default: 2
    * connections, 10 s timeout); `false` sends lease traffic through the main
@@ -142,10 +142,6 @@ export const make = (
       send: Send.send(ctx),
       claim: Claim.claim(ctx),
       renew: Lease.renew(ctx),
-      ack: Complete.ack(ctx),
-      release: Complete.release(ctx),
-      retry: Complete.retry(ctx),
-      deadLetter: Complete.deadLetter(ctx),
       complete: Complete.complete(ctx),
       redrive: DeadLetters.redrive(ctx),
       purge: DeadLetters.purge(ctx),
@@ -157,7 +153,6 @@ export const make = (
       cancelWhere: Cancel.cancelWhere(ctx),
       get: Messages.get(ctx),
       messages: Messages.messages(ctx),
-      recordAttempt: History.recordAttempt(ctx),
       attempts: History.attempts(ctx),
       pruneAttempts: Prune.pruneAttempts(ctx),
       sends: Notify.sends(ctx),

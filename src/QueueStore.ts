@@ -81,17 +81,6 @@ export type Finish =
   /** Delete a message whose cancel was asked for (its handler stopped); the history says `cancelled`. */
   | { readonly _tag: "Cancel" }
 
-/**
- * What a single `retry`, `release` or `deadLetter` did, fenced by the claim's token:
- * - `"written"`: the lease was held and the write landed (its attempt's history is the caller's
- *   to record, with `recordAttempt`);
- * - `"cancelled"`: the lease was held, but a cancel of the message had been asked for (before
- *   the write, or while it waited on the cancel): the message was deleted instead, never to run
- *   again, and the store recorded the `cancelled` history row itself;
- * - `"lost"`: the lease was lost (reclaimed, finished or deleted): nothing was written.
- */
-export type HandedBack = "written" | "cancelled" | "lost"
-
 /** What {@link QueueStoreShape.complete} answers. */
 export interface Completed {
   /** The ids whose lease was still held: their write landed. */
@@ -328,43 +317,9 @@ export interface ScheduleOperations {
 }
 
 /**
- * The single finishing writes of one claim and a bare history record. Nothing in the library
- * calls them (the consumer finishes everything through `complete`): they are being removed
- * (issue 26, item 5); tests finish claims with test/support/Finish.ts.
- */
-export interface SingleWrites {
-  /** Delete a finished message. `false`: the lease was lost, someone else holds or finished it. */
-  readonly ack: (claim: ClaimRef) => Effect.Effect<boolean, StoreError>
-  /**
-   * Make a claimed message visible again (now, or after `delay`), giving the
-   * attempt back: for shutdown and interruption, not for failures. What it did: see {@link HandedBack}.
-   */
-  readonly release: (claim: ClaimRef, options?: { readonly delay?: Duration.Input | undefined }) => Effect.Effect<HandedBack, StoreError>
-  /** Make a failed message visible again after `delay`, recording `error`. What it did: see {@link HandedBack}. */
-  readonly retry: (
-    claim: ClaimRef,
-    options: { readonly delay: Duration.Input; readonly error: string }
-  ) => Effect.Effect<HandedBack, StoreError>
-  /**
-   * Move a message out of the ready set, keeping it with `reason` (and the last error, if
-   * given). What it did: see {@link HandedBack}.
-   */
-  readonly deadLetter: (
-    claim: ClaimRef,
-    options: { readonly reason: string; readonly error?: string | undefined }
-  ) => Effect.Effect<HandedBack, StoreError>
-  /**
-   * Keep the record of a finished attempt (bounded by {@link QueueStoreShape.pruneAttempts}). Checked first
-   * (`InvalidInput`): message id, queue, task and consumer names, attempt number, outcome, dates, error text
-   * and result (JSON data).
-   */
-  readonly recordAttempt: (attempt: Attempt) => Effect.Effect<void, InvalidInput | StoreError>
-}
-
-/**
  * The operations of a queue store, by group. Every write on a claim is fenced by `(id, leaseToken)`.
  */
-export interface QueueStoreShape extends LeaseProtocol, OperatorOperations, MaintenanceOperations, ScheduleOperations, SingleWrites {}
+export interface QueueStoreShape extends LeaseProtocol, OperatorOperations, MaintenanceOperations, ScheduleOperations {}
 
 /** A schedule as a worker declares it to the store: the cron and time zone are checked by `Scheduler`. */
 export interface ScheduleSpec {
@@ -398,8 +353,8 @@ export class QueueStore extends Context.Service<QueueStore, QueueStoreShape>()("
 
 /**
  * Build the service from a store's operations, checking the dead-letter filters
- * of `redrive`, `purge` and `deadLetters`, the records of `recordAttempt` and the
- * ids of `get`, `cancel` and `attempts` like every other input, before any store
+ * of `redrive`, `purge` and `deadLetters` and the ids of `get`, `cancel` and
+ * `attempts` like every other input, before any store
  * code runs. Both stores are made with it.
  */
 export const fromOperations = (shape: QueueStoreShape): QueueStoreShape =>
@@ -423,7 +378,6 @@ export const fromOperations = (shape: QueueStoreShape): QueueStoreShape =>
         return yield* shape.cancelWhere({ queue: filter.queue, task: filter.task })
       }),
     purge: (filter) => Effect.flatMap(Validate.deadLetterTarget(filter), shape.purge),
-    recordAttempt: (attempt) => Effect.flatMap(Validate.attemptRecord(attempt), shape.recordAttempt),
     attempts: (id) => isMessageId(id) ? shape.attempts(id) : Effect.succeed([]),
     deadLetters: (filter) => Effect.flatMap(Validate.deadLetterFilter(filter), shape.deadLetters),
     upsertSchedules: (specs, options) => Effect.flatMap(checkSpecs(specs, options.seenBy), () => shape.upsertSchedules(specs, options)),

@@ -4,7 +4,7 @@
  */
 import { Duration, Effect, Option } from "effect"
 import { InvalidInput } from "../QueueError.ts"
-import { type Attempt, AttemptOutcome, type MessageId, type NewMessage } from "../Message.ts"
+import { type MessageId, type NewMessage } from "../Message.ts"
 import * as Span from "./span.ts"
 
 /** Queue, task and consumer names: letters, digits and `_ . : / -`, 1 to 128 characters. */
@@ -403,36 +403,4 @@ export const deadLetterTarget = <F extends { readonly queue?: string | undefined
       return yield* invalid("filter", deadLetterTargetRule, "says no dead letters")
     }
     return yield* deadLetterFilter(filter)
-  })
-
-const attemptOutcomes: ReadonlySet<unknown> = new Set(AttemptOutcome.literals)
-
-const validDate = (field: string, value: unknown): Effect.Effect<Date, InvalidInput> =>
-  value instanceof Date && Number.isFinite(value.getTime())
-    ? Effect.succeed(value)
-    : Effect.fail(invalid(field, "a valid Date", `${show(value)} is not a valid date`))
-
-/**
- * Check an attempt record given to `recordAttempt`: a message id, queue and task names, a
- * consumer name (or "" for none), an attempt number, a known outcome, valid dates, and error
- * text or null. Error text and the result are made storable by the stores as every recorded
- * error and result is ({@link boundedText}, `AttemptResult.textOf`), not refused.
- */
-export const attemptRecord = (a: Attempt): Effect.Effect<Attempt, InvalidInput> =>
-  Effect.gen(function*() {
-    if (typeof a !== "object" || a === null) return yield* invalid("attempt", "an attempt record", `${show(a)} is not an object`)
-    yield* messageId("messageId", a.messageId)
-    yield* name("queue", a.queue)
-    yield* name("task", a.task)
-    if (a.consumer !== "") yield* name("consumer", a.consumer)
-    if (typeof a.attempt !== "number" || !Number.isInteger(a.attempt) || a.attempt < 0 || a.attempt > INT4_MAX) {
-      return yield* invalid("attempt", `a whole number from 0 to ${INT4_MAX}`, `${show(a.attempt)} is out of range`)
-    }
-    if (!attemptOutcomes.has(a.outcome)) {
-      return yield* invalid("outcome", [...attemptOutcomes].join(", "), `${show(a.outcome)} is not an attempt outcome`)
-    }
-    yield* validDate("startedAt", a.startedAt)
-    yield* validDate("endedAt", a.endedAt)
-    if (a.error !== null && typeof a.error !== "string") return yield* invalid("error", "text or null", `${show(a.error)} is not a string`)
-    return a
   })

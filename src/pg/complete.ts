@@ -1,19 +1,16 @@
 /**
- * The finishing writes, all fenced by `(id, lease_token)` and run on the lease pool: the
- * single ones (`ack`, `release`, `retry`, `deadLetter`) and `complete`, many finishing
- * writes and their history records in one statement.
+ * The finishing write: `complete`, many finishing writes and their history records in one
+ * statement, each fenced by `(id, lease_token)`, run on the lease pool.
  *
  * @since 0.1.0
  */
 import { PgTypes } from "@effect/sql-pg"
 import { Effect } from "effect"
-import type { Statement } from "effect/sql"
-import type { ClaimRef } from "../Message.ts"
-import type { Completed, Completion, HandedBack, QueueStoreShape } from "../QueueStore.ts"
+import type { Completed, Completion, QueueStoreShape } from "../QueueStore.ts"
 import * as AttemptResult from "../internal/result.ts"
 import * as Validate from "../internal/validate.ts"
 import type { PgContext } from "./context.ts"
-import { array, attemptNumber, historyInsert, storeTime, textArray } from "./fragments.ts"
+import { array, historyInsert, storeTime, textArray } from "./fragments.ts"
 import { ids } from "./rows.ts"
 
 /** A finishing write's span attributes: the batch's size, and for one message, which and how it ends. */
@@ -23,108 +20,12 @@ const completeAttributes = (completions: ReadonlyArray<Completion>): Record<stri
   return { count: 1, queue: c.queue, task: c.task, messageId: c.ref.id, attempt: c.attempt, finish: c.finish._tag }
 }
 
-/** `ack`: a fenced DELETE. */
-export const ack = ({ leaseSql, op, table }: PgContext): QueueStoreShape["ack"] => (ref) =>
-  leaseSql<{ id: bigint }>`
-    DELETE FROM ${table} WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid
-    RETURNING id`.pipe(
-    Effect.map((rows) => rows.length === 1),
-    (e) => op("ack", { messageId: ref.id }, e)
-  )
-
-/**
- * One fenced finishing write that hands the message back (`set`: the columns a retry,
- * release or dead letter writes; the lease is cleared too). A message whose cancel was
- * asked for while it ran is deleted instead, as `complete` does (never run again), with a
- * `cancelled` history row (`error`: the write's own error text, if any); the history of a
- * write that landed is the caller's to record.
- *
- * The row is locked first (`target`) and the choice made on what the lock read. The two
- * writes read their rows as of the statement's start: a write that waited on a cancel's row
- * lock would otherwise decide on the flag as it was before the cancel, then find the flag
- * set once the lock is granted, and match neither branch (answered "lost", the message
- * hidden until its lease ran out). A locking read waits, then reads the committed row.
- */
-const finishOne = (
-  { attemptsTable, leaseSql, table }: PgContext,
-  ref: ClaimRef,
-  set: Statement.Fragment,
-  error: string | null,
-  now: Date | null
-) =>
-  leaseSql<{ id: bigint; cancelled: boolean }>`
-    WITH target AS (
-      SELECT id, cancel_requested_at IS NOT NULL AS cancel_asked FROM ${table}
-      WHERE id = ${ref.id}::bigint AND lease_token = ${ref.leaseToken}::uuid
-      FOR UPDATE
-    ), cancelled AS (
-      DELETE FROM ${table} AS m USING target AS t WHERE m.id = t.id AND t.cancel_asked
-      RETURNING m.id, m.queue, m.task, ${attemptNumber("m")} AS attempt, m.leased_by, m.leased_at, m.visible_at
-    ), recorded AS (
-      ${historyInsert(attemptsTable)}
-      SELECT id, queue, task, attempt, coalesce(leased_by, ''), coalesce(leased_at, visible_at), ${storeTime(now)},
-             'cancelled', ${error}::text
-      FROM cancelled
-    ), written AS (
-      UPDATE ${table} AS m SET ${set}, lease_token = NULL, leased_by = NULL, leased_at = NULL
-      FROM target AS t WHERE m.id = t.id AND NOT t.cancel_asked
-      RETURNING m.id
-    )
-    SELECT id, true AS cancelled FROM cancelled UNION ALL SELECT id, false AS cancelled FROM written`.pipe(
-    Effect.map((rows): HandedBack => rows.length === 0 ? "lost" : rows[0]!.cancelled ? "cancelled" : "written")
-  )
-
-/** `release`: handed back, the attempt given back; ready again now wakes its queue's consumers. */
-export const release = (ctx: PgContext): QueueStoreShape["release"] => (ref, options) =>
-  Effect.gen(function*() {
-    const { channel, currentTime, sql, table } = ctx
-    const delayMs = options?.delay === undefined
-      ? 0
-      : yield* Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie)
-    const now = yield* currentTime
-    // The attempt is given back: a release is not a failure of the handler.
-    const held = yield* finishOne(ctx, ref, sql`
-        visible_at  = ${storeTime(now)} + ${delayMs}::bigint * interval '1 millisecond',
-        attempts    = greatest(attempts - 1, 0)`, null, now)
-    // Ready again now: wake idle consumers of its queue, as a send does (its queue read by id:
-    // a ref carries none; a row deleted meanwhile notifies nothing).
-    if (held === "written" && delayMs === 0) {
-      yield* sql.afterCommit(Effect.ignore(sql`SELECT pg_notify(${channel}, queue) FROM ${table} WHERE id = ${ref.id}::bigint`))
-    }
-    return held
-  }).pipe((e) => ctx.op("release", { messageId: ref.id }, e))
-
-/** `retry`: handed back, visible again after its delay, its error kept. */
-export const retry = (ctx: PgContext): QueueStoreShape["retry"] => (ref, options) =>
-  Effect.gen(function*() {
-    const { currentTime, sql } = ctx
-    const delayMs = yield* Validate.durationMs("delay", options.delay, { min: 0 }).pipe(Effect.orDie)
-    const now = yield* currentTime
-    const error = Validate.boundedText(options.error)
-    return yield* finishOne(ctx, ref, sql`
-        visible_at  = ${storeTime(now)} + ${delayMs}::bigint * interval '1 millisecond',
-        last_error  = ${error}`, error, now)
-  }).pipe((e) => ctx.op("retry", { messageId: ref.id }, e))
-
-/** `deadLetter`: handed back as dead, with its reason. */
-export const deadLetter = (ctx: PgContext): QueueStoreShape["deadLetter"] => (ref, options) =>
-  Effect.gen(function*() {
-    const { currentTime, sql } = ctx
-    const now = yield* currentTime
-    const error = options.error === undefined ? null : Validate.boundedText(options.error)
-    return yield* finishOne(ctx, ref, sql`
-        state       = 'dead',
-        attempts    = least(attempts, max_attempts),
-        dead_reason = ${Validate.boundedText(options.reason)},
-        dead_at     = ${storeTime(now)},
-        last_error  = coalesce(${error}::text, last_error)`, error, now)
-  }).pipe((e) => ctx.op("deadLetter", { messageId: ref.id }, e))
-
 /**
  * Many finishing writes and their history records in one statement, one commit.
  * The completions travel as one array per column. Acks (and cancels) are a fenced DELETE; the
- * rest one fenced UPDATE whose columns follow the kind (as `retry`, `release`
- * and `deadLetter` write them one by one); both RETURN the ids that still
+ * rest one fenced UPDATE whose columns follow the kind (a retry: visible after its delay,
+ * its error kept; a release: visible now, the attempt given back; a dead letter: dead, with
+ * its reason and time); both RETURN the ids that still
  * matched their token, and the history INSERT reads those to tell each
  * record's outcome. The CTEs touch disjoint rows (one kind per message).
  */

@@ -5,7 +5,6 @@
  */
 import type { Attempt, Claim, DeadLetter, MessageId, MessageInfo, MessageState } from "../Message.ts"
 import type { ScheduleInfo } from "../QueueStore.ts"
-import * as AttemptResult from "../internal/result.ts"
 
 /** Rows of the messages table, as the driver returns them. */
 export interface MessageRow {
@@ -149,9 +148,6 @@ export const toAttempt = (r: AttemptRow): Attempt =>
     outcome: r.outcome,
     error: r.error
   }, r.result)
-
-/** An attempt's result as JSON text to store (bounded), or NULL for none (undefined or null). */
-export const resultText = (result: unknown): string | null => AttemptResult.textOf(result) ?? null
 
 /** The ids of rows, as message ids. */
 export const ids = (rows: ReadonlyArray<{ readonly id: bigint | string }>): ReadonlyArray<MessageId> =>
