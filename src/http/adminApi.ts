@@ -1,0 +1,137 @@
+/**
+ * The admin API's routes as an `effect/http-api` group ({@link AdminGroup}, under `/api`) with
+ * the middleware that guards them; `Admin` implements the handlers and re-exports these.
+ *
+ * @since 0.1.0
+ */
+import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "effect/http-api"
+import { Schema } from "effect"
+import { DeadLetter, MessageInfo } from "../Message.ts"
+import { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters } from "./adminSchema.ts"
+
+// ---------------------------------------------------------------------------
+// Middleware
+
+/** Guards the changing routes: a bearer token compared in constant time. */
+export class AdminAuth extends HttpApiMiddleware.Service<AdminAuth>()("leasehold/Admin/AdminAuth", {
+  error: [Unauthorized, Forbidden],
+  security: { bearer: HttpApiSecurity.bearer }
+}) {}
+
+/** Guards the reading routes: the same token once one is set; none set, open only on a server for this machine. */
+export class ReadAuth extends HttpApiMiddleware.Service<ReadAuth>()("leasehold/Admin/ReadAuth", {
+  error: [Unauthorized, Forbidden],
+  security: { bearer: HttpApiSecurity.bearer }
+}) {}
+
+/** Turns a request that fails its schema into a {@link BadRequest} naming the field and the rule. */
+export class InputErrors extends HttpApiMiddleware.Service<InputErrors>()("leasehold/Admin/InputErrors", {
+  error: BadRequest
+}) {}
+
+// ---------------------------------------------------------------------------
+// The group
+
+const queueParams = { queue: QueueName }
+const readErrors = [Unavailable] as const
+
+/** An endpoint with its one-line summary in the OpenAPI document. */
+const summarized = <E extends { readonly annotate: (key: typeof OpenApi.Summary, value: string) => unknown }>(
+  endpoint: E,
+  summary: string
+): E => endpoint.annotate(OpenApi.Summary, summary) as E
+
+/** The admin routes, under `/api`. Add it to an `HttpApi` named `leasehold` (as `Http` does). */
+export const AdminGroup = HttpApiGroup.make("admin")
+  .add(summarized(
+    HttpApiEndpoint.get("queues", "/api/queues", { success: Schema.Array(QueueRow), error: readErrors }).middleware(ReadAuth),
+    "Every queue with messages, history or a pause: counts and whether it is paused"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.post("pause", "/api/queues/:queue/pause", { params: queueParams, success: QueueRow, error: readErrors })
+      .middleware(AdminAuth),
+    "Stop consumers claiming from a queue (running messages finish); needs the admin token"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.post("resume", "/api/queues/:queue/resume", { params: queueParams, success: QueueRow, error: readErrors })
+      .middleware(AdminAuth),
+    "Let consumers claim from a paused queue again; needs the admin token"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("messages", "/api/queues/:queue/messages", {
+      params: queueParams,
+      query: { state: Schema.optionalKey(StateInput), limit: Schema.optionalKey(Limit), after: Schema.optionalKey(MessageIdInput) },
+      success: MessagePage,
+      error: readErrors
+    }).middleware(ReadAuth),
+    "A page of a queue's messages in id order, optionally in one state; next is the after of the next page"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.post("cancelWhere", "/api/queues/:queue/cancel", {
+      params: queueParams,
+      payload: Schema.Struct({ task: Schema.optionalKey(TaskName) }),
+      success: CancelOutcome,
+      error: readErrors
+    }).middleware(AdminAuth),
+    "Cancel every message of a queue, or of one task in it; needs the admin token"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("consumers", "/api/consumers", { success: Schema.Array(ConsumerRow), error: readErrors }).middleware(ReadAuth),
+    "Registered consumers: host, pid, heartbeat age, messages in flight"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("inFlight", "/api/in-flight", {
+      query: { limit: Schema.optionalKey(Limit) },
+      success: Schema.Array(MessageInfo),
+      error: readErrors
+    }).middleware(ReadAuth),
+    "Messages in flight on every queue (at most limit per queue), with their holder and lease"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("message", "/api/messages/:id", {
+      params: { id: MessageIdInput },
+      success: MessageDetail,
+      error: [Unavailable, NotFound]
+    }).middleware(ReadAuth),
+    "One message, live or dead, with its attempt history"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.post("cancel", "/api/messages/cancel", {
+      payload: Schema.Struct({ ids: Ids }),
+      success: CancelOutcome,
+      error: readErrors
+    }).middleware(AdminAuth),
+    "Cancel messages by id: waiting ones are deleted, running ones stopped at once; needs the admin token"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("deadLetters", "/api/dead-letters", {
+      query: { queue: Schema.optionalKey(QueueName), limit: Schema.optionalKey(Limit) },
+      success: Schema.Array(DeadLetter),
+      error: readErrors
+    }).middleware(ReadAuth),
+    "Dead letters, oldest death first, with their reason and last error"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.post("redrive", "/api/dead-letters/redrive", {
+      payload: DeadLetterSelection,
+      success: Schema.Struct({ redriven: Schema.Array(Schema.String) }),
+      error: readErrors
+    }).middleware(AdminAuth),
+    "Return dead letters (a queue's, some ids, or all) to ready with a fresh attempt budget; needs the admin token"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.post("purge", "/api/dead-letters/purge", {
+      payload: DeadLetterSelection,
+      success: Schema.Struct({ purged: Schema.Array(Schema.String) }),
+      error: readErrors
+    }).middleware(AdminAuth),
+    "Delete dead letters (a queue's, some ids, or all) for good; needs the admin token"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("counters", "/api/counters", { success: Counters }).middleware(ReadAuth),
+    "Counters of this process: leases lost by reason, double runs, claims reaped, cancels"
+  ))
+  .middleware(InputErrors)
+
+/** An API of the admin group alone (the handlers are built against it; any `leasehold` API holding the group can serve them). */
+export const AdminApi = HttpApi.make("leasehold").add(AdminGroup)
