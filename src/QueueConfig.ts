@@ -96,7 +96,7 @@ export interface ConsumerOptions {
 }
 
 
-/** The defaults, as documented in the README. */
+/** The defaults, as docs/configuration.md lists them. */
 export const defaults = {
   queues: ["default"],
   concurrency: 10,
