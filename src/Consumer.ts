@@ -24,60 +24,9 @@ import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
 import { QueueStore } from "./QueueStore.ts"
 import { seconds } from "./internal/format.ts"
+import { type Dispatcher, type Handler, toDispatcher } from "./Handler.ts"
 
-/** What a handler gets besides the message. */
-export interface HandlerContext {
-  readonly messageId: Claim["id"]
-  readonly queue: string
-  /** 1 on the first run, counting every claim of the message. */
-  readonly attempt: number
-  readonly consumerId: string
-  /** When the current lease ends as far as this consumer knows (it moves with every renewal). */
-  readonly leaseDeadline: Effect.Effect<Date>
-  /**
-   * Aborted when the handler is interrupted, for code outside Effect (a `fetch`, a driver, a child
-   * process) that should stop with it: `reason` is the `LeaseLost` or `MaxRuntimeExceeded` error
-   * when the watchdog stopped it, else an `AbortError` `DOMException` (shutdown). Aborted once the
-   * interruption has ended the handler (after its own finalizers); never when it succeeds or fails. Created on
-   * first read, so a handler that never reads it pays nothing.
-   */
-  readonly signal: AbortSignal
-}
-
-/**
- * Runs one message. Succeed to ack it; fail or die to retry it with backoff
- * (dead-lettered once its attempts are used up). Fail with `Unrecoverable` or
- * `DecodeFailed` to dead-letter at once, with `UnknownTask` to have it tried
- * again later (perhaps by a newer worker). Interruption comes from shutdown,
- * max runtime or a lost lease: make handlers interruptible.
- */
-export type Handler<R = never> = (message: Claim, context: HandlerContext) => Effect.Effect<unknown, unknown, R>
-
-/** Settings of one message that differ from the consumer's: what a task definition carries. */
-export interface MessagePolicy {
-  readonly maxRuntimeMs?: number | undefined
-  /** Delay before retry number `attempt + 1`; `random` is uniform in [0, 1) for jitter. */
-  readonly retryDelayMs?: ((attempt: number, random: number) => number) | undefined
-}
-
-/** A handler with per-message policies: build one from tasks with `Task.dispatcher`. */
-export interface Dispatcher<R = never> {
-  readonly handle: Handler<R>
-  readonly policy: (message: Claim) => MessagePolicy | undefined
-  /**
-   * The queues its messages are sent to (its tasks' queues): a consumer built
-   * from it consumes these unless its configuration names queues itself.
-   */
-  readonly queues?: ReadonlyArray<string> | undefined
-  /**
-   * The tasks it handles, with their queues: their counters are exported at zero from the
-   * consumer's start (see {@link QueueMetrics.exportAtZero}).
-   */
-  readonly tasks?: ReadonlyArray<QueueMetrics.TaskOfQueue> | undefined
-}
-
-const toDispatcher = <R>(handler: Handler<R> | Dispatcher<R>): Dispatcher<R> =>
-  typeof handler === "function" ? { handle: handler, policy: () => undefined } : handler
+export type { Dispatcher, Handler, HandlerContext, MessagePolicy } from "./Handler.ts"
 
 /** The consumer's view of its own liveness, for an orchestrator's health check. */
 export interface Health {

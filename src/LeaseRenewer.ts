@@ -13,7 +13,7 @@ import type { Claim, ClaimRef, MessageId } from "./Message.ts"
 import { LeaseLost, MaxRuntimeExceeded, MessageCancelled, QueryFailed } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
 import { QueueStore } from "./QueueStore.ts"
-import * as Abandon from "./internal/abandon.ts"
+import * as Detached from "./internal/detached.ts"
 import { seconds } from "./internal/format.ts"
 
 /** Timing of a renewer, in milliseconds of Effect's `Clock`. */
@@ -164,7 +164,7 @@ export const start = (
     /** The renew statement on a fiber of its own, joined interruptibly; interrupted in the background if abandoned. */
     const renewStatement = (refs: ReadonlyArray<ClaimRef>) =>
       Effect.gen(function*() {
-        return yield* Abandon.detached(store.renew(refs, leaseMs).pipe(
+        return yield* Detached.detached(store.renew(refs, leaseMs).pipe(
           // A defect in the store is a bug like any other: report it as a failed query, at once.
           Effect.catchDefect((defect) => Effect.fail(new QueryFailed({ operation: "renew", message: `renew: ${String(defect)}` }))),
           Effect.result

@@ -33,7 +33,7 @@ import {
   type ScheduleInfo
 } from "./QueueStore.ts"
 import * as CancelInbox from "./internal/cancelInbox.ts"
-import * as AttemptResult from "./internal/result.ts"
+import * as AttemptResult from "./internal/attemptResult.ts"
 import * as Validate from "./internal/validate.ts"
 
 /** How to build a {@link MemoryQueueStore}. */

@@ -9,9 +9,9 @@
  * @since 0.1.0
  */
 import { Effect, Result, Schema } from "effect"
-import type * as Consumer from "./Consumer.ts"
-import * as Outcome from "./internal/outcome.ts"
-import * as AttemptResult from "./internal/result.ts"
+import type * as Handler from "./Handler.ts"
+import * as Backoff from "./internal/backoff.ts"
+import * as AttemptResult from "./internal/attemptResult.ts"
 import * as Validate from "./internal/validate.ts"
 import type { Claim, SendResult } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
@@ -32,7 +32,7 @@ export interface RetryPolicy {
 }
 
 /** What a task's handler gets besides its decoded payload. */
-export interface TaskContext extends Consumer.HandlerContext {
+export interface TaskContext extends Handler.HandlerContext {
   /** The claimed message, raw: headers, priority, enqueue time. */
   readonly message: Claim
 }
@@ -424,8 +424,8 @@ class TaskContextOf implements TaskContext {
   readonly consumerId: string
   readonly leaseDeadline: Effect.Effect<Date>
   readonly message: Claim
-  readonly #context: Consumer.HandlerContext
-  constructor(context: Consumer.HandlerContext, message: Claim) {
+  readonly #context: Handler.HandlerContext
+  constructor(context: Handler.HandlerContext, message: Claim) {
     this.messageId = context.messageId
     this.queue = context.queue
     this.attempt = context.attempt
@@ -449,7 +449,7 @@ class TaskContextOf implements TaskContext {
  */
 export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
   ...tasks: Tasks
-): Consumer.Dispatcher<Tasks[number] extends Task<any, any, any, any, infer R> ? R : never> => {
+): Handler.Dispatcher<Tasks[number] extends Task<any, any, any, any, infer R> ? R : never> => {
   const byName = new Map<string, Any>()
   for (const task of tasks) {
     if (byName.has(task.name)) throw new Error(`Task.dispatcher: task "${task.name}" is defined twice`)
@@ -458,7 +458,7 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
     }
     byName.set(task.name, task)
   }
-  const policies = new Map<string, Consumer.MessagePolicy>()
+  const policies = new Map<string, Handler.MessagePolicy>()
   for (const task of tasks) {
     // Checked again, for tasks not built by `make`: the same rules, thrown here.
     const backoff = checkDefinition(task)
@@ -466,7 +466,7 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
       maxRuntimeMs: task.maxRuntime === undefined
         ? undefined
         : Effect.runSync(QueueConfig.parseDuration(`task ${task.name} maxRuntime`, task.maxRuntime)),
-      retryDelayMs: backoff === undefined ? undefined : (attempt, random) => Outcome.backoffMs(backoff, attempt, random)
+      retryDelayMs: backoff === undefined ? undefined : (attempt, random) => Backoff.backoffMs(backoff, attempt, random)
     })
   }
   return {

@@ -7,7 +7,7 @@ import { Clock, ConfigProvider, Context, Deferred, Effect, Exit, Fiber, Layer, M
 import { TestClock } from "effect/testing"
 import * as Consumer from "../src/Consumer.ts"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
-import { Encoded } from "../src/internal/result.ts"
+import { Encoded } from "../src/internal/attemptResult.ts"
 import { isResultUnstorable, type MessageId } from "../src/Message.ts"
 import type { ConsumerOptions } from "../src/QueueConfig.ts"
 import { ConnectionDead, QueryFailed, UnknownTask } from "../src/QueueError.ts"

@@ -6,7 +6,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Clock, Effect, Layer, Option, Schema } from "effect"
 import { TestClock } from "effect/testing"
-import * as Outcome from "../src/internal/outcome.ts"
+import * as Backoff from "../src/internal/backoff.ts"
 import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
 import * as Validate from "../src/internal/validate.ts"
 import type { MessageId } from "../src/Message.ts"
@@ -316,21 +316,21 @@ describe("Task (memory store, TestClock)", () => {
     const policy = { baseMs: 1_000, maxMs: 60_000, factor: 10, jitter: true }
     for (const attempt of [-5, 0, 1, 2, 5, 61, 1_000, Number.MAX_SAFE_INTEGER]) {
       for (const random of [0, 0.5, 0.999]) {
-        const delay = Outcome.backoffMs(policy, attempt, random)
+        const delay = Backoff.backoffMs(policy, attempt, random)
         assert.isTrue(Number.isInteger(delay) && delay >= 0 && delay <= policy.maxMs, `${attempt} ${random}: ${delay}`)
       }
     }
     // A random number out of [0, 1) from a bad generator cannot push a delay out of bounds either.
-    assert.strictEqual(Outcome.backoffMs(policy, 10, 5), 60_000)
-    assert.strictEqual(Outcome.backoffMs(policy, 1, -5), 0)
+    assert.strictEqual(Backoff.backoffMs(policy, 10, 5), 60_000)
+    assert.strictEqual(Backoff.backoffMs(policy, 1, -5), 0)
     // Any delay, also one from a custom policy function: clamped, and NaN taken as the bound.
     assert.deepStrictEqual(
-      [Number.NaN, -3, 1.6, 1e20, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY].map((ms) => Outcome.boundedDelayMs(ms, 5_000)),
+      [Number.NaN, -3, 1.6, 1e20, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY].map((ms) => Backoff.boundedDelayMs(ms, 5_000)),
       [5_000, 0, 2, 5_000, 5_000, 0]
     )
     // Never beyond what the store accepts, whatever the bound asked for.
-    assert.strictEqual(Outcome.boundedDelayMs(1e20, Number.POSITIVE_INFINITY), Validate.MAX_DELAY_MS)
-    assert.strictEqual(Outcome.boundedDelayMs(Number.NaN, 1e20), Validate.MAX_DELAY_MS)
+    assert.strictEqual(Backoff.boundedDelayMs(1e20, Number.POSITIVE_INFINITY), Validate.MAX_DELAY_MS)
+    assert.strictEqual(Backoff.boundedDelayMs(Number.NaN, 1e20), Validate.MAX_DELAY_MS)
   })
 
   it.effect("a send delay or run-at beyond the store's longest delay is refused at send, naming the option", () =>

@@ -17,11 +17,12 @@ import { Cause, Clock, Effect, Latch, Metric, Option, type Scope } from "effect"
 import type { Claim } from "../Message.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
 import type { Completion, Finish, QueueStoreShape } from "../QueueStore.ts"
-import * as Abandon from "./abandon.ts"
+import * as Detached from "./detached.ts"
 import { seconds } from "./format.ts"
+import * as Backoff from "./backoff.ts"
 import * as Outcome from "./outcome.ts"
 import * as Span from "./span.ts"
-import * as AttemptResult from "./result.ts"
+import * as AttemptResult from "./attemptResult.ts"
 import * as Validate from "./validate.ts"
 
 /** What the completer needs to know about the consumer it works for. */
@@ -76,7 +77,7 @@ export const sanitize = (action: Outcome.Action): { readonly action: Outcome.Act
   const delayMs = action.delayMs
   if (Number.isFinite(delayMs) && delayMs >= 0 && delayMs <= Validate.MAX_DELAY_MS) return { action }
   // NaN means "no sensible delay": retry now (bounding it to the maximum would park the message for years).
-  const clamped = Outcome.boundedDelayMs(Number.isNaN(delayMs) ? 0 : delayMs, Validate.MAX_DELAY_MS)
+  const clamped = Backoff.boundedDelayMs(Number.isNaN(delayMs) ? 0 : delayMs, Validate.MAX_DELAY_MS)
   return {
     action: { ...action, delayMs: clamped },
     problem: `retry delay ${delayMs} ms is not a duration from 0 to ${Validate.MAX_DELAY_MS} ms; retrying in ${clamped} ms instead`
@@ -94,7 +95,7 @@ const finishOf = (action: Outcome.Action): Finish => {
       return { _tag: "DeadLetter", reason: action.reason, error: action.error }
     case "Release":
       return action
-    case "Abandon":
+    case "Forget":
       return { _tag: "Forget" }
     case "Cancel":
       return { _tag: "Cancel" }
@@ -105,7 +106,7 @@ const ACK: Finish = { _tag: "Ack" }
 
 /** The history's error text of an action. */
 const historyError = (action: Outcome.Action): string | null =>
-  action._tag === "Abandon" || action._tag === "Cancel"
+  action._tag === "Forget" || action._tag === "Cancel"
     ? action.error
     : action._tag === "Retry"
     ? action.error
@@ -199,7 +200,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
      */
     const flush = (batch: ReadonlyArray<Pending>): Effect.Effect<void> =>
       Effect.gen(function*() {
-        const result = yield* Abandon.within(store.complete(batch.map((p) => p.completion)), attemptTimeoutMs).pipe(
+        const result = yield* Detached.within(store.complete(batch.map((p) => p.completion)), attemptTimeoutMs).pipe(
           Effect.map(Option.match({
             onNone: () => ({ _tag: "Timeout" as const }),
             onSome: (completed) => ({
@@ -306,7 +307,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
       Effect.gen(function*() {
         const name = nameOf(p.finished.action)
         const plain = plainOf(p.finished, Validate.boundedText(`the ${name} could not be written as it was; written without its texts and result: ${why}`))
-        const written = yield* Abandon.within(store.complete([plain]), attemptTimeoutMs).pipe(
+        const written = yield* Detached.within(store.complete([plain]), attemptTimeoutMs).pipe(
           Effect.map(Option.getOrUndefined),
           Effect.catchCause((cause) => Effect.as(Effect.logError(`the plain ${name} failed:\n${Cause.pretty(cause)}`), undefined))
         )
@@ -397,7 +398,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
               yield* Effect.logInfo("released on shutdown")
             }
             break
-          case "Abandon":
+          case "Forget":
             yield* Effect.logError("handler stopped: another consumer holds the message now")
             break
           case "Cancel":
@@ -432,7 +433,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     const plainOf = (f: Finished, text: string): Completion => {
       const action = f.action
       const finish: Finish = action._tag === "Retry"
-        ? { _tag: "Retry", delayMs: Outcome.boundedDelayMs(action.delayMs, Validate.MAX_DELAY_MS), error: text }
+        ? { _tag: "Retry", delayMs: Backoff.boundedDelayMs(action.delayMs, Validate.MAX_DELAY_MS), error: text }
         : action._tag === "DeadLetter"
         ? { _tag: "DeadLetter", reason: text, error: undefined }
         : finishOf(action)

@@ -6,18 +6,21 @@
  * consumer owns the bookkeeping (handler slots, the drain) through a
  * {@link Slot} per message.
  *
- * The hot path of a busy consumer: plain combinators, no generators, one
- * context update per message.
+ * The hot path of a busy consumer: this module's steps are plain combinators
+ * (no generators) with one context update per message. The handler it runs is
+ * the dispatcher's (`Task.dispatcher`'s decodes and runs a task in an
+ * `Effect.gen`): its cost is the handler's, not this step's.
  */
 import { Cause, Clock, Context, Effect, Exit, Random, References, Tracer } from "effect"
-import type { Dispatcher, HandlerContext } from "../Consumer.ts"
+import type { Dispatcher, HandlerContext } from "../Handler.ts"
 import type * as LeaseRenewer from "../LeaseRenewer.ts"
 import type { Claim } from "../Message.ts"
 import type { ConsumerSettings } from "../QueueConfig.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
 import type { Completer } from "./completer.ts"
+import * as Backoff from "./backoff.ts"
 import * as Outcome from "./outcome.ts"
-import * as AttemptResult from "./result.ts"
+import * as AttemptResult from "./attemptResult.ts"
 import * as Span from "./span.ts"
 
 /** One message's place in the consumer: its handler slot, and its place in the drain. */
@@ -52,7 +55,7 @@ export const make = <R>(options: HandleOptions<R>) => {
       unknownTaskDelayMs: settings.unknownTaskDelayMs,
       retryDelayMs: (attempt) =>
         policy?.retryDelayMs?.(attempt, random) ??
-          Outcome.backoffMs({ baseMs: settings.retryBaseMs, maxMs: settings.retryMaxMs, factor: 2, jitter: true }, attempt, random)
+          Backoff.backoffMs({ baseMs: settings.retryBaseMs, maxMs: settings.retryMaxMs, factor: 2, jitter: true }, attempt, random)
     }
   }
 

@@ -6,7 +6,6 @@ import { fileURLToPath } from "node:url"
 import { Cause, Exit } from "effect"
 import type { AttemptOutcome, Claim } from "../Message.ts"
 import type { LeaseLost, MessageCancelled } from "../QueueError.ts"
-import { MAX_DELAY_MS } from "./validate.ts"
 
 /** How a run ended. */
 export type RunResult =
@@ -32,7 +31,7 @@ export type Action =
   | { readonly _tag: "DeadLetter"; readonly reason: string; readonly error: string | undefined }
   | { readonly _tag: "Release" }
   /** Write nothing: another consumer holds the message now. */
-  | { readonly _tag: "Abandon"; readonly error: string }
+  | { readonly _tag: "Forget"; readonly error: string }
   /** Delete it: an operator cancelled it while it ran (never retried, never dead-lettered). */
   | { readonly _tag: "Cancel"; readonly error: string }
 
@@ -104,7 +103,7 @@ export const decide = (claim: Claim, result: RunResult, rules: Rules): Action =>
       }
     case "LeaseLost":
       return result.error.reason === "reclaimed"
-        ? { _tag: "Abandon", error: result.error.message }
+        ? { _tag: "Forget", error: result.error.message }
         // We may still hold the token: make the message available at once, the attempt counted.
         : { _tag: "Retry", delayMs: 0, error: result.error.message, lost: true }
     case "Handled": {
@@ -134,7 +133,7 @@ export const decide = (claim: Claim, result: RunResult, rules: Rules): Action =>
 
 /** What the attempt history records for an action, given whether its fenced write found the lease. */
 export const historyOutcome = (action: Action, held: boolean): AttemptOutcome => {
-  if (!held || action._tag === "Abandon") return "lease-lost"
+  if (!held || action._tag === "Forget") return "lease-lost"
   switch (action._tag) {
     case "Ack":
       return "acked"
@@ -147,25 +146,4 @@ export const historyOutcome = (action: Action, held: boolean): AttemptOutcome =>
     case "Cancel":
       return "cancelled"
   }
-}
-
-/**
- * A delay made safe to write: a whole number of milliseconds in [0, maxMs], and never beyond
- * what a store accepts. A value that is not a number (NaN from a bad custom policy) is treated
- * as the bound, the cautious end: the message waits the longest allowed rather than not at all.
- */
-export const boundedDelayMs = (value: number, maxMs: number): number => {
-  const bound = Number.isFinite(maxMs) ? Math.min(Math.max(maxMs, 0), MAX_DELAY_MS) : MAX_DELAY_MS
-  if (typeof value !== "number" || Number.isNaN(value)) return Math.round(bound)
-  return Math.round(Math.min(Math.max(value, 0), bound))
-}
-
-/** Jittered exponential backoff: base x factor^(attempt-1), capped, then 50-100% of it; always within [0, max]. */
-export const backoffMs = (
-  policy: { readonly baseMs: number; readonly maxMs: number; readonly factor: number; readonly jitter: boolean },
-  attempt: number,
-  random: number
-): number => {
-  const exponential = Math.min(policy.maxMs, policy.baseMs * policy.factor ** Math.min(Math.max(attempt - 1, 0), 60))
-  return boundedDelayMs(policy.jitter ? exponential * (0.5 + random / 2) : exponential, policy.maxMs)
 }

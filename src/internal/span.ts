@@ -37,6 +37,14 @@ const traceId = /^[0-9a-f]{32}$/
 const spanId = /^[0-9a-f]{16}$/
 const flags = /^[0-9a-f]{2}$/
 
+/*
+ * Why not effect's `HttpTraceContext` (effect/http): its `toHeaders` needs a full `Span` (a claim's
+ * sender is an `ExternalSpan`), writes a `b3` header beside `traceparent`, and writes ids as they
+ * are, where a message must carry no `traceparent` at all when its ids are not W3C ids; its `w3c`
+ * decodes as `fromTraceparent` does but from a `Headers` record. The two functions below are the
+ * same W3C version-00 format, checked both ways.
+ */
+
 /** The W3C `traceparent` of a span, or undefined when its ids are not W3C ids. */
 export const toTraceparent = (span: Tracer.AnySpan): string | undefined => {
   const trace = span.traceId.padStart(32, "0")

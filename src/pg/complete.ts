@@ -7,7 +7,7 @@
 import { PgTypes } from "@effect/sql-pg"
 import { Effect } from "effect"
 import type { Completed, Completion, QueueStoreShape } from "../QueueStore.ts"
-import * as AttemptResult from "../internal/result.ts"
+import * as AttemptResult from "../internal/attemptResult.ts"
 import * as Validate from "../internal/validate.ts"
 import type { PgContext } from "./context.ts"
 import { array, historyInsert, storeTime, textArray } from "./fragments.ts"

@@ -12,7 +12,7 @@ import { SqlError } from "effect/sql"
 import type { MessageId } from "../Message.ts"
 import * as Pooler from "../Pooler.ts"
 import type { QueueStoreShape } from "../QueueStore.ts"
-import * as Abandon from "../internal/abandon.ts"
+import * as Detached from "../internal/detached.ts"
 import * as CancelInbox from "../internal/cancelInbox.ts"
 import { hash31 } from "../internal/hash.ts"
 import type { PgContext } from "./context.ts"
@@ -117,7 +117,7 @@ export const sends = (ctx: PgContext): QueueStoreShape["sends"] => (queues) =>
     // Detached, and stopped with a bound: closing a listening connection that stopped answering
     // (a network partition) must not hold up the subscriber's shutdown; it is left to die alone.
     const listener = yield* Effect.forkDetach(listen)
-    yield* Effect.addFinalizer(() => Effect.asVoid(Abandon.within(Fiber.interrupt(listener), 1_000)))
+    yield* Effect.addFinalizer(() => Effect.asVoid(Detached.within(Fiber.interrupt(listener), 1_000)))
     // Sends made after this returns must be heard: wait (boundedly) until LISTEN is in place.
     yield* Deferred.await(listening).pipe(Effect.timeoutOption(5_000))
     return Effect.andThen(latch.await, latch.close)

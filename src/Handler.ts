@@ -1,0 +1,65 @@
+/**
+ * The handler contract: what a consumer runs for each message (a {@link Handler}, or a
+ * {@link Dispatcher} of tasks with their per-message policies) and what a handler gets besides the
+ * message. A leaf: task definitions, the consumer and its stages import it, and it imports none of them.
+ *
+ * @since 0.1.0
+ */
+import type { Effect } from "effect"
+import type { Claim } from "./Message.ts"
+import type * as QueueMetrics from "./QueueMetrics.ts"
+
+/** What a handler gets besides the message. */
+export interface HandlerContext {
+  readonly messageId: Claim["id"]
+  readonly queue: string
+  /** 1 on the first run, counting every claim of the message. */
+  readonly attempt: number
+  readonly consumerId: string
+  /** When the current lease ends as far as this consumer knows (it moves with every renewal). */
+  readonly leaseDeadline: Effect.Effect<Date>
+  /**
+   * Aborted when the handler is interrupted, for code outside Effect (a `fetch`, a driver, a child
+   * process) that should stop with it: `reason` is the `LeaseLost` or `MaxRuntimeExceeded` error
+   * when the watchdog stopped it, else an `AbortError` `DOMException` (shutdown). Aborted once the
+   * interruption has ended the handler (after its own finalizers); never when it succeeds or fails. Created on
+   * first read, so a handler that never reads it pays nothing.
+   */
+  readonly signal: AbortSignal
+}
+
+/**
+ * Runs one message. Succeed to ack it; fail or die to retry it with backoff
+ * (dead-lettered once its attempts are used up). Fail with `Unrecoverable` or
+ * `DecodeFailed` to dead-letter at once, with `UnknownTask` to have it tried
+ * again later (perhaps by a newer worker). Interruption comes from shutdown,
+ * max runtime or a lost lease: make handlers interruptible.
+ */
+export type Handler<R = never> = (message: Claim, context: HandlerContext) => Effect.Effect<unknown, unknown, R>
+
+/** Settings of one message that differ from the consumer's: what a task definition carries. */
+export interface MessagePolicy {
+  readonly maxRuntimeMs?: number | undefined
+  /** Delay before retry number `attempt + 1`; `random` is uniform in [0, 1) for jitter. */
+  readonly retryDelayMs?: ((attempt: number, random: number) => number) | undefined
+}
+
+/** A handler with per-message policies: build one from tasks with `Task.dispatcher`. */
+export interface Dispatcher<R = never> {
+  readonly handle: Handler<R>
+  readonly policy: (message: Claim) => MessagePolicy | undefined
+  /**
+   * The queues its messages are sent to (its tasks' queues): a consumer built
+   * from it consumes these unless its configuration names queues itself.
+   */
+  readonly queues?: ReadonlyArray<string> | undefined
+  /**
+   * The tasks it handles, with their queues: their counters are exported at zero from the
+   * consumer's start (see {@link QueueMetrics.exportAtZero}).
+   */
+  readonly tasks?: ReadonlyArray<QueueMetrics.TaskOfQueue> | undefined
+}
+
+/** A bare handler as a dispatcher with no per-message policies. */
+export const toDispatcher = <R>(handler: Handler<R> | Dispatcher<R>): Dispatcher<R> =>
+  typeof handler === "function" ? { handle: handler, policy: () => undefined } : handler
