@@ -160,7 +160,7 @@ export const logKindOf: Partial<Record<keyof typeof logPatterns, LogKind>> = {
   wedged: "renewer-wedged"
 }
 
-/** Worker log lines worth counting (the consumer's own words, see src/Consumer.ts and src/LeaseRenewer.ts). */
+/** Worker log lines worth counting (the consumer's own words, see src/Consumer.ts and src/consumer/renew.ts). */
 export const logPatterns = {
   doubleRun: /double run: the ack found the lease gone/,
   finishFailed: /could not be written; the message runs again/,

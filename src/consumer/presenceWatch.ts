@@ -7,7 +7,7 @@
  */
 import { Clock, Effect, Option } from "effect"
 import type { Registration } from "../ConsumerPresence.ts"
-import type { LeaseRenewer } from "../LeaseRenewer.ts"
+import type { LeaseRenewer } from "./renew.ts"
 
 const CHECK_MS = 250
 

@@ -13,15 +13,15 @@
  */
 import { Cause, Clock, Context, Effect, Exit, Random, References, Tracer } from "effect"
 import type { Dispatcher, HandlerContext } from "../Handler.ts"
-import type * as LeaseRenewer from "../LeaseRenewer.ts"
+import type * as LeaseRenewer from "./renew.ts"
 import type { Claim } from "../Message.ts"
 import type { ConsumerSettings } from "../QueueConfig.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
-import type { Completer } from "./completer.ts"
-import * as Backoff from "./backoff.ts"
+import type { Completer } from "./complete.ts"
+import * as Backoff from "../internal/backoff.ts"
 import * as Outcome from "./outcome.ts"
-import * as AttemptResult from "./attemptResult.ts"
-import * as Span from "./span.ts"
+import * as AttemptResult from "../internal/attemptResult.ts"
+import * as Span from "../internal/span.ts"
 
 /** One message's place in the consumer: its handler slot, and its place in the drain. */
 export interface Slot {

@@ -9,12 +9,12 @@
  * @since 0.1.0
  */
 import { Cause, Clock, Effect, Exit, Fiber, Latch, Metric, Option, type Scope } from "effect"
-import type { Claim, ClaimRef, MessageId } from "./Message.ts"
-import { LeaseLost, MaxRuntimeExceeded, MessageCancelled, QueryFailed } from "./QueueError.ts"
-import * as QueueMetrics from "./QueueMetrics.ts"
-import { QueueStore } from "./QueueStore.ts"
-import * as Detached from "./internal/detached.ts"
-import { seconds } from "./internal/format.ts"
+import type { Claim, ClaimRef, MessageId } from "../Message.ts"
+import { LeaseLost, MaxRuntimeExceeded, MessageCancelled, QueryFailed } from "../QueueError.ts"
+import * as QueueMetrics from "../QueueMetrics.ts"
+import { QueueStore } from "../QueueStore.ts"
+import * as Detached from "../internal/detached.ts"
+import { seconds } from "../internal/format.ts"
 
 /** Timing of a renewer, in milliseconds of Effect's `Clock`. */
 export interface RenewerOptions {
