@@ -21,6 +21,7 @@ import { defaults, fromOperations, QueueStore, type QueueStoreShape } from "./Qu
 import type * as CancelInbox from "./internal/cancelInbox.ts"
 import * as Validate from "./internal/validate.ts"
 import * as Cancel from "./pg/cancel.ts"
+import * as Channel from "./pg/channel.ts"
 import * as Claim from "./pg/claim.ts"
 import * as Complete from "./pg/complete.ts"
 import type { PgContext } from "./pg/context.ts"
@@ -76,7 +77,7 @@ export const pruneLockKey: (schema: string) => number = Prune.pruneLockKey
  * `leasehold_<schema>` when that fits in an identifier; otherwise the schema is
  * cut short and a hash of the whole name keeps channels of different schemas apart.
  */
-export const notifyChannel: (schema: string) => string = Notify.notifyChannel
+export const notifyChannel: (schema: string) => string = Channel.notifyChannel
 
 /** The one-pool rule, as a send inside another client's transaction is refused with it. */
 export { onePoolRule } from "./pg/onePool.ts"
@@ -101,7 +102,7 @@ const makeContext = (schema: string, options: PgQueueStoreOptions) =>
       queuesTable: sql(`${schema}.queues`),
       uniqueTable: sql(`${schema}.unique_keys`),
       schedulesTable: sql(`${schema}.schedules`),
-      channel: Notify.notifyChannel(schema),
+      channel: Channel.notifyChannel(schema),
       limits: {
         maxPayloadBytes: options.maxPayloadBytes ?? defaults.maxPayloadBytes,
         defaultMaxAttempts: options.defaultMaxAttempts ?? defaults.maxAttempts
@@ -111,7 +112,7 @@ const makeContext = (schema: string, options: PgQueueStoreOptions) =>
         ? Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
         : Effect.succeed(null),
       op,
-      announcing: Notify.makeAnnouncing(),
+      announcing: Channel.makeAnnouncing(),
       cancelListeners
     }
     return ctx

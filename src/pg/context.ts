@@ -10,7 +10,7 @@ import type { Effect, Option } from "effect"
 import type { SqlClient, Statement } from "effect/sql"
 import type * as CancelInbox from "../internal/cancelInbox.ts"
 import type * as Validate from "../internal/validate.ts"
-import type { Announcing } from "./notify.ts"
+import type { Announcing } from "./channel.ts"
 import type { Op } from "./op.ts"
 
 /** What every statement of the store needs, built once per store. */
