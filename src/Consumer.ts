@@ -6,8 +6,10 @@
  *
  * @since 0.1.0
  */
-import { Cause, Clock, Context, Deferred, Effect, Exit, Fiber, Latch, Layer, type LogLevel, Metric, Option, References, Runtime, Scope } from "effect"
+import { Cause, Clock, Context, Deferred, Effect, Exit, Fiber, Latch, Layer, type LogLevel, Option, References, Runtime, Scope } from "effect"
+import * as ClaimLoop from "./consumer/claimLoop.ts"
 import * as Completer from "./consumer/complete.ts"
+import * as Flight from "./consumer/flight.ts"
 import * as Handle from "./consumer/handle.ts"
 import * as EventLoopLag from "./consumer/lag.ts"
 import * as IdleWake from "./consumer/wake.ts"
@@ -22,7 +24,7 @@ import type { Claim } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
-import { QueueStore } from "./QueueStore.ts"
+import { QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import { seconds } from "./internal/format.ts"
 import { type Dispatcher, type Handler, toDispatcher } from "./Handler.ts"
 
@@ -98,26 +100,7 @@ export const make = <R>(
       })
 
     const handlers = yield* Scope.make()
-    const slotFreed = yield* Latch.make(false)
-    /** Messages claimed and not yet completed (their finishing write included): what a shutdown drains. */
-    let inFlight = 0
-    /** Handlers running: what `concurrency` bounds. A message whose handler ended frees its slot at once. */
-    let running = 0
-    /**
-     * How many messages the next claim may take: the free handler slots, and never more than
-     * `concurrency` + one full completion batch claimed at once. Finishing writes that lag cannot
-     * pile up without bound, yet while a slow one is in flight the next completions gather into a
-     * bigger batch instead of holding up the claims (a bound of `2 x concurrency` made every
-     * claim wait for the previous batch's write at small concurrency).
-     */
-    const freeSlots = () => Math.min(concurrency - running, concurrency + COMPLETION_BATCH - inFlight)
-    let stopping = false
-    /** Waits by design in progress (see `waiting`): the loop is healthy while in one. */
-    let waits = 0
-    let lastProgress = yield* Clock.currentTimeMillis
-    const progress = Effect.map(Clock.currentTimeMillis, (now) => {
-      lastProgress = now
-    })
+    const flight = yield* Flight.make(concurrency)
 
     /**
      * Closed while a claim statement is in flight. A flush waits for it (at most
@@ -137,183 +120,18 @@ export const make = <R>(
       consumerId,
       attemptTimeoutMs: settings.renewerStopTimeoutMs,
       flushers: COMPLETION_FLUSHERS,
-      maxBatch: COMPLETION_BATCH
+      maxBatch: Flight.COMPLETION_BATCH
     })
 
     /** The handle step: run a message, decide its outcome, hand it to the completer. */
     const handle = Handle.make({ dispatcher, settings, completer })
 
-    /**
-     * A message's place in the consumer: its handler slot (freed when its handler ends) and its
-     * place in the drain (left once its finishing write was answered or given up).
-     */
-    const slotOf = (): Handle.Slot => {
-      let slotHeld = true
-      let settled = false
-      return {
-        // Opening the latch wakes the claim loop through the scheduler, after the fibers already
-        // due: the handlers of a claim that end together free their slots for one claim, not one each.
-        free: Effect.suspend(() => {
-          if (!slotHeld) return Effect.void
-          slotHeld = false
-          running -= 1
-          return slotFreed.open
-        }),
-        settle: () => {
-          if (settled) return Effect.void
-          settled = true
-          return leaveFlight()
-        }
-      }
-    }
-
-    /** One message is no longer in flight (its finishing write was answered or given up). */
-    const leaveFlight = () => {
-      inFlight -= 1
-      return slotFreed.open
-    }
-
     /** The renewers of the claims in progress, so a presence watchdog can stop them all. */
     const renewers = new Set<LeaseRenewer.LeaseRenewer>()
+    yield* wakeCancelled(store, settings.queues, renewers)
 
-    // An operator cancelled running messages of our queues: the claims holding them renew at once
-    // and hear so in the answer (instead of at their next renewal, up to lease/3 later). A notice
-    // that names none (a cancel of thousands) wakes every claim.
-    const cancelled = yield* store.cancels(settings.queues)
-    const wake = (ids: ReadonlySet<Claim["id"]> | undefined) =>
-      renewers.forEach((renewer) => {
-        if (ids === undefined) return renewer.renewNow()
-        for (const id of ids) {
-          if (renewer.holds(id)) return renewer.renewNow()
-        }
-      })
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(cancelled, (ids) => Effect.sync(() => wake(ids)))))
-
-    /** Process one claim: its renewer lives exactly as long as the claim's scope. */
-    const processClaim = (claims: ReadonlyArray<Claim>, claimedAt: number) =>
-      Effect.scoped(Effect.gen(function*() {
-        const renewer = yield* LeaseRenewer.start(claims, {
-          leaseMs,
-          marginMs: settings.leaseMarginMs,
-          stopTimeoutMs: settings.renewerStopTimeoutMs,
-          claimedAt,
-          interruptOnLost: settings.onLeaseLost === "interrupt",
-          maxRuntimeMs: (claim) => dispatcher.policy(claim)?.maxRuntimeMs ?? settings.maxRuntimeMs
-        })
-        renewers.add(renewer)
-        yield* Effect.addFinalizer(() => Effect.sync(() => renewers.delete(renewer)))
-        // A fiber per message, awaited rather than joined: a handler stopped by the watchdog ends its
-        // own fiber interrupted, which must not interrupt the other messages of the claim.
-        // Started at once, not on the scheduler's next turn: a handler starts before the claim loop
-        // builds and sends its next claim (an idle pickup measured ~1 ms sooner).
-        const fibers = yield* Effect.forEach(claims, (claim) =>
-          Effect.forkChild(handle.run(renewer, claim, slotOf()), { startImmediately: true }))
-        yield* Fiber.awaitAll(fibers)
-      }))
-
-    /** Hand claimed messages back at once (fenced, attempt given back): the consumer is stopping. */
-    const releaseUnrun = (claims: ReadonlyArray<Claim>, claimedAt: number) =>
-      Effect.gen(function*() {
-        yield* Effect.logInfo(`stopping: releasing ${claims.length} message(s) claimed as the shutdown began`)
-        // In flight until released, so the shutdown waits for these writes too.
-        inFlight += claims.length
-        yield* Effect.forEach(claims, (claim) =>
-          completer.complete(
-            { claim, action: { _tag: "Release" }, startedAt: claimedAt, leaseEndsAt: claimedAt + leaseMs },
-            leaveFlight
-          ).pipe(
-            Effect.annotateLogs({ queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts })
-          ), { concurrency: "unbounded", discard: true })
-      })
-
-    /**
-     * Claim up to the free slots of `queue` and dispatch what came back, as one
-     * uninterruptible unit: a claim that committed is always either running or
-     * released, never dropped by a shutdown that arrived while it was in flight.
-     */
-    const claimAndDispatch = (queue: string) =>
-      Effect.uninterruptible(Effect.gen(function*() {
-        const claimedAt = yield* Clock.currentTimeMillis
-        claimIdle.closeUnsafe()
-        const claims = yield* store.claim(queue, {
-          lease: leaseMs,
-          limit: Math.min(settings.batchSize, freeSlots()),
-          consumer: consumerId
-        }).pipe(Effect.ensuring(Effect.sync(() => claimIdle.openUnsafe()))) // a waiting flush starts here, at once
-        if (claims.length === 0) return 0
-        yield* Effect.withFiberSucceed((fiber) => countClaimed(queue, claims, fiber.context))
-        if (stopping) {
-          yield* releaseUnrun(claims, claimedAt)
-          return claims.length
-        }
-        inFlight += claims.length
-        running += claims.length
-        yield* Effect.forkIn(processClaim(claims, claimedAt), handlers, { startImmediately: true })
-        return claims.length
-      }))
-
-    /**
-     * Wait by design (for a free slot, for new work, for presence to come back),
-     * counted as progress by `health`: every such wait is bounded by the poll interval.
-     */
-    const waiting = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-      Effect.acquireUseRelease(
-        Effect.sync(() => {
-          waits += 1
-        }),
-        () => effect,
-        () =>
-          Effect.map(Clock.currentTimeMillis, (now) => {
-            waits -= 1
-            lastProgress = now
-          })
-      )
-
-    /**
-     * The claim loop: round-robin over the queues, never more claims than free
-     * slots. Only connection-dead claim failures are retried (with backoff);
-     * any other failure ends the loop, and the consumer with it (see `failure`).
-     */
-    const loop = Effect.gen(function*() {
-      let next = 0
-      let emptyInARow = 0
-      let backoff = settings.pollIntervalMs
-      while (true) {
-        if (freeSlots() <= 0) {
-          yield* slotFreed.close
-          // Nothing to do until a handler ends (a presence at risk stops handlers, which frees slots).
-          if (freeSlots() <= 0) yield* waiting(slotFreed.await)
-          continue
-        }
-        if (yield* atRisk) {
-          // Cut off long enough to look dead to the others: whatever we claimed now would be stopped at once.
-          yield* waiting(Effect.sleep(settings.pollIntervalMs))
-          continue
-        }
-        const queue = settings.queues[next++ % settings.queues.length]!
-        const claimed = yield* claimAndDispatch(queue).pipe(
-          Effect.catchTag("ConnectionDead", (error) =>
-            Effect.gen(function*() {
-              yield* Effect.logWarning(`claim failed, connection dead; retrying in ${seconds(backoff)}: ${error.message}`)
-              yield* Effect.sleep(backoff)
-              backoff = Math.min(backoff * 2, settings.backoffMaxMs)
-              return undefined
-            }))
-        )
-        if (claimed === undefined) continue
-        backoff = settings.pollIntervalMs
-        yield* progress
-        yield* Metric.update(QueueMetrics.inFlight, inFlight)
-        if (claimed === 0) {
-          if (++emptyInARow >= settings.queues.length) {
-            emptyInARow = 0
-            yield* waiting(idle)
-          }
-          continue
-        }
-        emptyInARow = 0
-      }
-    }).pipe(Effect.annotateLogs({ ...annotations, module: "Consumer" }))
+    const loop = ClaimLoop.make({ store, settings, dispatcher, handle, completer, flight, handlers, renewers, claimIdle, atRisk, idle })
+      .pipe(Effect.annotateLogs({ ...annotations, module: "Consumer" }))
 
     // Warn when the event loop stalls for half a renewal interval: renewals would be late.
     yield* Effect.forkScoped(
@@ -321,26 +139,7 @@ export const make = <R>(
         Effect.annotateLogs(annotations)
       )
     )
-    // The loop is detached so that the shutdown controls when it stops (and bounds the wait for a claim
-    // in flight). A failure of the loop, which is never a connection-dead one, ends the consumer:
-    // logged at ERROR, reported by `health` and by `failure` (which `launch` turns into the program's).
-    const failed = yield* Deferred.make<never, StoreError | InvalidInput>()
-    const loopFiber = yield* Effect.forkDetach(loop.pipe(
-      Effect.tapCause((cause) =>
-        Cause.hasInterruptsOnly(cause) ? Effect.void : Effect.gen(function*() {
-          stopping = true
-          yield* Effect.logError(
-            `claim loop failed; the consumer stops claiming and shuts down:\n${Cause.pretty(cause)}\n` +
-              `${inFlight} message(s) in flight get the shutdown grace to finish, then are released; ` +
-              "messages not claimed stay queued for other consumers"
-          ).pipe(
-            Effect.annotateLogs(annotations)
-          )
-          yield* Deferred.failCause(failed, cause as Cause.Cause<StoreError | InvalidInput>)
-        })
-      ),
-      Effect.provideContext(context)
-    ))
+    const { failed, loopFiber } = yield* forkLoop(loop.pipe(Effect.provideContext(context)), flight, annotations)
     if (registration !== undefined) {
       // Cut off from the database (presence session gone, heartbeats failing), this consumer will
       // soon look dead to the others, whose reapers then release its claims: stop the handlers
@@ -356,37 +155,7 @@ export const make = <R>(
     yield* Maintenance.fork(Prune.attempts(store, settings.attemptRetentionMs)).pipe(Effect.annotateLogs(annotations))
     yield* Maintenance.fork(Prune.uniqueKeys(store)).pipe(Effect.annotateLogs(annotations))
 
-    /** Wait until no message is in flight: every handler ended and every completion written. */
-    const drainCompletions = Effect.gen(function*() {
-      while (inFlight > 0) {
-        yield* slotFreed.close
-        if (inFlight > 0) yield* slotFreed.await
-      }
-    })
-
-    /** Stop claiming, let handlers finish within the grace, then interrupt and release the rest. */
-    const shutdown = Effect.gen(function*() {
-      stopping = true
-      yield* Effect.logInfo(`shutting down: ${inFlight} in flight, grace ${seconds(settings.shutdownGraceMs)}`)
-      // The loop's claim is uninterruptible (a committed claim must be dispatched); do not wait on a stuck one forever.
-      const loopStopped = yield* Effect.timeoutOption(Fiber.interrupt(loopFiber), settings.renewerStopTimeoutMs)
-      if (loopStopped._tag === "None") {
-        yield* Effect.logWarning(`claim loop did not stop within ${seconds(settings.renewerStopTimeoutMs)}: a claim is stuck; going on`)
-      }
-      const drained = yield* Effect.timeoutOption(drainCompletions, settings.shutdownGraceMs)
-      if (drained._tag === "None") {
-        yield* Effect.logWarning(`grace elapsed: interrupting ${inFlight} handler${inFlight === 1 ? "" : "s"} and releasing their messages`)
-      }
-      yield* Scope.close(handlers, Exit.void)
-      // The interrupted handlers' releases (and any completion still queued) are written before the
-      // completer stops: each is bounded by its lease plus one attempt.
-      const completed = yield* Effect.timeoutOption(drainCompletions, leaseMs + settings.renewerStopTimeoutMs)
-      if (completed._tag === "None") {
-        yield* Effect.logWarning(`${inFlight} finishing write(s) still pending at shutdown; those messages run again after their leases`)
-      }
-      yield* Effect.logInfo("consumer stopped")
-    }).pipe(Effect.annotateLogs(annotations))
-    yield* Effect.addFinalizer(() => shutdown)
+    yield* Effect.addFinalizer(() => shutdown({ settings, flight, handlers, loopFiber }).pipe(Effect.annotateLogs(annotations)))
 
     // The queue-depth collector of this process (`QueueDepth.layer`) samples these queues.
     yield* QueueDepth.track(settings.queues)
@@ -402,10 +171,10 @@ export const make = <R>(
       settings,
       failure: Deferred.await(failed),
       health: Effect.map(Clock.currentTimeMillis, (now) => ({
-        healthy: !Deferred.isDoneUnsafe(failed) && (waits > 0 || now - lastProgress <= settings.healthStaleMs),
-        lastProgressAt: new Date(lastProgress),
-        inFlight,
-        stopping
+        healthy: !Deferred.isDoneUnsafe(failed) && (flight.waits > 0 || now - flight.lastProgress <= settings.healthStaleMs),
+        lastProgressAt: new Date(flight.lastProgress),
+        inFlight: flight.inFlight,
+        stopping: flight.stopping
       }))
     })
   })
@@ -433,23 +202,84 @@ export const startupLine = (
   ].join(", ")
 
 /**
- * Count a claim: the process total, and per task (a claim's messages of one task come in
- * runs; one update per run, usually one per claim).
+ * Run the claim loop detached, so that the shutdown controls when it stops (and bounds the wait
+ * for a claim in flight). A failure of the loop, which is never a connection-dead one, ends the
+ * consumer: logged at ERROR, reported by `health` and by `failure` (which `launch` turns into
+ * the program's).
  */
-const countClaimed = (queue: string, claims: ReadonlyArray<Claim>, context: Context.Context<never>) => {
-  QueueMetrics.claimed.updateUnsafe(claims.length, context)
-  let task = claims[0]!.task
-  let run = 0
-  for (const claim of claims) {
-    if (claim.task !== task) {
-      QueueMetrics.forTask(queue, task).claimed.updateUnsafe(run, context)
-      task = claim.task
-      run = 0
+const forkLoop = (
+  loop: Effect.Effect<never, StoreError | InvalidInput>,
+  flight: Flight.Flight,
+  annotations: Record<string, string>
+) =>
+  Effect.gen(function*() {
+    const failed = yield* Deferred.make<never, StoreError | InvalidInput>()
+    const loopFiber = yield* Effect.forkDetach(loop.pipe(
+      Effect.tapCause((cause) =>
+        Cause.hasInterruptsOnly(cause) ? Effect.void : Effect.gen(function*() {
+          flight.stopping = true
+          yield* Effect.logError(
+            `claim loop failed; the consumer stops claiming and shuts down:\n${Cause.pretty(cause)}\n` +
+              `${flight.inFlight} message(s) in flight get the shutdown grace to finish, then are released; ` +
+              "messages not claimed stay queued for other consumers"
+          ).pipe(
+            Effect.annotateLogs(annotations)
+          )
+          yield* Deferred.failCause(failed, cause as Cause.Cause<StoreError | InvalidInput>)
+        })
+      )
+    ))
+    return { failed, loopFiber }
+  })
+
+/**
+ * An operator cancelled running messages of `queues`: the claims holding them renew at once
+ * and hear so in the answer (instead of at their next renewal, up to lease/3 later). A notice
+ * that names none (a cancel of thousands) wakes every claim.
+ */
+const wakeCancelled = (store: QueueStoreShape, queues: ReadonlyArray<string>, renewers: ReadonlySet<LeaseRenewer.LeaseRenewer>) =>
+  Effect.gen(function*() {
+    const cancelled = yield* store.cancels(queues)
+    const wake = (ids: ReadonlySet<Claim["id"]> | undefined) =>
+      renewers.forEach((renewer) => {
+        if (ids === undefined) return renewer.renewNow()
+        for (const id of ids) {
+          if (renewer.holds(id)) return renewer.renewNow()
+        }
+      })
+    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(cancelled, (ids) => Effect.sync(() => wake(ids)))))
+  })
+
+/** Stop claiming, let handlers finish within the grace, then interrupt and release the rest. */
+const shutdown = (parts: {
+  readonly settings: QueueConfig.ConsumerSettings
+  readonly flight: Flight.Flight
+  readonly handlers: Scope.Closeable
+  readonly loopFiber: Fiber.Fiber<unknown, unknown>
+}) =>
+  Effect.gen(function*() {
+    const { settings, flight, handlers, loopFiber } = parts
+    flight.stopping = true
+    yield* Effect.logInfo(`shutting down: ${flight.inFlight} in flight, grace ${seconds(settings.shutdownGraceMs)}`)
+    // The loop's claim is uninterruptible (a committed claim must be dispatched); do not wait on a stuck one forever.
+    const loopStopped = yield* Effect.timeoutOption(Fiber.interrupt(loopFiber), settings.renewerStopTimeoutMs)
+    if (loopStopped._tag === "None") {
+      yield* Effect.logWarning(`claim loop did not stop within ${seconds(settings.renewerStopTimeoutMs)}: a claim is stuck; going on`)
     }
-    run += 1
-  }
-  QueueMetrics.forTask(queue, task).claimed.updateUnsafe(run, context)
-}
+    const drained = yield* Effect.timeoutOption(Flight.drained(flight), settings.shutdownGraceMs)
+    if (drained._tag === "None") {
+      const inFlight = flight.inFlight
+      yield* Effect.logWarning(`grace elapsed: interrupting ${inFlight} handler${inFlight === 1 ? "" : "s"} and releasing their messages`)
+    }
+    yield* Scope.close(handlers, Exit.void)
+    // The interrupted handlers' releases (and any completion still queued) are written before the
+    // completer stops: each is bounded by its lease plus one attempt.
+    const completed = yield* Effect.timeoutOption(Flight.drained(flight), settings.leaseMs + settings.renewerStopTimeoutMs)
+    if (completed._tag === "None") {
+      yield* Effect.logWarning(`${flight.inFlight} finishing write(s) still pending at shutdown; those messages run again after their leases`)
+    }
+    yield* Effect.logInfo("consumer stopped")
+  })
 
 /**
  * Completion flushes in flight at once. One: while it is in flight the next completions gather
@@ -457,8 +287,6 @@ const countClaimed = (queue: string, claims: ReadonlyArray<Claim>, context: Cont
  * pool's other connection stays free for renewals, which never wait behind a flush.
  */
 const COMPLETION_FLUSHERS = 1
-/** Completions written by one statement, at most. */
-const COMPLETION_BATCH = 500
 /** The longest a flush waits for a claim in flight (a claim of 50 answers in 1-3 ms here). */
 const FLUSH_HOLD_MAX_MS = 20
 
