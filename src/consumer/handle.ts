@@ -139,43 +139,13 @@ export const make = <R>(options: HandleOptions<R>) => {
             const metrics = QueueMetrics.forTask(claim.queue, claim.task)
             const now = fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
             metrics.handlerDuration.updateUnsafe(now - startedAt, fiber.context)
-            const waited = waitedMs(claim, renewer.claimedAt, startedAt)
+            const waited = waitedMs(claim, settings.leaseMs, renewer.claimedAt, startedAt)
             if (waited !== undefined) metrics.waitTime.updateUnsafe(waited, fiber.context)
             return { _tag: "Handled", exit }
           })
         )
       )
     })
-
-  /** When the store claimed the message, on the store's clock: its lease end counted back. */
-  const claimedOnStoreAt = (claim: Claim): number => claim.leaseExpiresAt.getTime() - settings.leaseMs
-
-  /**
-   * How long the message waited: from ready (on the store's clock) to its claim (the lease it
-   * was given, counted back from its end: the same clock, so no skew between the two), then
-   * from the claim to the handler's start (this process's clock).
-   */
-  const waitedMs = (claim: Claim, claimedAt: number, startedAt: number): number | undefined => {
-    if (claim.readyAt === undefined) return undefined
-    return Math.max(0, claimedOnStoreAt(claim) - claim.readyAt.getTime()) + Math.max(0, startedAt - claimedAt)
-  }
-
-  /**
-   * The options of a message's `leasehold.handle` span. A message sent under a span carries
-   * it as a W3C `traceparent` header; the handler's span continues that trace as its child
-   * when the message is claimed within {@link Span.PARENT_WITHIN_MS} of its send, and
-   * otherwise starts a trace of its own with a link to the sender (a send delayed by hours, a
-   * retry after a long backoff or a redrive would stretch the sender's trace over all that time).
-   */
-  const spanOptions = (claim: Claim, attributes: Record<string, unknown>): Tracer.SpanOptionsNoTrace => {
-    const traceparent = claim.headers["traceparent"]
-    const sender = traceparent === undefined ? undefined : Span.fromTraceparent(traceparent)
-    if (sender === undefined) return { attributes, kind: "consumer" }
-    const sinceSendMs = claimedOnStoreAt(claim) - claim.enqueuedAt.getTime()
-    return sinceSendMs <= Span.PARENT_WITHIN_MS
-      ? { attributes, kind: "consumer", parent: sender }
-      : { attributes, kind: "consumer", root: true, links: [{ span: sender, attributes: { "leasehold.link": "sent-by" } }] }
-  }
 
   /**
    * Run one message of a claim, then finish it, whatever happened. Its span
@@ -206,12 +176,42 @@ export const make = <R>(options: HandleOptions<R>) => {
         // the consumer's own time per message (measured with `npm run bench:overhead`).
         fiber.getRef(Tracer.Tracer) === Tracer.nativeTracer
           ? Effect.updateContext(body, annotated)
-          : Effect.useSpan("leasehold.handle", spanOptions(claim, annotations), (span) =>
+          : Effect.useSpan("leasehold.handle", spanOptions(claim, settings.leaseMs, annotations), (span) =>
             Effect.updateContext(body, (context: Context.Context<R>) => annotated(Context.add(context, Tracer.ParentSpan, span))))
       )
     })
 
   return { run }
+}
+
+/** When the store claimed the message, on the store's clock: its lease end counted back (`leaseMs`: the consumer's lease). */
+const claimedOnStoreAt = (claim: Claim, leaseMs: number): number => claim.leaseExpiresAt.getTime() - leaseMs
+
+/**
+ * How long the message waited: from ready (on the store's clock) to its claim (the lease it
+ * was given, counted back from its end: the same clock, so no skew between the two), then
+ * from the claim to the handler's start (this process's clock).
+ */
+const waitedMs = (claim: Claim, leaseMs: number, claimedAt: number, startedAt: number): number | undefined => {
+  if (claim.readyAt === undefined) return undefined
+  return Math.max(0, claimedOnStoreAt(claim, leaseMs) - claim.readyAt.getTime()) + Math.max(0, startedAt - claimedAt)
+}
+
+/**
+ * The options of a message's `leasehold.handle` span. A message sent under a span carries
+ * it as a W3C `traceparent` header; the handler's span continues that trace as its child
+ * when the message is claimed within {@link Span.PARENT_WITHIN_MS} of its send, and
+ * otherwise starts a trace of its own with a link to the sender (a send delayed by hours, a
+ * retry after a long backoff or a redrive would stretch the sender's trace over all that time).
+ */
+const spanOptions = (claim: Claim, leaseMs: number, attributes: Record<string, unknown>): Tracer.SpanOptionsNoTrace => {
+  const traceparent = claim.headers["traceparent"]
+  const sender = traceparent === undefined ? undefined : Span.fromTraceparent(traceparent)
+  if (sender === undefined) return { attributes, kind: "consumer" }
+  const sinceSendMs = claimedOnStoreAt(claim, leaseMs) - claim.enqueuedAt.getTime()
+  return sinceSendMs <= Span.PARENT_WITHIN_MS
+    ? { attributes, kind: "consumer", parent: sender }
+    : { attributes, kind: "consumer", root: true, links: [{ span: sender, attributes: { "leasehold.link": "sent-by" } }] }
 }
 
 /**

@@ -29,7 +29,7 @@ export const using = <A, E, R>(
 /**
  * A handler's span is the child of the span that sent its message when the
  * message is claimed within this time of its send; later, it starts a trace of
- * its own linked to the sender (see `leasehold.handle` in the README).
+ * its own linked to the sender (see `leasehold.handle` in docs/operating.md).
  */
 export const PARENT_WITHIN_MS = 60_000
 
