@@ -12,7 +12,7 @@ import { Cause, Clock, Effect, Exit, Fiber, Latch, Metric, Option, type Scope } 
 import type { Claim, ClaimRef, MessageId } from "../Message.ts"
 import { LeaseLost, MaxRuntimeExceeded, MessageCancelled, QueryFailed } from "../QueueError.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
-import { QueueStore } from "../QueueStore.ts"
+import { QueueStore, type QueueStoreShape } from "../QueueStore.ts"
 import * as Detached from "../internal/detached.ts"
 import { seconds } from "../internal/format.ts"
 
@@ -96,6 +96,137 @@ const countLost = (lost: ReadonlyArray<Entry>, reason: string) =>
     for (const e of lost) QueueMetrics.forTask(e.claim.queue, e.claim.task).leaseLost(reason).updateUnsafe(1, fiber.context)
   })
 
+/** What the renewal and the watchdog of one claim share: its entries and how to stop or lose one. */
+interface Renewal {
+  readonly store: QueueStoreShape
+  readonly options: RenewerOptions
+  readonly entries: Map<MessageId, Entry>
+  readonly stopHandler: (e: Entry, why: Stopped) => void
+  readonly markLost: (lost: ReadonlyArray<Entry>, reason: LeaseLost["reason"], message: string) => Effect.Effect<void>
+}
+
+/** The renew statement on a fiber of its own, joined interruptibly; interrupted in the background if abandoned. */
+const renewStatement = (r: Renewal, refs: ReadonlyArray<ClaimRef>) =>
+  Effect.gen(function*() {
+    return yield* Detached.detached(r.store.renew(refs, r.options.leaseMs).pipe(
+      // A defect in the store is a bug like any other: report it as a failed query, at once.
+      Effect.catchDefect((defect) => Effect.fail(new QueryFailed({ operation: "renew", message: `renew: ${String(defect)}` }))),
+      Effect.result
+    ))
+  })
+
+/** What becomes of the messages of a claim whose renewer stopped for good: said in its ERROR line. */
+const fateWithoutRenewer = (r: Renewal, count: number) =>
+  r.options.interruptOnLost
+    ? `its ${count} message(s) are stopped at their local deadline (${seconds(r.options.leaseMs - r.options.marginMs)} after the last renewal) and retried at once`
+    : `its ${count} message(s) run on unrenewed (on a lost lease: continue); once their leases end another consumer may run them too`
+
+/** One renewal of the claim's active messages, and what its answer means for each. */
+const renewOnce = (r: Renewal, lastSuccess: { at: number; escalated: boolean }) =>
+  Effect.gen(function*() {
+    const { entries, stopHandler, markLost } = r
+    const leaseMs = r.options.leaseMs
+    const sent = [...entries.values()].filter((e) => e.active)
+    if (sent.length === 0) return
+    const startedAt = yield* Clock.currentTimeMillis
+    const result = yield* renewStatement(r, sent.map((e) => e.ref))
+    if (result._tag === "Success") {
+      const held = new Set(result.success.held)
+      lastSuccess.at = startedAt
+      lastSuccess.escalated = false
+      for (const e of sent) if (held.has(e.ref.id)) e.renewedAt = startedAt
+      // An operator cancelled these: stop their handlers (still renewed until they finish, so
+      // the lease holds while their finalizers run and the cancel is written).
+      for (const id of result.success.cancelling) {
+        const e = entries.get(id)
+        if (e !== undefined && !e.finished) {
+          stopHandler(e, new MessageCancelled({ messageId: id, message: "cancelled by an operator while running; handler interrupted" }))
+        }
+      }
+      // A message finished while the renewal was in flight is no longer ours to renew: its finishing
+      // write cleared or deleted its token, so its absence from the answer is no double run.
+      const missing = sent.filter((e) => !held.has(e.ref.id) && !e.finished)
+      yield* Metric.update(QueueMetrics.renewals, held.size)
+      if (held.size > 0) {
+        yield* Effect.logDebug(`lease renewed for ${held.size} message(s), ${seconds(leaseMs)} from now`).pipe(
+          Effect.annotateLogs({ messageIds: [...held].join(",") })
+        )
+      }
+      if (missing.length > 0) {
+        for (const e of missing) e.active = false
+        yield* markLost(
+          missing,
+          "reclaimed",
+          `lease lost: renewal did not return ${missing.map((e) => e.ref.id).join(", ")}; another consumer holds or finished them (double run)`
+        )
+      }
+      return
+    }
+    yield* Metric.update(QueueMetrics.renewalFailures, 1)
+    const error = result.failure
+    if (error._tag !== "ConnectionDead") {
+      // A bug or a bad statement: never a blip. Fail the renewer; the local deadline protects the handlers.
+      yield* Effect.logError(`renewal failed (${error._tag}), renewer stopping: ${error.message}; ${fateWithoutRenewer(r, sent.length)}`)
+      yield* Metric.update(QueueMetrics.leaseLostBy("renewer-failed"), sent.length)
+      yield* countLost(sent, "renewer-failed")
+      return yield* error
+    }
+    const failingFor = (yield* Clock.currentTimeMillis) - lastSuccess.at
+    yield* Effect.logWarning(`renewal failed, connection dead; retrying next tick: ${error.message}`)
+    if (failingFor >= leaseMs && !lastSuccess.escalated) {
+      lastSuccess.escalated = true
+      yield* markLost(
+        sent.filter((e) => !e.finished),
+        "renewals-failing",
+        `lease lost: renewals failing for ${seconds(failingFor)} (lease ${seconds(leaseMs)})`
+      )
+    }
+  })
+
+/**
+ * The watchdog of the claim: sleeps until the earliest local deadline (last
+ * successful renewal + lease - margin: the lease is at risk, declare it lost
+ * before anyone can reclaim it) or max runtime of its unfinished messages,
+ * acts on what is due, and sleeps again; ends when nothing is left to watch.
+ */
+const watchdog = (r: Renewal) =>
+  Effect.gen(function*() {
+    const { entries, options, stopHandler, markLost } = r
+    const { leaseMs, marginMs } = options
+    while (true) {
+      const now = yield* Clock.currentTimeMillis
+      let next = Number.POSITIVE_INFINITY
+      const atRisk: Array<Entry> = []
+      for (const e of entries.values()) {
+        if (e.finished) continue
+        // The local deadline matters only to a consumer that stops handlers for lost leases.
+        if (options.interruptOnLost && e.lost === undefined) {
+          const deadline = e.renewedAt + leaseMs - marginMs
+          if (now >= deadline) atRisk.push(e)
+          else next = Math.min(next, deadline)
+        }
+        if (e.stopped === undefined) {
+          if (now >= e.maxRuntimeAt) {
+            const maxRuntimeMs = e.maxRuntimeMs
+            stopHandler(e, new MaxRuntimeExceeded({
+              messageId: e.ref.id,
+              maxRuntimeMs,
+              message: `handler ran past its max runtime of ${seconds(maxRuntimeMs)} and was interrupted`
+            }))
+          } else next = Math.min(next, e.maxRuntimeAt)
+        }
+      }
+      if (atRisk.length > 0) {
+        yield* markLost(
+          atRisk,
+          "local-deadline",
+          `lease at risk: no successful renewal for ${seconds(leaseMs - marginMs)}; stopping the handler before the lease can expire`
+        )
+      }
+      if (next === Number.POSITIVE_INFINITY) return
+      yield* Effect.sleep(next - now)
+    }
+  }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
 /**
  * Start the renewer of `claims` in the current scope: a fiber forked with
  * `Effect.forkScoped`, so closing the scope stops it and a claim processed
@@ -113,7 +244,7 @@ export const start = (
 ): Effect.Effect<LeaseRenewer, never, QueueStore | Scope.Scope> =>
   Effect.gen(function*() {
     const store = yield* QueueStore
-    const { leaseMs, marginMs, stopTimeoutMs } = options
+    const { leaseMs, stopTimeoutMs } = options
     const entries = new Map<MessageId, Entry>()
     const startedAt = yield* Clock.currentTimeMillis
     for (const claim of claims) {
@@ -161,80 +292,7 @@ export const start = (
         yield* Effect.logError(message).pipe(Effect.annotateLogs({ messageIds: fresh.map((e) => e.ref.id).join(",") }))
       }))
 
-    /** The renew statement on a fiber of its own, joined interruptibly; interrupted in the background if abandoned. */
-    const renewStatement = (refs: ReadonlyArray<ClaimRef>) =>
-      Effect.gen(function*() {
-        return yield* Detached.detached(store.renew(refs, leaseMs).pipe(
-          // A defect in the store is a bug like any other: report it as a failed query, at once.
-          Effect.catchDefect((defect) => Effect.fail(new QueryFailed({ operation: "renew", message: `renew: ${String(defect)}` }))),
-          Effect.result
-        ))
-      })
-
-    /** What becomes of the messages of a claim whose renewer stopped for good: said in its ERROR line. */
-    const fateWithoutRenewer = (count: number) =>
-      options.interruptOnLost
-        ? `its ${count} message(s) are stopped at their local deadline (${seconds(leaseMs - marginMs)} after the last renewal) and retried at once`
-        : `its ${count} message(s) run on unrenewed (on a lost lease: continue); once their leases end another consumer may run them too`
-
-    const renewOnce = (lastSuccess: { at: number; escalated: boolean }) =>
-      Effect.gen(function*() {
-        const sent = [...entries.values()].filter((e) => e.active)
-        if (sent.length === 0) return
-        const startedAt = yield* Clock.currentTimeMillis
-        const result = yield* renewStatement(sent.map((e) => e.ref))
-        if (result._tag === "Success") {
-          const held = new Set(result.success.held)
-          lastSuccess.at = startedAt
-          lastSuccess.escalated = false
-          for (const e of sent) if (held.has(e.ref.id)) e.renewedAt = startedAt
-          // An operator cancelled these: stop their handlers (still renewed until they finish, so
-          // the lease holds while their finalizers run and the cancel is written).
-          for (const id of result.success.cancelling) {
-            const e = entries.get(id)
-            if (e !== undefined && !e.finished) {
-              stopHandler(e, new MessageCancelled({ messageId: id, message: "cancelled by an operator while running; handler interrupted" }))
-            }
-          }
-          // A message finished while the renewal was in flight is no longer ours to renew: its finishing
-          // write cleared or deleted its token, so its absence from the answer is no double run.
-          const missing = sent.filter((e) => !held.has(e.ref.id) && !e.finished)
-          yield* Metric.update(QueueMetrics.renewals, held.size)
-          if (held.size > 0) {
-            yield* Effect.logDebug(`lease renewed for ${held.size} message(s), ${seconds(leaseMs)} from now`).pipe(
-              Effect.annotateLogs({ messageIds: [...held].join(",") })
-            )
-          }
-          if (missing.length > 0) {
-            for (const e of missing) e.active = false
-            yield* markLost(
-              missing,
-              "reclaimed",
-              `lease lost: renewal did not return ${missing.map((e) => e.ref.id).join(", ")}; another consumer holds or finished them (double run)`
-            )
-          }
-          return
-        }
-        yield* Metric.update(QueueMetrics.renewalFailures, 1)
-        const error = result.failure
-        if (error._tag !== "ConnectionDead") {
-          // A bug or a bad statement: never a blip. Fail the renewer; the local deadline protects the handlers.
-          yield* Effect.logError(`renewal failed (${error._tag}), renewer stopping: ${error.message}; ${fateWithoutRenewer(sent.length)}`)
-          yield* Metric.update(QueueMetrics.leaseLostBy("renewer-failed"), sent.length)
-          yield* countLost(sent, "renewer-failed")
-          return yield* error
-        }
-        const failingFor = (yield* Clock.currentTimeMillis) - lastSuccess.at
-        yield* Effect.logWarning(`renewal failed, connection dead; retrying next tick: ${error.message}`)
-        if (failingFor >= leaseMs && !lastSuccess.escalated) {
-          lastSuccess.escalated = true
-          yield* markLost(
-            sent.filter((e) => !e.finished),
-            "renewals-failing",
-            `lease lost: renewals failing for ${seconds(failingFor)} (lease ${seconds(leaseMs)})`
-          )
-        }
-      })
+    const renewal: Renewal = { store, options, entries, stopHandler, markLost }
 
     /**
      * Opened by `renewNow`: cuts the wait for the next renewal short. Open from the start for a
@@ -248,53 +306,12 @@ export const start = (
       while (true) {
         yield* Effect.raceFirst(interval, early.await)
         early.closeUnsafe()
-        yield* renewOnce(lastSuccess)
+        yield* renewOnce(renewal, lastSuccess)
       }
     }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
 
-    /**
-     * The watchdog of the claim: sleeps until the earliest local deadline (last
-     * successful renewal + lease - margin: the lease is at risk, declare it lost
-     * before anyone can reclaim it) or max runtime of its unfinished messages,
-     * acts on what is due, and sleeps again; ends when nothing is left to watch.
-     */
-    const watchdog = Effect.gen(function*() {
-      while (true) {
-        const now = yield* Clock.currentTimeMillis
-        let next = Number.POSITIVE_INFINITY
-        const atRisk: Array<Entry> = []
-        for (const e of entries.values()) {
-          if (e.finished) continue
-          // The local deadline matters only to a consumer that stops handlers for lost leases.
-          if (options.interruptOnLost && e.lost === undefined) {
-            const deadline = e.renewedAt + leaseMs - marginMs
-            if (now >= deadline) atRisk.push(e)
-            else next = Math.min(next, deadline)
-          }
-          if (e.stopped === undefined) {
-            if (now >= e.maxRuntimeAt) {
-              const maxRuntimeMs = e.maxRuntimeMs
-              stopHandler(e, new MaxRuntimeExceeded({
-                messageId: e.ref.id,
-                maxRuntimeMs,
-                message: `handler ran past its max runtime of ${seconds(maxRuntimeMs)} and was interrupted`
-              }))
-            } else next = Math.min(next, e.maxRuntimeAt)
-          }
-        }
-        if (atRisk.length > 0) {
-          yield* markLost(
-            atRisk,
-            "local-deadline",
-            `lease at risk: no successful renewal for ${seconds(leaseMs - marginMs)}; stopping the handler before the lease can expire`
-          )
-        }
-        if (next === Number.POSITIVE_INFINITY) return
-        yield* Effect.sleep(next - now)
-      }
-    }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
     // Forked before the renewal loop: a deadline due at a renewal tick is acted on first.
-    yield* Effect.forkScoped(watchdog)
+    yield* Effect.forkScoped(watchdog(renewal))
 
     // Forked into the claim's scope: if the claim ends without `stop` (a defect, an interruption),
     // the scope's close interrupts it; once it has exited, its finalizer leaves the scope.
