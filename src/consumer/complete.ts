@@ -156,6 +156,101 @@ const isTransientStatementError = (code: string | undefined): boolean =>
   code === "57014" || code === "40P01" || code === "40001" || code === "55P03" || (code?.startsWith("53") ?? false)
 
 /**
+ * What the store wrote for a retry, release or dead letter it turned into a cancel (an
+ * operator cancelled the message after its handler ended, before the write): it will not run again.
+ */
+const cancelledInstead = (p: Answerable): Outcome.Action => ({
+  _tag: "Cancel",
+  error: `cancelled by an operator after the handler ended; its ${nameOf(p.finished.action)} was not written, the message was deleted`
+})
+
+/** Metrics and one log line for a written outcome. */
+const announce = (claim: Claim, action: Outcome.Action, held: Held) =>
+  Effect.gen(function*() {
+    switch (action._tag) {
+      case "Ack":
+        // Acks that landed are counted by the flush.
+        if (held === false) {
+          yield* Metric.update(QueueMetrics.doubleRuns, 1)
+          yield* Effect.logWarning("double run: the ack found the lease gone; another consumer has taken this message")
+        }
+        break
+      case "Retry":
+        if (held === true) {
+          yield* Metric.update(QueueMetrics.retried, 1)
+          yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).retried, 1)
+          yield* Effect.logWarning(`attempt ${claim.attempts} of ${action.limit ?? claim.maxAttempts} failed; retry in ${seconds(action.delayMs)}:\n${action.error}`)
+        }
+        break
+      case "DeadLetter":
+        if (held === true) {
+          yield* Metric.update(QueueMetrics.deadLettered, 1)
+          yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).deadLettered, 1)
+          yield* Effect.logWarning(`dead-lettered: ${action.reason}${action.error === undefined ? "" : `\n${action.error}`}`)
+        }
+        break
+      case "Release":
+        if (held === true) {
+          yield* Metric.update(QueueMetrics.released, 1)
+          yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).released, 1)
+          yield* Effect.logInfo("released on shutdown")
+        }
+        break
+      case "Forget":
+        yield* Effect.logError("handler stopped: another consumer holds the message now")
+        break
+      case "Cancel":
+        if (held === true) {
+          yield* Metric.update(QueueMetrics.cancelled, 1)
+          yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).cancelled, 1)
+          yield* Effect.logWarning(`cancelled while running: ${action.error}`)
+        }
+        break
+    }
+  })
+
+/** The completion to write for a finished run (`consumerId`: the consumer that ran it). */
+const completionOf = (f: Finished, consumerId: string): Completion => ({
+  ref: { id: f.claim.id, leaseToken: f.claim.leaseToken },
+  finish: finishOf(f.action),
+  queue: f.claim.queue,
+  task: f.claim.task,
+  // A claim beyond the last attempt (quarantined, exhausted) is not run: never numbered past the max.
+  attempt: Math.min(f.claim.attempts, f.claim.maxAttempts),
+  consumer: consumerId,
+  startedAt: new Date(f.startedAt),
+  outcome: Outcome.historyOutcome(f.action, true),
+  error: historyError(f.action),
+  result: f.action._tag === "Ack" ? f.action.result : undefined
+})
+
+/**
+ * The plain form of an entry's write ({@link writePlain}): the same kind, its texts replaced
+ * by `text`, its result (if any) by the unstorable marker. Built from the finished run alone,
+ * so a defect in building the usual form cannot reach it.
+ */
+const plainOf = (f: Finished, consumerId: string, text: string): Completion => {
+  const action = f.action
+  const finish: Finish = action._tag === "Retry"
+    ? { _tag: "Retry", delayMs: Backoff.boundedDelayMs(action.delayMs, Validate.MAX_DELAY_MS), error: text }
+    : action._tag === "DeadLetter"
+    ? { _tag: "DeadLetter", reason: text, error: undefined }
+    : finishOf(action)
+  return {
+    ref: { id: f.claim.id, leaseToken: f.claim.leaseToken },
+    finish,
+    queue: f.claim.queue,
+    task: f.claim.task,
+    attempt: Math.min(f.claim.attempts, f.claim.maxAttempts),
+    consumer: consumerId,
+    startedAt: new Date(f.startedAt),
+    outcome: Outcome.historyOutcome(action, true),
+    error: historyError(action) === null ? null : text,
+    result: action._tag === "Ack" && action.result !== undefined ? AttemptResult.unstorable("result", text) : undefined
+  }
+}
+
+/**
  * Make the completer of one consumer. Its flushers run in the current scope:
  * build it before the consumer's shutdown finalizer, so they outlive the drain.
  */
@@ -173,15 +268,6 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
       held === true && as._tag === "Ack"
         ? p.done(held)
         : announce(p.finished.claim, as, held).pipe(annotate(p.finished.claim), Effect.andThen(p.done(held)))
-
-    /**
-     * What the store wrote for a retry, release or dead letter it turned into a cancel (an
-     * operator cancelled the message after its handler ended, before the write): it will not run again.
-     */
-    const cancelledInstead = (p: Answerable): Outcome.Action => ({
-      _tag: "Cancel",
-      error: `cancelled by an operator after the handler ended; its ${nameOf(p.finished.action)} was not written, the message was deleted`
-    })
 
     /**
      * Acks of the flush being reported, per (queue, task): reused, cleared once counted (a
@@ -306,7 +392,7 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     const writePlain = (p: Answerable, why: string): Effect.Effect<void> =>
       Effect.gen(function*() {
         const name = nameOf(p.finished.action)
-        const plain = plainOf(p.finished, Validate.boundedText(`the ${name} could not be written as it was; written without its texts and result: ${why}`))
+        const plain = plainOf(p.finished, consumerId, Validate.boundedText(`the ${name} could not be written as it was; written without its texts and result: ${why}`))
         const written = yield* Detached.within(store.complete([plain]), attemptTimeoutMs).pipe(
           Effect.map(Option.getOrUndefined),
           Effect.catchCause((cause) => Effect.as(Effect.logError(`the plain ${name} failed:\n${Cause.pretty(cause)}`), undefined))
@@ -366,98 +452,13 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     })
     for (let i = 0; i < options.flushers; i++) yield* Effect.forkScoped(flusher)
 
-    /** Metrics and one log line for a written outcome. */
-    const announce = (claim: Claim, action: Outcome.Action, held: Held) =>
-      Effect.gen(function*() {
-        switch (action._tag) {
-          case "Ack":
-            // Acks that landed are counted by the flush.
-            if (held === false) {
-              yield* Metric.update(QueueMetrics.doubleRuns, 1)
-              yield* Effect.logWarning("double run: the ack found the lease gone; another consumer has taken this message")
-            }
-            break
-          case "Retry":
-            if (held === true) {
-              yield* Metric.update(QueueMetrics.retried, 1)
-              yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).retried, 1)
-              yield* Effect.logWarning(`attempt ${claim.attempts} of ${action.limit ?? claim.maxAttempts} failed; retry in ${seconds(action.delayMs)}:\n${action.error}`)
-            }
-            break
-          case "DeadLetter":
-            if (held === true) {
-              yield* Metric.update(QueueMetrics.deadLettered, 1)
-              yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).deadLettered, 1)
-              yield* Effect.logWarning(`dead-lettered: ${action.reason}${action.error === undefined ? "" : `\n${action.error}`}`)
-            }
-            break
-          case "Release":
-            if (held === true) {
-              yield* Metric.update(QueueMetrics.released, 1)
-              yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).released, 1)
-              yield* Effect.logInfo("released on shutdown")
-            }
-            break
-          case "Forget":
-            yield* Effect.logError("handler stopped: another consumer holds the message now")
-            break
-          case "Cancel":
-            if (held === true) {
-              yield* Metric.update(QueueMetrics.cancelled, 1)
-              yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).cancelled, 1)
-              yield* Effect.logWarning(`cancelled while running: ${action.error}`)
-            }
-            break
-        }
-      })
-
-    const completionOf = (f: Finished): Completion => ({
-      ref: { id: f.claim.id, leaseToken: f.claim.leaseToken },
-      finish: finishOf(f.action),
-      queue: f.claim.queue,
-      task: f.claim.task,
-      // A claim beyond the last attempt (quarantined, exhausted) is not run: never numbered past the max.
-      attempt: Math.min(f.claim.attempts, f.claim.maxAttempts),
-      consumer: consumerId,
-      startedAt: new Date(f.startedAt),
-      outcome: Outcome.historyOutcome(f.action, true),
-      error: historyError(f.action),
-      result: f.action._tag === "Ack" ? f.action.result : undefined
-    })
-
-    /**
-     * The plain form of an entry's write ({@link writePlain}): the same kind, its texts replaced
-     * by `text`, its result (if any) by the unstorable marker. Built from the finished run alone,
-     * so a defect in building the usual form cannot reach it.
-     */
-    const plainOf = (f: Finished, text: string): Completion => {
-      const action = f.action
-      const finish: Finish = action._tag === "Retry"
-        ? { _tag: "Retry", delayMs: Backoff.boundedDelayMs(action.delayMs, Validate.MAX_DELAY_MS), error: text }
-        : action._tag === "DeadLetter"
-        ? { _tag: "DeadLetter", reason: text, error: undefined }
-        : finishOf(action)
-      return {
-        ref: { id: f.claim.id, leaseToken: f.claim.leaseToken },
-        finish,
-        queue: f.claim.queue,
-        task: f.claim.task,
-        attempt: Math.min(f.claim.attempts, f.claim.maxAttempts),
-        consumer: consumerId,
-        startedAt: new Date(f.startedAt),
-        outcome: Outcome.historyOutcome(action, true),
-        error: historyError(action) === null ? null : text,
-        result: action._tag === "Ack" && action.result !== undefined ? AttemptResult.unstorable("result", text) : undefined
-      }
-    }
-
     return {
       // The hot path of a busy consumer: no generator.
       complete: (finished, done) =>
         Effect.suspend(() => {
           const { action, problem } = sanitize(finished.action)
           const f = problem === undefined ? finished : { ...finished, action }
-          const queued = enqueue({ finished: f, completion: completionOf(f), done, retryMs: FIRST_RETRY_MS, alone: false })
+          const queued = enqueue({ finished: f, completion: completionOf(f, consumerId), done, retryMs: FIRST_RETRY_MS, alone: false })
           return problem === undefined ? queued : Effect.andThen(Effect.logError(`bad retry policy: ${problem}`), queued)
         }).pipe(
           // A defect before the entry was queued: written plain, alone (an ack stays an ack).
