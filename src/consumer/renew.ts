@@ -89,6 +89,19 @@ interface Entry {
   stopped: Stopped | undefined
 }
 
+/** The entry of one claimed message, renewed from the claim (`startedAt`: Clock ms when the renewer started). */
+const newEntry = (claim: Claim, options: RenewerOptions, startedAt: number): Entry => ({
+  ref: { id: claim.id, leaseToken: claim.leaseToken },
+  claim,
+  renewedAt: options.claimedAt,
+  active: true,
+  finished: false,
+  lost: undefined,
+  maxRuntimeMs: options.maxRuntimeMs(claim),
+  maxRuntimeAt: startedAt + options.maxRuntimeMs(claim),
+  fiber: undefined,
+  stopped: undefined
+})
 
 /** Count lost leases per queue and task (the process total by reason is counted by the caller). */
 const countLost = (lost: ReadonlyArray<Entry>, reason: string) =>
@@ -227,6 +240,19 @@ const watchdog = (r: Renewal) =>
       yield* Effect.sleep(next - now)
     }
   }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
+
+/** The renewal loop of the claim: every lease/3, or at once when `early` is opened, one renewal. */
+const renewalLoop = (r: Renewal, early: Latch.Latch) =>
+  Effect.gen(function*() {
+    const lastSuccess = { at: r.options.claimedAt, escalated: false }
+    const interval = Effect.sleep(Math.max(1, Math.floor(r.options.leaseMs / 3)))
+    while (true) {
+      yield* Effect.raceFirst(interval, early.await)
+      early.closeUnsafe()
+      yield* renewOnce(r, lastSuccess)
+    }
+  }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
+
 /**
  * Start the renewer of `claims` in the current scope: a fiber forked with
  * `Effect.forkScoped`, so closing the scope stops it and a claim processed
@@ -247,20 +273,7 @@ export const start = (
     const { leaseMs, stopTimeoutMs } = options
     const entries = new Map<MessageId, Entry>()
     const startedAt = yield* Clock.currentTimeMillis
-    for (const claim of claims) {
-      entries.set(claim.id, {
-        ref: { id: claim.id, leaseToken: claim.leaseToken },
-        claim,
-        renewedAt: options.claimedAt,
-        active: true,
-        finished: false,
-        lost: undefined,
-        maxRuntimeMs: options.maxRuntimeMs(claim),
-        maxRuntimeAt: startedAt + options.maxRuntimeMs(claim),
-        fiber: undefined,
-        stopped: undefined
-      })
-    }
+    for (const claim of claims) entries.set(claim.id, newEntry(claim, options, startedAt))
 
     /** Stop a watched handler (at once if it is already running, else as soon as it is watched). */
     const stopHandler = (e: Entry, why: Stopped) => {
@@ -300,15 +313,7 @@ export const start = (
      * asked for while that holder ran is heard at once, not after the handler ran for lease/3.
      */
     const early = Latch.makeUnsafe(claims.some((c) => c.leaseExpiries > 0))
-    const loop = Effect.gen(function*() {
-      const lastSuccess = { at: options.claimedAt, escalated: false }
-      const interval = Effect.sleep(Math.max(1, Math.floor(leaseMs / 3)))
-      while (true) {
-        yield* Effect.raceFirst(interval, early.await)
-        early.closeUnsafe()
-        yield* renewOnce(renewal, lastSuccess)
-      }
-    }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
+    const loop = renewalLoop(renewal, early)
 
     // Forked before the renewal loop: a deadline due at a renewal tick is acted on first.
     yield* Effect.forkScoped(watchdog(renewal))
@@ -356,7 +361,6 @@ export const start = (
       if (e === undefined) throw new Error(`LeaseRenewer: ${id} is not part of this claim`)
       return e
     }
-
 
     return {
       watch: (id, fiber, handlerStartedAt) => {
