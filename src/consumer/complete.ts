@@ -250,207 +250,37 @@ const plainOf = (f: Finished, consumerId: string, text: string): Completion => {
   }
 }
 
+/** What the completer's functions share: its options, its queue and the latch its flushers wait on. */
+interface Completing {
+  readonly options: CompleterOptions
+  readonly queue: Array<Pending>
+  readonly work: Latch.Latch
+  /**
+   * Acks of the flush being reported, per (queue, task): reused, cleared once counted (a
+   * flush counts what is there, so with several flushers every ack is still counted once).
+   */
+  readonly ackedBy: Map<QueueMetrics.TaskMetrics, number>
+  /** Set once the completer closed (after the consumer's drain): nothing is queued any more. */
+  closed: boolean
+}
+
 /**
  * Make the completer of one consumer. Its flushers run in the current scope:
  * build it before the consumer's shutdown finalizer, so they outlive the drain.
  */
 export const make = (options: CompleterOptions): Effect.Effect<Completer, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const { store, consumerId, attemptTimeoutMs } = options
-    const queue: Array<Pending> = []
-    const work = yield* Latch.make(false)
-
-    /**
-     * Report an entry's outcome (a line only for what is not a landed ack) and hand it back. `as`
-     * is what the store wrote when it differs from the action asked for.
-     */
-    const answer = (p: Answerable, held: Held, as: Outcome.Action = p.finished.action): Effect.Effect<void> =>
-      held === true && as._tag === "Ack"
-        ? p.done(held)
-        : announce(p.finished.claim, as, held).pipe(annotate(p.finished.claim), Effect.andThen(p.done(held)))
-
-    /**
-     * Acks of the flush being reported, per (queue, task): reused, cleared once counted (a
-     * flush counts what is there, so with several flushers every ack is still counted once).
-     */
-    const ackedBy = new Map<QueueMetrics.TaskMetrics, number>()
-
-    /**
-     * One flush: one statement for the whole batch, bounded. On a dead connection
-     * (or no answer in time: it may or may not have landed, and a retry is safe since
-     * every row is fenced, and a retry recognises its own landed write) each entry is
-     * retried after its backoff while its lease still covers it, and given up otherwise.
-     * A statement-level failure (timeout, lock, deadlock, serialization) is retried the
-     * same way, each entry alone. Any other failure, or a defect, degrades the batch per
-     * entry ({@link degrade}): one entry can never fail the others.
-     */
-    const flush = (batch: ReadonlyArray<Pending>): Effect.Effect<void> =>
-      Effect.gen(function*() {
-        const result = yield* Detached.within(store.complete(batch.map((p) => p.completion)), attemptTimeoutMs).pipe(
-          Effect.map(Option.match({
-            onNone: () => ({ _tag: "Timeout" as const }),
-            onSome: (completed) => ({
-              _tag: "Held" as const,
-              held: new Set(completed.held),
-              cancelled: completed.cancelled.length === 0 ? undefined : new Set(completed.cancelled)
-            })
-          })),
-          Effect.catchTag("ConnectionDead", (error) => Effect.succeed({ _tag: "Dead" as const, error })),
-          Effect.catchTag("QueryFailed", (error) => Effect.succeed({ _tag: "Failed" as const, error })),
-          Effect.catchCause((cause) => Effect.succeed({ _tag: "Defect" as const, cause }))
-        )
-        switch (result._tag) {
-          case "Held": {
-            let acked = 0
-            for (const p of batch) {
-              const held = result.held.has(p.completion.ref.id)
-              if (held && p.completion.finish._tag === "Ack") {
-                // The common case: nothing to report.
-                acked += 1
-                const metrics = QueueMetrics.forTask(p.completion.queue, p.completion.task)
-                ackedBy.set(metrics, (ackedBy.get(metrics) ?? 0) + 1)
-                yield* p.done(true)
-              } else if (held && result.cancelled?.has(p.completion.ref.id) === true && p.finished.action._tag !== "Cancel") {
-                // Cancelled after the handler ended, before this write: the store deleted it instead.
-                yield* answer(p, true, cancelledInstead(p))
-              } else yield* answer(p, held)
-            }
-            // Counted per flush and per (queue, task), not per message: the hot path of a busy consumer.
-            if (acked > 0) {
-              yield* Effect.withFiberSucceed((fiber) => {
-                QueueMetrics.acked.updateUnsafe(acked, fiber.context)
-                for (const [metrics, n] of ackedBy) metrics.acked.updateUnsafe(n, fiber.context)
-                ackedBy.clear()
-              })
-            }
-            return
-          }
-          case "Failed":
-            // A statement-level failure (a timeout, a lock, a deadlock): retried like a dead
-            // connection, but each entry alone. Any other failure (a value the server refused):
-            // each entry alone now, so the others land; one that fails alone is written plain.
-            if (isTransientStatementError(result.error.code)) break
-            yield* degrade(batch, result.error.message)
-            return
-          case "Defect":
-            // A bug: each entry alone; one that dies alone is written plain (an ack stays an ack).
-            yield* degrade(batch, `a defect: ${Cause.pretty(result.cause)}`)
-            return
-        }
-        const why = result._tag === "Timeout" ? `no answer within ${seconds(attemptTimeoutMs)}` : result.error.message
-        const alone = result._tag === "Failed"
-        const now = yield* Clock.currentTimeMillis
-        for (const p of batch) {
-          const name = nameOf(p.finished.action)
-          if (now + p.retryMs >= p.finished.leaseEndsAt) {
-            yield* Metric.update(QueueMetrics.finishFailures, 1)
-            yield* Effect.logError(`${name} could not be written; the message runs again after its lease: ${why}`).pipe(
-              annotate(p.finished.claim)
-            )
-            yield* answer(p, "failed")
-          } else {
-            const kind = alone ? "statement failed" : "connection dead"
-            yield* Effect.logWarning(`${name} failed, ${kind}; retrying in ${p.retryMs}ms: ${why}`).pipe(annotate(p.finished.claim))
-            const delay = p.retryMs
-            p.retryMs = Math.min(p.retryMs * 2, MAX_RETRY_MS)
-            if (alone) p.alone = true
-            yield* Effect.forkDetach(Effect.sleep(delay).pipe(Effect.andThen(p.alone ? writeAlone([p]) : enqueue(p))))
-          }
-        }
-      })
-
-    /**
-     * A batch that failed on something other than a dead connection, degraded per entry: a
-     * batch of several is written again entry by entry (as many at once as there are
-     * flushers), so every entry that can land does; an entry that fails on its own is written
-     * in its plain form ({@link writePlain}).
-     */
-    const degrade = (batch: ReadonlyArray<Pending>, why: string): Effect.Effect<void> =>
-      Effect.gen(function*() {
-        // One entry failed on its own: written again as it was, it would fail again.
-        if (batch.length === 1) return yield* Effect.forkDetach(writePlain(batch[0]!, why))
-        yield* Effect.logWarning(`a finishing batch of ${batch.length} failed; writing each entry on its own: ${why}`)
-        for (const p of batch) p.alone = true
-        yield* Effect.forkDetach(writeAlone(batch))
-      }).pipe(Effect.asVoid)
-
-    /** Write each entry in its own statement, a few at once; each is answered as a flush answers it. */
-    const writeAlone = (entries: ReadonlyArray<Pending>): Effect.Effect<void> =>
-      Effect.forEach(entries, (p) => flush([p]).pipe(Span.within("leasehold.complete", { count: 1 })), {
-        concurrency: options.flushers,
-        discard: true
-      }).pipe(Effect.uninterruptible)
-
-    /**
-     * The last resort for one entry that failed on its own (a value refused, a defect): the same
-     * write without what may have caused it. Its texts are replaced by a plain account of the
-     * failure, its result by the unstorable marker; the kind is kept (an ack stays an ack: a
-     * handler that succeeded never runs again for it; a retry keeps its delay; a dead letter
-     * stays one). Should that fail too, it is logged and the message runs again after its
-     * lease, as after a crash.
-     */
-    const writePlain = (p: Answerable, why: string): Effect.Effect<void> =>
-      Effect.gen(function*() {
-        const name = nameOf(p.finished.action)
-        const plain = plainOf(p.finished, consumerId, Validate.boundedText(`the ${name} could not be written as it was; written without its texts and result: ${why}`))
-        const written = yield* Detached.within(store.complete([plain]), attemptTimeoutMs).pipe(
-          Effect.map(Option.getOrUndefined),
-          Effect.catchCause((cause) => Effect.as(Effect.logError(`the plain ${name} failed:\n${Cause.pretty(cause)}`), undefined))
-        )
-        const held: Held = written === undefined ? "failed" : written.held.includes(plain.ref.id)
-        if (held === "failed") {
-          yield* Metric.update(QueueMetrics.finishFailures, 1)
-          yield* Effect.logError(`${name} could not be written; the message runs again after its lease (its plain form failed too): ${why}`)
-        } else yield* Effect.logError(`${name} could not be written as it was; written plain, without its texts and result: ${why}`)
-        const cancelled = written?.cancelled.includes(plain.ref.id) === true && p.finished.action._tag !== "Cancel"
-        yield* answer(p, held, cancelled ? cancelledInstead(p) : held === true ? plainAction(p.finished.action, plain) : p.finished.action)
-      }).pipe(annotate(p.finished.claim), Effect.uninterruptible)
-
-    let closed = false
-    const enqueue = (p: Pending): Effect.Effect<void> =>
-      Effect.suspend(() => {
-        if (closed) return Effect.asVoid(giveUp([p], "the consumer has stopped"))
-        queue.push(p)
-        return work.open
-      })
-
-    /** Answer entries that will not be written (the completer closed): they run again after their leases. */
-    const giveUp = (entries: ReadonlyArray<Pending>, why: string) =>
-      Effect.gen(function*() {
-        if (entries.length === 0) return
-        yield* Metric.update(QueueMetrics.finishFailures, entries.length)
-        yield* Effect.logError(`${entries.length} finishing write(s) not written (${why}); those messages run again after their leases`)
-        for (const p of entries) yield* answer(p, "failed")
-      })
+    const s: Completing = { options, queue: [], work: yield* Latch.make(false), ackedBy: new Map(), closed: false }
 
     // Closing (after the consumer's drain): nothing queued is left waiting.
     yield* Effect.addFinalizer(() =>
       Effect.suspend(() => {
-        closed = true
-        return giveUp(queue.splice(0), "the consumer has stopped")
+        s.closed = true
+        return giveUp(s.queue.splice(0), "the consumer has stopped")
       })
     )
 
-    /** A flusher: waits for work, takes up to a batch, writes it; forever. */
-    const flusher = Effect.gen(function*() {
-      while (true) {
-        yield* work.await
-        // Completions queued meanwhile join this batch.
-        if (options.beforeFlush !== undefined) yield* options.beforeFlush
-        if (queue.length === 0) {
-          yield* work.close
-          continue
-        }
-        const batch = queue.splice(0, options.maxBatch)
-        if (queue.length === 0) yield* work.close
-        // Uninterruptible: every entry taken is answered (the flush is bounded by the attempt timeout).
-        yield* flush(batch).pipe(
-          Span.within("leasehold.complete", { count: batch.length }),
-          Effect.uninterruptible
-        )
-      }
-    })
-    for (let i = 0; i < options.flushers; i++) yield* Effect.forkScoped(flusher)
+    for (let i = 0; i < options.flushers; i++) yield* Effect.forkScoped(flusher(s))
 
     return {
       // The hot path of a busy consumer: no generator.
@@ -458,12 +288,195 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
         Effect.suspend(() => {
           const { action, problem } = sanitize(finished.action)
           const f = problem === undefined ? finished : { ...finished, action }
-          const queued = enqueue({ finished: f, completion: completionOf(f, consumerId), done, retryMs: FIRST_RETRY_MS, alone: false })
+          const queued = enqueue(s, { finished: f, completion: completionOf(f, options.consumerId), done, retryMs: FIRST_RETRY_MS, alone: false })
           return problem === undefined ? queued : Effect.andThen(Effect.logError(`bad retry policy: ${problem}`), queued)
         }).pipe(
           // A defect before the entry was queued: written plain, alone (an ack stays an ack).
-          Effect.catchCause((cause) => writePlain({ finished, done }, `a defect: ${Cause.pretty(cause)}`))
+          Effect.catchCause((cause) => writePlain(s, { finished, done }, `a defect: ${Cause.pretty(cause)}`))
         )
+    }
+  })
+
+/**
+ * Report an entry's outcome (a line only for what is not a landed ack) and hand it back. `as`
+ * is what the store wrote when it differs from the action asked for.
+ */
+const answer = (p: Answerable, held: Held, as: Outcome.Action = p.finished.action): Effect.Effect<void> =>
+  held === true && as._tag === "Ack"
+    ? p.done(held)
+    : announce(p.finished.claim, as, held).pipe(annotate(p.finished.claim), Effect.andThen(p.done(held)))
+
+/**
+ * One flush: one statement for the whole batch, bounded. On a dead connection
+ * (or no answer in time: it may or may not have landed, and a retry is safe since
+ * every row is fenced, and a retry recognises its own landed write) each entry is
+ * retried after its backoff while its lease still covers it, and given up otherwise.
+ * A statement-level failure (timeout, lock, deadlock, serialization) is retried the
+ * same way, each entry alone. Any other failure, or a defect, degrades the batch per
+ * entry ({@link degrade}): one entry can never fail the others.
+ */
+const flush = (s: Completing, batch: ReadonlyArray<Pending>): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const { store, attemptTimeoutMs } = s.options
+    const result = yield* Detached.within(store.complete(batch.map((p) => p.completion)), attemptTimeoutMs).pipe(
+      Effect.map(Option.match({
+        onNone: () => ({ _tag: "Timeout" as const }),
+        onSome: (completed) => ({
+          _tag: "Held" as const,
+          held: new Set(completed.held),
+          cancelled: completed.cancelled.length === 0 ? undefined : new Set(completed.cancelled)
+        })
+      })),
+      Effect.catchTag("ConnectionDead", (error) => Effect.succeed({ _tag: "Dead" as const, error })),
+      Effect.catchTag("QueryFailed", (error) => Effect.succeed({ _tag: "Failed" as const, error })),
+      Effect.catchCause((cause) => Effect.succeed({ _tag: "Defect" as const, cause }))
+    )
+    switch (result._tag) {
+      case "Held": {
+        let acked = 0
+        for (const p of batch) {
+          const held = result.held.has(p.completion.ref.id)
+          if (held && p.completion.finish._tag === "Ack") {
+            // The common case: nothing to report.
+            acked += 1
+            const metrics = QueueMetrics.forTask(p.completion.queue, p.completion.task)
+            s.ackedBy.set(metrics, (s.ackedBy.get(metrics) ?? 0) + 1)
+            yield* p.done(true)
+          } else if (held && result.cancelled?.has(p.completion.ref.id) === true && p.finished.action._tag !== "Cancel") {
+            // Cancelled after the handler ended, before this write: the store deleted it instead.
+            yield* answer(p, true, cancelledInstead(p))
+          } else yield* answer(p, held)
+        }
+        // Counted per flush and per (queue, task), not per message: the hot path of a busy consumer.
+        if (acked > 0) {
+          yield* Effect.withFiberSucceed((fiber) => {
+            QueueMetrics.acked.updateUnsafe(acked, fiber.context)
+            for (const [metrics, n] of s.ackedBy) metrics.acked.updateUnsafe(n, fiber.context)
+            s.ackedBy.clear()
+          })
+        }
+        return
+      }
+      case "Failed":
+        // A statement-level failure (a timeout, a lock, a deadlock): retried like a dead
+        // connection, but each entry alone. Any other failure (a value the server refused):
+        // each entry alone now, so the others land; one that fails alone is written plain.
+        if (isTransientStatementError(result.error.code)) break
+        yield* degrade(s, batch, result.error.message)
+        return
+      case "Defect":
+        // A bug: each entry alone; one that dies alone is written plain (an ack stays an ack).
+        yield* degrade(s, batch, `a defect: ${Cause.pretty(result.cause)}`)
+        return
+    }
+    const why = result._tag === "Timeout" ? `no answer within ${seconds(attemptTimeoutMs)}` : result.error.message
+    const alone = result._tag === "Failed"
+    const now = yield* Clock.currentTimeMillis
+    for (const p of batch) {
+      const name = nameOf(p.finished.action)
+      if (now + p.retryMs >= p.finished.leaseEndsAt) {
+        yield* Metric.update(QueueMetrics.finishFailures, 1)
+        yield* Effect.logError(`${name} could not be written; the message runs again after its lease: ${why}`).pipe(
+          annotate(p.finished.claim)
+        )
+        yield* answer(p, "failed")
+      } else {
+        const kind = alone ? "statement failed" : "connection dead"
+        yield* Effect.logWarning(`${name} failed, ${kind}; retrying in ${p.retryMs}ms: ${why}`).pipe(annotate(p.finished.claim))
+        const delay = p.retryMs
+        p.retryMs = Math.min(p.retryMs * 2, MAX_RETRY_MS)
+        if (alone) p.alone = true
+        yield* Effect.forkDetach(Effect.sleep(delay).pipe(Effect.andThen(p.alone ? writeAlone(s, [p]) : enqueue(s, p))))
+      }
+    }
+  })
+
+/**
+ * A batch that failed on something other than a dead connection, degraded per entry: a
+ * batch of several is written again entry by entry (as many at once as there are
+ * flushers), so every entry that can land does; an entry that fails on its own is written
+ * in its plain form ({@link writePlain}).
+ */
+const degrade = (s: Completing, batch: ReadonlyArray<Pending>, why: string): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    // One entry failed on its own: written again as it was, it would fail again.
+    if (batch.length === 1) return yield* Effect.forkDetach(writePlain(s, batch[0]!, why))
+    yield* Effect.logWarning(`a finishing batch of ${batch.length} failed; writing each entry on its own: ${why}`)
+    for (const p of batch) p.alone = true
+    yield* Effect.forkDetach(writeAlone(s, batch))
+  }).pipe(Effect.asVoid)
+
+/** Write each entry in its own statement, a few at once; each is answered as a flush answers it. */
+const writeAlone = (s: Completing, entries: ReadonlyArray<Pending>): Effect.Effect<void> =>
+  Effect.forEach(entries, (p) => flush(s, [p]).pipe(Span.within("leasehold.complete", { count: 1 })), {
+    concurrency: s.options.flushers,
+    discard: true
+  }).pipe(Effect.uninterruptible)
+
+/**
+ * The last resort for one entry that failed on its own (a value refused, a defect): the same
+ * write without what may have caused it. Its texts are replaced by a plain account of the
+ * failure, its result by the unstorable marker; the kind is kept (an ack stays an ack: a
+ * handler that succeeded never runs again for it; a retry keeps its delay; a dead letter
+ * stays one). Should that fail too, it is logged and the message runs again after its
+ * lease, as after a crash.
+ */
+const writePlain = (s: Completing, p: Answerable, why: string): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const name = nameOf(p.finished.action)
+    const plain = plainOf(
+      p.finished,
+      s.options.consumerId,
+      Validate.boundedText(`the ${name} could not be written as it was; written without its texts and result: ${why}`)
+    )
+    const written = yield* Detached.within(s.options.store.complete([plain]), s.options.attemptTimeoutMs).pipe(
+      Effect.map(Option.getOrUndefined),
+      Effect.catchCause((cause) => Effect.as(Effect.logError(`the plain ${name} failed:\n${Cause.pretty(cause)}`), undefined))
+    )
+    const held: Held = written === undefined ? "failed" : written.held.includes(plain.ref.id)
+    if (held === "failed") {
+      yield* Metric.update(QueueMetrics.finishFailures, 1)
+      yield* Effect.logError(`${name} could not be written; the message runs again after its lease (its plain form failed too): ${why}`)
+    } else yield* Effect.logError(`${name} could not be written as it was; written plain, without its texts and result: ${why}`)
+    const cancelled = written?.cancelled.includes(plain.ref.id) === true && p.finished.action._tag !== "Cancel"
+    yield* answer(p, held, cancelled ? cancelledInstead(p) : held === true ? plainAction(p.finished.action, plain) : p.finished.action)
+  }).pipe(annotate(p.finished.claim), Effect.uninterruptible)
+
+/** Queue an entry for the next flush, or give it up if the completer has closed. */
+const enqueue = (s: Completing, p: Pending): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    if (s.closed) return Effect.asVoid(giveUp([p], "the consumer has stopped"))
+    s.queue.push(p)
+    return s.work.open
+  })
+
+/** Answer entries that will not be written (the completer closed): they run again after their leases. */
+const giveUp = (entries: ReadonlyArray<Pending>, why: string) =>
+  Effect.gen(function*() {
+    if (entries.length === 0) return
+    yield* Metric.update(QueueMetrics.finishFailures, entries.length)
+    yield* Effect.logError(`${entries.length} finishing write(s) not written (${why}); those messages run again after their leases`)
+    for (const p of entries) yield* answer(p, "failed")
+  })
+
+/** A flusher: waits for work, takes up to a batch, writes it; forever. */
+const flusher = (s: Completing) =>
+  Effect.gen(function*() {
+    while (true) {
+      yield* s.work.await
+      // Completions queued meanwhile join this batch.
+      if (s.options.beforeFlush !== undefined) yield* s.options.beforeFlush
+      if (s.queue.length === 0) {
+        yield* s.work.close
+        continue
+      }
+      const batch = s.queue.splice(0, s.options.maxBatch)
+      if (s.queue.length === 0) yield* s.work.close
+      // Uninterruptible: every entry taken is answered (the flush is bounded by the attempt timeout).
+      yield* flush(s, batch).pipe(
+        Span.within("leasehold.complete", { count: batch.length }),
+        Effect.uninterruptible
+      )
     }
   })
 
