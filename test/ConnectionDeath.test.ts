@@ -17,6 +17,7 @@ import { redactSecrets } from "../src/internal/redact.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import { classify, classifySqlError, ConnectionDead, QueryFailed } from "../src/QueueError.ts"
 import * as Finish from "./support/Finish.ts"
+import { failureOf } from "./support/Failure.ts"
 
 let server: PostgresServer
 
@@ -71,15 +72,6 @@ const describeValue = (u: unknown): string => {
   return String(u)
 }
 
-/** The typed failure of `effect`; fails the test (with the whole cause) on success or on a defect. */
-const failureOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.gen(function*() {
-    const exit = yield* Effect.exit(effect)
-    if (Exit.isSuccess(exit)) return assert.fail(`expected a failure, got a success: ${String(exit.value)}`)
-    const fail = exit.cause.reasons.find(Cause.isFailReason)
-    if (fail === undefined) return assert.fail(`expected a typed failure, got:\n${Cause.pretty(exit.cause)}`)
-    return fail.error
-  })
 
 const assertConnectionDead = (error: unknown, codes: ReadonlyArray<string | undefined>): ConnectionDead => {
   assert.instanceOf(error, ConnectionDead, `expected ConnectionDead, got ${describeValue(error)}`)

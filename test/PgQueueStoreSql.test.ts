@@ -8,7 +8,7 @@
  * `now()` from the server.
  */
 import { assert, layer } from "@effect/vitest"
-import { Cause, Effect, Exit, Layer } from "effect"
+import { Effect, Exit, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import type { MessageId, NewMessage } from "../src/Message.ts"
 import * as Migrations from "../src/Migrations.ts"
@@ -17,6 +17,7 @@ import { InvalidInput, QueryFailed } from "../src/QueueError.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as Finish from "./support/Finish.ts"
 import * as PgTest from "./support/PgTest.ts"
+import { failureOf } from "./support/Failure.ts"
 
 const schema = PgTest.uniqueSchema("extra")
 
@@ -36,15 +37,6 @@ const claimAll = (queue: string, limit = 100) =>
     return yield* store.claim(queue, { lease: "30 seconds", limit, consumer: "extra" })
   })
 
-/** The typed failure of `effect`; fails the test on success or on a defect. */
-const failureOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.gen(function*() {
-    const exit = yield* Effect.exit(effect)
-    if (Exit.isSuccess(exit)) return assert.fail(`expected a failure, got a success: ${String(exit.value)}`)
-    const fail = exit.cause.reasons.find(Cause.isFailReason)
-    if (fail === undefined) return assert.fail(`expected a typed failure, got:\n${Cause.pretty(exit.cause)}`)
-    return fail.error
-  })
 
 const assertInvalid = (error: unknown, field: string) => {
   assert.instanceOf(error, InvalidInput, String(error))
