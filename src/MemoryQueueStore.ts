@@ -8,6 +8,7 @@
  */
 import { Effect, Layer } from "effect"
 import { defaults, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
+import * as Flow from "./memory/flow.ts"
 import * as Cancel from "./memory/cancel.ts"
 import * as Claim from "./memory/claim.ts"
 import * as Complete from "./memory/complete.ts"
@@ -69,7 +70,11 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       cancels: Notify.cancels(state),
       stats: Queues.stats(state),
       depths: Queues.depths(state),
-      nextVisibleAt: Queues.nextVisibleAt(state)
+      nextVisibleAt: Queues.nextVisibleAt(state),
+      setLimits: Flow.setLimits(state),
+      limits: Flow.limits(state),
+      setKeyWeight: Flow.setKeyWeight(state),
+      flowStatus: Flow.flowStatus(state)
     })
   })
 

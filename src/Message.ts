@@ -34,7 +34,12 @@ export const Message = Schema.Struct({
   dedupKey: Schema.NullOr(Schema.String),
   lastError: Schema.NullOr(Schema.String),
   /** Claims of this message that ended because the lease ran out (the holder died or hung). */
-  leaseExpiries: Schema.Int
+  leaseExpiries: Schema.Int,
+  /**
+   * The flow key given at send (a tenant, an account): what per-key limits, fair claiming and
+   * FIFO order go by. Set by both stores (`null` for none); optional for messages built by hand.
+   */
+  key: Schema.optionalKey(Schema.NullOr(Schema.String))
 })
 /** @see {@link Message} */
 export type Message = typeof Message.Type
@@ -82,6 +87,11 @@ export interface NewMessage {
   readonly delay?: number | undefined
   readonly maxAttempts?: number | undefined
   readonly dedupKey?: string | undefined
+  /**
+   * The flow key (a tenant id, an account): per-key concurrency and rate limits, fair claiming
+   * and FIFO order go by it (see `FlowControl`). 1 to 200 characters, no control characters.
+   */
+  readonly key?: string | undefined
   /**
    * Reserve `key` on the queue for `for` (a duration) from now, whatever happens to the
    * message (acked, dead-lettered, purged): a send with the same key inside the window

@@ -10,6 +10,7 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Clock, Context, Duration, Effect, Layer, type Scope } from "effect"
+import * as Flow from "./pg/flow.ts"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import { SqlClient } from "effect/sql"
 import * as Migrations from "./Migrations.ts"
@@ -160,7 +161,11 @@ export const make = (
       cancels: Notify.cancels(ctx),
       stats: Queues.stats(ctx),
       depths: Queues.depths(ctx),
-      nextVisibleAt: Queues.nextVisibleAt(ctx)
+      nextVisibleAt: Queues.nextVisibleAt(ctx),
+      setLimits: Flow.setLimits(ctx),
+      limits: Flow.limits(ctx),
+      setKeyWeight: Flow.setKeyWeight(ctx),
+      flowStatus: Flow.flowStatus(ctx)
     })
   })
 

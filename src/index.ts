@@ -7,6 +7,7 @@
 export * as Admin from "./Admin.ts"
 export * as Consumer from "./Consumer.ts"
 export * as ConsumerPresence from "./ConsumerPresence.ts"
+export * as FlowControl from "./FlowControl.ts"
 export * as Handler from "./Handler.ts"
 export * as Http from "./Http.ts"
 export * as MemoryQueueStore from "./MemoryQueueStore.ts"

@@ -105,6 +105,8 @@ export interface PreparedMessage {
   readonly dedupKey: string | null
   /** The uniqueness window: the key and its length in milliseconds. */
   readonly unique: { readonly key: string; readonly forMs: number } | null
+  /** The flow key (per-key limits, fairness, FIFO), or null. */
+  readonly key: string | null
 }
 
 /** Limits a store applies to what it is sent. */
@@ -318,8 +320,19 @@ const prepareChecked = (
       return yield* invalid("dedupKey", "a string of 1-512 characters", `${show(dedupKey)} is not allowed`)
     }
     const unique = yield* uniqueWindow(message.unique, dedupKey)
-    return { queue, task, payloadJson, headers, priority, delayMs: Math.round(delay), maxAttempts, dedupKey, unique }
+    const key = message.key === undefined || message.key === null ? null : yield* flowKey(message.key)
+    return { queue, task, payloadJson, headers, priority, delayMs: Math.round(delay), maxAttempts, dedupKey, unique, key }
   })
+
+/** Longest flow key (`NewMessage.key`). */
+export const MAX_FLOW_KEY_LENGTH = 200
+
+/** Check a flow key (`NewMessage.key`): 1 to 200 characters, no control characters. */
+export const flowKey = (key: unknown): Effect.Effect<string, InvalidInput> =>
+  typeof key === "string" && key.length >= 1 && key.length <= MAX_FLOW_KEY_LENGTH && key.isWellFormed() &&
+    !/[\u0000-\u001f\u007f]/.test(key)
+    ? Effect.succeed(key)
+    : invalid("key", `1 to ${MAX_FLOW_KEY_LENGTH} characters, no control characters`, `${show(key)} is not allowed`)
 
 /** Check a `unique` send option: a key like a dedup key, a window from 1 ms to ten years, never with a dedup key. */
 const uniqueWindow = (
