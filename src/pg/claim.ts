@@ -10,6 +10,7 @@ import { type ClaimOptions, defaults, historyErrors, type QueueStoreShape } from
 import * as Validate from "../internal/validate.ts"
 import type { PgContext } from "./context.ts"
 import { attemptNumber, historyInsert, storeTime } from "./fragments.ts"
+import { type FlowClaimInput, limitedClaim, lockAndReadLimits } from "./flowClaim.ts"
 import { type ClaimRow, toMessage } from "./rows.ts"
 
 /** Claim statements one claim runs at most while its picked rows are all cancelled ones (see `claim`). */
@@ -29,16 +30,45 @@ const claimAttributes = (span: Tracer.Span, claims: ReadonlyArray<Claim>) => {
   }
 }
 
-/** One claim statement: what it claimed, and how many cancelled rows it deleted instead. */
-const claimOnce = (ctx: PgContext, queue: string, options: ClaimOptions) =>
+/** A claim's checked inputs and the time it runs at. */
+interface ClaimInput {
+  readonly queue: string
+  readonly limit: number
+  readonly leaseMs: number
+  readonly consumer: string
+  readonly now: Date | null
+  /** No caller's transaction is open: the claim's own commit may skip the WAL flush. */
+  readonly asyncCommit: boolean
+}
+
+/** What one claim statement did: what it claimed, the cancelled rows it deleted, whether the queue has limits. */
+interface ClaimRun {
+  readonly claims: ReadonlyArray<Claim>
+  readonly dropped: number
+  readonly limited: boolean
+}
+
+/** The claims of a claim statement's rows (a row of NULLs when it claimed nothing). */
+const claimsOf = (rows: ReadonlyArray<ClaimRow>, input: ClaimInput): ClaimRun => ({
+  claims: rows.filter((row) => row.id !== null).map((row): Claim => ({
+    ...toMessage(row, input.queue),
+    leaseToken: row.lease_token,
+    leaseExpiresAt: row.visible_at,
+    consumer: input.consumer,
+    readyAt: row.was_visible_at
+  })),
+  dropped: rows[0]?.dropped ?? 0,
+  limited: rows[0]?.limited === true
+})
+
+/**
+ * One plain claim statement. It claims nothing from a queue with flow limits: it answers
+ * `limited` instead, and the limited claim runs.
+ */
+const plainClaim = (ctx: PgContext, input: ClaimInput) =>
   Effect.gen(function*() {
-    const { attemptsTable, currentTime, queuesTable, sql, table } = ctx
-    yield* Validate.name("queue", queue)
-    yield* Validate.name("consumer", options.consumer)
-    const limit = yield* Validate.positiveInt("limit", options.limit, 10_000)
-    const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
-    const now = yield* currentTime
-    const asyncCommit = Option.isNone(yield* Effect.serviceOption(sql.transactionService))
+    const { attemptsTable, limitsTable, queuesTable, sql, table } = ctx
+    const { asyncCommit, consumer: claimer, leaseMs, limit, now, queue } = input
     // Lock the first `limit` ready rows that no other claimer has locked
     // (SKIP LOCKED: concurrent claimers never wait on or share a row).
     // A row still carrying a lease token was not finished by its last holder:
@@ -68,6 +98,9 @@ const claimOnce = (ctx: PgContext, queue: string, options: ClaimOptions) =>
           -- A paused queue gives nothing. Uncorrelated: planned as a one-time filter (an
           -- InitPlan, one primary-key probe per claim), never evaluated per row.
           AND NOT EXISTS (SELECT 1 FROM ${queuesTable} WHERE name = ${queue} AND paused)
+          -- A queue with flow limits is claimed by the limited claim (pg/flowClaim.ts): a one-time
+          -- filter too, one probe of the primary key of flow_limits.
+          AND NOT EXISTS (SELECT 1 FROM ${limitsTable} WHERE queue = ${queue})
           -- Committed without waiting for its WAL flush (synchronous_commit off for this
           -- statement's own transaction; never inside a caller's): a claim lost to a server
           -- crash leaves its messages as they were, ready again, and the holder's fenced renew
@@ -99,12 +132,12 @@ const claimOnce = (ctx: PgContext, queue: string, options: ClaimOptions) =>
           attempts       = m.attempts + 1,
           lease_expiries = m.lease_expiries + (m.lease_token IS NOT NULL)::int,
           lease_token    = gen_random_uuid(),
-          leased_by      = ${options.consumer},
+          leased_by      = ${claimer},
           leased_at      = ${storeTime(now)}
         WHERE m.id = ANY(ARRAY(SELECT id FROM chosen))
         RETURNING m.id, m.queue, m.task, m.payload, m.headers, m.priority, m.attempts, m.max_attempts,
                   m.enqueued_at, m.visible_at, m.lease_token, m.dedup_key, m.last_error, m.lease_expiries,
-                  m.attempt_base
+                  m.attempt_base, m.flow_key
       ), expired_attempts AS (
         ${historyInsert(attemptsTable)}
         SELECT c.id, c.queue, c.task, ${attemptNumber("c")} - 1, coalesce(h.prev_consumer, ''),
@@ -115,19 +148,59 @@ const claimOnce = (ctx: PgContext, queue: string, options: ClaimOptions) =>
       -- Always one row at least: how many cancelled rows were dropped rides along (on a row of
       -- NULLs when nothing was claimed), so a claim that only dropped rows is run again.
       SELECT c.id, c.task, c.payload, c.headers, c.priority, c.attempts, c.max_attempts, c.enqueued_at, c.visible_at,
-             c.lease_token, c.dedup_key, c.last_error, c.lease_expiries, h.visible_at AS was_visible_at, d.n AS dropped
+             c.lease_token, c.dedup_key, c.last_error, c.lease_expiries, c.flow_key, h.visible_at AS was_visible_at,
+             d.n AS dropped, EXISTS (SELECT 1 FROM ${limitsTable} WHERE queue = ${queue}) AS limited
       FROM (SELECT count(*)::int AS n FROM dropped) AS d
       LEFT JOIN (claimed AS c JOIN chosen AS h ON h.id = c.id) ON true
       ORDER BY h.priority, h.visible_at, c.id`
-    const consumer = options.consumer
-    const claims = rows.filter((row) => row.id !== null).map((row): Claim => ({
-      ...toMessage(row, queue),
-      leaseToken: row.lease_token,
-      leaseExpiresAt: row.visible_at,
-      consumer,
-      readyAt: row.was_visible_at
-    }))
-    return { claims, dropped: rows[0]?.dropped ?? 0 }
+    return claimsOf(rows, input)
+  })
+
+/**
+ * One limited claim, in a transaction of its own (a savepoint inside a caller's): the queue's
+ * claim lock and its limits, then the limited statement. A queue whose limits are gone runs
+ * the plain claim (after this transaction, which held only the lock).
+ */
+const flowClaim = (ctx: PgContext, input: ClaimInput) =>
+  ctx.sql.withTransaction(Effect.gen(function*() {
+    const rows = yield* lockAndReadLimits(ctx, input.queue)
+    const present = rows.filter((row) => row.task !== null)
+    if (present.length === 0) return undefined
+    const flow: FlowClaimInput = {
+      ...input,
+      own: present.find((row) => row.task === ""),
+      tasks: present.filter((row) => row.task !== "")
+    }
+    return claimsOf(yield* limitedClaim(ctx, flow), input)
+  }))
+
+/** Check a claim's options and read the time it runs at. */
+const claimInput = (ctx: PgContext, queue: string, options: ClaimOptions) =>
+  Effect.gen(function*() {
+    yield* Validate.name("queue", queue)
+    yield* Validate.name("consumer", options.consumer)
+    const limit = yield* Validate.positiveInt("limit", options.limit, 10_000)
+    const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
+    const now = yield* ctx.currentTime
+    const asyncCommit = Option.isNone(yield* Effect.serviceOption(ctx.sql.transactionService))
+    return { queue, limit, leaseMs, consumer: options.consumer, now, asyncCommit } satisfies ClaimInput
+  })
+
+/**
+ * One claim statement, plain or limited: the queues last seen with limits (`limitedQueues`, per
+ * store) go straight to the limited claim; a plain claim that finds limits hands over to it.
+ */
+const claimOnce = (ctx: PgContext, limitedQueues: Set<string>, input: ClaimInput) =>
+  Effect.gen(function*() {
+    if (limitedQueues.has(input.queue)) {
+      const run = yield* flowClaim(ctx, input)
+      if (run !== undefined) return run
+      limitedQueues.delete(input.queue)
+    }
+    const plain = yield* plainClaim(ctx, input)
+    if (!plain.limited) return plain
+    limitedQueues.add(input.queue)
+    return (yield* flowClaim(ctx, input)) ?? plain
   })
 
 /**
@@ -137,10 +210,14 @@ const claimOnce = (ctx: PgContext, queue: string, options: ClaimOptions) =>
  * while ready messages wait behind them: it is run again (each run deletes what it dropped, so
  * this ends; bounded all the same).
  */
-export const claim = (ctx: PgContext): QueueStoreShape["claim"] => (queue, options) =>
+export const claim = (ctx: PgContext): QueueStoreShape["claim"] => {
+  const limitedQueues = new Set<string>()
+  return (queue, options) =>
   Effect.gen(function*() {
+    const input = yield* claimInput(ctx, queue, options)
     for (let run = 1;; run++) {
-      const { claims, dropped } = yield* claimOnce(ctx, queue, options)
+      const { claims, dropped } = yield* claimOnce(ctx, limitedQueues, input)
       if (claims.length > 0 || dropped === 0 || run >= MAX_CLAIM_RUNS) return claims
     }
   }).pipe((e) => ctx.op("claim", { queue, limit: options.limit, consumer: options.consumer }, e, claimAttributes))
+}

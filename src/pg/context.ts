@@ -33,6 +33,12 @@ export interface PgContext {
   readonly uniqueTable: Statement.Identifier
   /** `<schema>.schedules`. */
   readonly schedulesTable: Statement.Identifier
+  /** `<schema>.flow_limits`: the flow limits per queue and task. */
+  readonly limitsTable: Statement.Identifier
+  /** `<schema>.flow_keys`: each key's next turn and weight. */
+  readonly keysTable: Statement.Identifier
+  /** `<schema>.flow_rates`: the starts inside each rate window. */
+  readonly ratesTable: Statement.Identifier
   /** The NOTIFY channel of the schema (`notifyChannel`). */
   readonly channel: string
   /** Send limits and defaults: the largest payload, the default attempts. */

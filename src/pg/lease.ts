@@ -26,6 +26,9 @@ export const renew = (ctx: PgContext): QueueStoreShape["renew"] => (claims, leas
       SET visible_at = ${storeTime(now)} + ${leaseMs}::bigint * interval '1 millisecond'
       FROM jsonb_to_recordset(${refs}::jsonb) AS c(id bigint, token uuid)
       WHERE m.id = c.id AND m.lease_token = c.token AND m.state = 'ready'
+        -- A lease claimed under flow limits is a slot: once expired it may have been counted free
+        -- and given to another claim, so it is never renewed back (its holder learns it lost it).
+        AND (NOT m.flow_limited OR m.visible_at > ${storeTime(now)})
       RETURNING m.id, m.cancel_requested_at IS NOT NULL AS cancelling`
     return { held: ids(rows), cancelling: ids(rows.filter((row) => row.cancelling)) }
   }).pipe((e) => ctx.op("renew", claims.length === 1 ? { count: 1, messageId: claims[0]!.id } : { count: claims.length }, e))

@@ -141,9 +141,29 @@ export const stats = (ctx: PgContext): QueueStoreShape["stats"] => (queue) =>
   }).pipe((e) => ctx.op("stats", { queue }, e))
 
 
+/**
+ * When the earliest full rate window of `queue` frees a start (NULL when none is full): each
+ * window's oldest start inside it, plus its period. A queue without rate limits reads one
+ * empty index range of flow_rates.
+ */
+const windowFrees = ({ limitsTable, ratesTable, sql }: PgContext, queue: string, now: Date | null) =>
+  sql`SELECT min(w.free_at) FROM (
+        -- Key windows (task '') are timed by the queue's key rate, the others by their row's rate.
+        SELECT r.starts,
+               CASE WHEN r.key <> '' THEN l.key_rate_count ELSE l.rate_count END AS count,
+               (CASE WHEN r.key <> '' THEN l.key_rate_period_ms ELSE l.rate_period_ms END) * interval '1 millisecond' AS period
+        FROM ${ratesTable} AS r JOIN ${limitsTable} AS l ON l.queue = r.queue AND l.task = r.task
+        WHERE r.queue = ${queue}
+      ) AS b CROSS JOIN LATERAL (
+        SELECT min(s) + b.period AS free_at, count(*) AS used
+        FROM unnest(b.starts) AS s WHERE s > ${storeTime(now)} - b.period
+      ) AS w
+      WHERE w.used >= b.count`
+
 /** `nextVisibleAt`: when the queue's next delayed (or leased) message becomes ready, if any. */
-export const nextVisibleAt = ({ currentTime, op, sql, table }: PgContext): QueueStoreShape["nextVisibleAt"] => (queue) =>
+export const nextVisibleAt = (ctx: PgContext): QueueStoreShape["nextVisibleAt"] => (queue) =>
   Effect.gen(function*() {
+    const { currentTime, sql, table } = ctx
     yield* Validate.name("queue", queue)
     const now = yield* currentTime
     // Over the claim index (queue, priority, visible_at): the distinct priorities of the
@@ -158,10 +178,12 @@ export const nextVisibleAt = ({ currentTime, op, sql, table }: PgContext): Queue
                 ORDER BY m.priority LIMIT 1)
         FROM priorities WHERE priorities.p IS NOT NULL
       )
-      SELECT min((SELECT m.visible_at FROM ${table} AS m
-                  WHERE m.queue = ${queue} AND m.state = 'ready' AND m.priority = priorities.p
-                    AND m.visible_at > ${storeTime(now)}
-                  ORDER BY m.visible_at LIMIT 1)) AS at
-      FROM priorities WHERE priorities.p IS NOT NULL`
+      SELECT least(
+        (SELECT min((SELECT m.visible_at FROM ${table} AS m
+                     WHERE m.queue = ${queue} AND m.state = 'ready' AND m.priority = priorities.p
+                       AND m.visible_at > ${storeTime(now)}
+                     ORDER BY m.visible_at LIMIT 1))
+         FROM priorities WHERE priorities.p IS NOT NULL),
+        (${windowFrees(ctx, queue, now)})) AS at`
     return Option.fromNullishOr(row?.at)
-  }).pipe((e) => op("nextVisibleAt", { queue }, e))
+  }).pipe((e) => ctx.op("nextVisibleAt", { queue }, e))

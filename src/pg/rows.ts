@@ -26,12 +26,14 @@ export interface MessageRow {
   readonly dead_reason: string | null
   readonly dead_at: Date | null
   readonly lease_expiries: number
+  /** The flow key (absent from rows of statements that do not read it). */
+  readonly flow_key?: string | null
 }
 
 /** The columns every message view shares (a claim's row carries no queue: the caller names it). */
 export type MessageColumns = Pick<
   MessageRow,
-  "id" | "task" | "payload" | "headers" | "priority" | "attempts" | "max_attempts" | "enqueued_at" | "dedup_key" | "last_error" | "lease_expiries"
+  "id" | "task" | "payload" | "headers" | "priority" | "attempts" | "max_attempts" | "enqueued_at" | "dedup_key" | "last_error" | "lease_expiries" | "flow_key"
 >
 
 /** The message of a row; `queue` for a row that carries none (a claim's). */
@@ -47,7 +49,8 @@ export const toMessage = (row: MessageColumns & { readonly queue?: string }, que
   enqueuedAt: row.enqueued_at,
   dedupKey: row.dedup_key,
   lastError: row.last_error,
-  leaseExpiries: row.lease_expiries
+  leaseExpiries: row.lease_expiries,
+  key: row.flow_key ?? null
 })
 
 /** A row with where it stands, as `get` and `messages` read it. */
@@ -75,6 +78,8 @@ export interface ClaimRow extends MessageColumns {
   readonly was_visible_at: Date
   /** How many cancelled rows the claim deleted (the same on every row); `id` is NULL on the row of a claim of none. */
   readonly dropped: number
+  /** Whether the queue has flow limits (the plain claim then claimed nothing and the limited one runs). */
+  readonly limited?: boolean
 }
 
 /** A dead row as a dead letter. */

@@ -26,7 +26,7 @@ const SEND_CHUNK_CHARS = 32 * 1024 * 1024
 
 /** One message as an element of a batch send's jsonb array (read back by `insertBatch`). */
 const batchElement = (m: PreparedMessage): string =>
-  `{"t":${JSON.stringify(m.task)},"p":${m.payloadJson},"h":${JSON.stringify(m.headers)},"pr":${m.priority},"d":${m.delayMs},"ma":${m.maxAttempts}}`
+  `{"t":${JSON.stringify(m.task)},"p":${m.payloadJson},"h":${JSON.stringify(m.headers)},"pr":${m.priority},"d":${m.delayMs},"ma":${m.maxAttempts},"k":${JSON.stringify(m.key)}}`
 
 /**
  * The answer of a keyed insert (dedup key or uniqueness window): the row inserted, or the
@@ -52,11 +52,11 @@ const insertBatch = (ctx: PgContext, queue: string, now: Date | null, elements: 
   const { sql, table } = ctx
   const doc = `[${elements.join(",")}]`
   return sql<{ id: bigint }>`
-    INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts)
+    INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts, flow_key)
     SELECT ${queue}, e.doc->>'t', e.doc->'p', e.doc->'h', (e.doc->>'pr')::int,
            ${storeTime(now)},
            ${storeTime(now)} + (e.doc->>'d')::bigint * interval '1 millisecond',
-           (e.doc->>'ma')::int
+           (e.doc->>'ma')::int, e.doc->>'k'
     FROM jsonb_array_elements(${doc}::jsonb) WITH ORDINALITY AS e(doc, ord)
     ORDER BY e.ord
     RETURNING id`.pipe(
@@ -76,11 +76,11 @@ const insertBatch = (ctx: PgContext, queue: string, now: Date | null, elements: 
 const insertDeduplicated = ({ sql, table }: PgContext, queue: string, now: Date | null, m: PreparedMessage) =>
   sql<{ id: bigint; inserted: boolean }>`
     WITH ins AS (
-      INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts, dedup_key)
+      INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts, dedup_key, flow_key)
       VALUES (${queue}, ${m.task}, ${m.payloadJson}::jsonb, ${JSON.stringify(m.headers)}::jsonb, ${m.priority},
               ${storeTime(now)},
               ${storeTime(now)} + ${m.delayMs}::bigint * interval '1 millisecond',
-              ${m.maxAttempts}, ${m.dedupKey})
+              ${m.maxAttempts}, ${m.dedupKey}, ${m.key})
       ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state = 'ready' DO NOTHING
       RETURNING id
     )
@@ -116,11 +116,11 @@ const insertUnique = (
       WHERE u.until <= ${storeTime(now)}
       RETURNING u.message_id
     ), ins AS (
-      INSERT INTO ${table} (id, queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts)
+      INSERT INTO ${table} (id, queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts, flow_key)
       SELECT reserved.message_id, ${queue}, ${m.task}, ${m.payloadJson}::jsonb, ${JSON.stringify(m.headers)}::jsonb, ${m.priority},
              ${storeTime(now)},
              ${storeTime(now)} + ${m.delayMs}::bigint * interval '1 millisecond',
-             ${m.maxAttempts}
+             ${m.maxAttempts}, ${m.key}
       FROM reserved
       RETURNING id
     )
@@ -139,9 +139,9 @@ const insertAnnounced = ({ announcing, channel, sql, table }: PgContext, queue: 
   announcing((announce) =>
     sql<{ id: bigint }>`
     WITH ins AS (
-      INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts)
+      INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts, flow_key)
       VALUES (${queue}, ${m.task}, ${m.payloadJson}::jsonb, ${JSON.stringify(m.headers)}::jsonb, ${m.priority},
-              ${storeTime(now)}, ${storeTime(now)}, ${m.maxAttempts})
+              ${storeTime(now)}, ${storeTime(now)}, ${m.maxAttempts}, ${m.key})
       RETURNING id
     )
     SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT CASE WHEN ${announce}::boolean THEN pg_notify(${channel}, ${queue}) END) AS announced`
