@@ -249,6 +249,11 @@ export interface SendOptions {
   readonly priority?: number | undefined
   readonly dedupKey?: string | undefined
   /**
+   * The flow key (a tenant, an account): per-key concurrency and rate limits, fair claiming and
+   * FIFO order go by it (see `FlowControl`).
+   */
+  readonly key?: string | undefined
+  /**
    * Keep `key` reserved on the queue for `for` ("1h", or milliseconds) after this send,
    * whatever happens to the message: a send with the key inside the window returns this
    * message's id with `deduplicated: true`. Not with `dedupKey`.
@@ -321,6 +326,7 @@ export const sendWith = <Name extends string, A, I>(
         delay: delayMs,
         maxAttempts: options.maxAttempts ?? task.maxAttempts,
         dedupKey: options.dedupKey,
+        key: options.key,
         unique
       }))
     )

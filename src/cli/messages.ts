@@ -36,6 +36,11 @@ export const send = Command.make("send", {
     Flag.withDescription("Send nothing if a live message of the queue has this key; print its id instead"),
     Flag.optional
   ),
+  key: Flag.String("key").pipe(
+    Flag.withMetavar("KEY"),
+    Flag.withDescription("The flow key (a tenant, an account): per-key limits, fair claiming and FIFO order go by it"),
+    Flag.optional
+  ),
   maxAttempts: intFlag(
     "max-attempts",
     `Attempts before it is dead-lettered (at most ${Validate.MAX_ATTEMPTS}). Default 25, the store's: this command does not know the task's maxAttempts, so pass it here`,
@@ -51,6 +56,7 @@ export const send = Command.make("send", {
       delay: Option.getOrUndefined(input.delay),
       priority: Option.getOrUndefined(input.priority),
       dedupKey: Option.getOrUndefined(input.dedup),
+      key: Option.getOrUndefined(input.key),
       maxAttempts: Option.getOrUndefined(input.maxAttempts)
     }])
     yield* print(Out.json(result))

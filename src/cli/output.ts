@@ -102,6 +102,7 @@ export const messageDetail = (id: string, message: MessageInfo | undefined, atte
       [message.state === "in-flight" ? "lease ends" : "visible at", message.visibleAt === null ? "-" : iso(message.visibleAt)],
       ["leased by", message.leasedBy ?? "-"],
       ["dedup key", message.dedupKey ?? "-"],
+      ["key", message.key ?? "-"],
       ["lease expiries", String(message.leaseExpiries)],
       ["dead at", message.deadAt === null ? "-" : iso(message.deadAt)],
       ["dead reason", oneLine(message.deadReason, 200) || "-"],

@@ -97,10 +97,29 @@ export const setKeyWeight = (ctx: PgContext): QueueStoreShape["setKeyWeight"] =>
     (e) => ctx.op("setKeyWeight", { queue }, e)
   )
 
+/**
+ * The full rate windows of `queue` and when each frees a start (its oldest start inside the
+ * window, plus the period): what `nextVisibleAt` and `flowStatus` read. Key windows (task '')
+ * are timed by the queue's key rate, the others by their own row's rate. A queue without rate
+ * limits reads one empty index range of flow_rates.
+ */
+export const fullWindows = ({ limitsTable, ratesTable, sql }: PgContext, queue: string, now: Date | null) =>
+  sql`SELECT b.task, b.key, w.free_at FROM (
+        SELECT r.task, r.key, r.starts,
+               CASE WHEN r.key <> '' THEN l.key_rate_count ELSE l.rate_count END AS count,
+               (CASE WHEN r.key <> '' THEN l.key_rate_period_ms ELSE l.rate_period_ms END) * interval '1 millisecond' AS period
+        FROM ${ratesTable} AS r JOIN ${limitsTable} AS l ON l.queue = r.queue AND l.task = r.task
+        WHERE r.queue = ${queue}
+      ) AS b CROSS JOIN LATERAL (
+        SELECT min(s) + b.period AS free_at, count(*) AS used
+        FROM unnest(b.starts) AS s WHERE s > ${storeTime(now)} - b.period
+      ) AS w
+      WHERE w.used >= b.count`
+
 /** `flowStatus`: four reads of what holds the queue back, each bounded to 100 rows. */
 export const flowStatus = (ctx: PgContext): QueueStoreShape["flowStatus"] => (queue) =>
   Effect.gen(function*() {
-    const { currentTime, limitsTable, ratesTable, sql, table } = ctx
+    const { currentTime, sql, table } = ctx
     const now = yield* currentTime
     const stored = yield* limits(ctx)(queue)
     const own = stored.find((s) => s.task === null)?.limits
@@ -129,18 +148,8 @@ export const flowStatus = (ctx: PgContext): QueueStoreShape["flowStatus"] => (qu
       ORDER BY h.visible_at, h.flow_key LIMIT 100`
     // Full rate windows and when each frees a start (as nextVisibleAt reads them).
     const full = yield* sql<{ task: string; key: string; free_at: Date }>`
-      SELECT b.task, b.key, w.free_at FROM (
-        SELECT r.task, r.key, r.starts,
-               CASE WHEN r.key <> '' THEN l.key_rate_count ELSE l.rate_count END AS count,
-               (CASE WHEN r.key <> '' THEN l.key_rate_period_ms ELSE l.rate_period_ms END) * interval '1 millisecond' AS period
-        FROM ${ratesTable} AS r JOIN ${limitsTable} AS l ON l.queue = r.queue AND l.task = r.task
-        WHERE r.queue = ${queue}
-      ) AS b CROSS JOIN LATERAL (
-        SELECT min(s) + b.period AS free_at, count(*) AS used
-        FROM unnest(b.starts) AS s WHERE s > ${storeTime(now)} - b.period
-      ) AS w
-      WHERE w.used >= b.count
-      ORDER BY w.free_at LIMIT 100`
+      SELECT f.task, f.key, f.free_at FROM (${fullWindows(ctx, queue, now)}) AS f
+      ORDER BY f.free_at LIMIT 100`
     return {
       queue,
       limits: stored,

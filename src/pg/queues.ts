@@ -9,6 +9,7 @@ import type { QueueInfo, QueueStats } from "../Message.ts"
 import type { QueueStoreShape } from "../QueueStore.ts"
 import * as Validate from "../internal/validate.ts"
 import type { PgContext } from "./context.ts"
+import { fullWindows } from "./flow.ts"
 import { storeTime, textArray } from "./fragments.ts"
 
 /**
@@ -141,25 +142,6 @@ export const stats = (ctx: PgContext): QueueStoreShape["stats"] => (queue) =>
   }).pipe((e) => ctx.op("stats", { queue }, e))
 
 
-/**
- * When the earliest full rate window of `queue` frees a start (NULL when none is full): each
- * window's oldest start inside it, plus its period. A queue without rate limits reads one
- * empty index range of flow_rates.
- */
-const windowFrees = ({ limitsTable, ratesTable, sql }: PgContext, queue: string, now: Date | null) =>
-  sql`SELECT min(w.free_at) FROM (
-        -- Key windows (task '') are timed by the queue's key rate, the others by their row's rate.
-        SELECT r.starts,
-               CASE WHEN r.key <> '' THEN l.key_rate_count ELSE l.rate_count END AS count,
-               (CASE WHEN r.key <> '' THEN l.key_rate_period_ms ELSE l.rate_period_ms END) * interval '1 millisecond' AS period
-        FROM ${ratesTable} AS r JOIN ${limitsTable} AS l ON l.queue = r.queue AND l.task = r.task
-        WHERE r.queue = ${queue}
-      ) AS b CROSS JOIN LATERAL (
-        SELECT min(s) + b.period AS free_at, count(*) AS used
-        FROM unnest(b.starts) AS s WHERE s > ${storeTime(now)} - b.period
-      ) AS w
-      WHERE w.used >= b.count`
-
 /** `nextVisibleAt`: when the queue's next delayed (or leased) message becomes ready, if any. */
 export const nextVisibleAt = (ctx: PgContext): QueueStoreShape["nextVisibleAt"] => (queue) =>
   Effect.gen(function*() {
@@ -184,6 +166,6 @@ export const nextVisibleAt = (ctx: PgContext): QueueStoreShape["nextVisibleAt"] 
                        AND m.visible_at > ${storeTime(now)}
                      ORDER BY m.visible_at LIMIT 1))
          FROM priorities WHERE priorities.p IS NOT NULL),
-        (${windowFrees(ctx, queue, now)})) AS at`
+        (SELECT min(f.free_at) FROM (${fullWindows(ctx, queue, now)}) AS f)) AS at`
     return Option.fromNullishOr(row?.at)
   }).pipe((e) => ctx.op("nextVisibleAt", { queue }, e))
