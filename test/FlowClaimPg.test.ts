@@ -9,6 +9,7 @@ import { assert, layer } from "@effect/vitest"
 import { Duration, Effect, Option } from "effect"
 import { TestClock } from "effect/testing"
 import type { Claim } from "../src/Message.ts"
+import * as FlowDeclaration from "../src/FlowDeclaration.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as Finish from "./support/Finish.ts"
 import { storeLayer } from "./support/PgTest.ts"
@@ -144,5 +145,25 @@ layer(storeLayer({ maxConnections: 12 }), { timeout: 60_000 })("flow claim on Po
       const [next] = yield* store.claim("rn", { lease: "30 seconds", limit: 5, consumer: "d" })
       assert.isDefined(next, "the expired slot came back")
       assert.lengthOf((yield* store.renew([held!], "1 second")).held, 0, "the late renewal is refused")
+    }))
+
+  it.effect("limits declared in code give way to an operator's; a bad declaration writes nothing", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const bad = yield* FlowDeclaration.declare([
+        { queue: "dq", limits: { concurrency: 4 } },
+        { queue: "dq", task: "t", limits: { keyConcurrency: 2 } }
+      ]).pipe(Effect.flip)
+      assert.strictEqual(bad._tag, "InvalidInput")
+      assert.lengthOf(yield* store.limits("dq"), 0, "nothing written: every declaration is checked first")
+      yield* FlowDeclaration.declare([{ queue: "dq", limits: { concurrency: 4 } }])
+      assert.deepStrictEqual((yield* store.limits("dq")).map((l) => [l.source, l.limits]), [["code", { concurrency: 4 }]])
+      assert.isTrue(yield* store.setLimits({ queue: "dq" }, { concurrency: 1 }))
+      const [again] = yield* FlowDeclaration.declare([{ queue: "dq", limits: { concurrency: 4 } }])
+      assert.isFalse(again!.written)
+      assert.deepStrictEqual((yield* store.limits("dq")).map((l) => [l.source, l.limits]), [["operator", { concurrency: 1 }]])
+      assert.isTrue(yield* store.setLimits({ queue: "dq" }, null))
+      yield* FlowDeclaration.declare([{ queue: "dq", limits: { concurrency: 4 } }])
+      assert.deepStrictEqual((yield* store.limits("dq")).map((l) => l.source), ["code"])
     }))
 })
