@@ -103,6 +103,7 @@ const makeContext = (schema: string, options: PgQueueStoreOptions) =>
       queuesTable: sql(`${schema}.queues`),
       uniqueTable: sql(`${schema}.unique_keys`),
       schedulesTable: sql(`${schema}.schedules`),
+      limitedQueues: new Set<string>(),
       limitsTable: sql(`${schema}.flow_limits`),
       keysTable: sql(`${schema}.flow_keys`),
       ratesTable: sql(`${schema}.flow_rates`),

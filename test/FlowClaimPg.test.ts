@@ -6,7 +6,7 @@
  * the same rules; this file adds the races only a server with many sessions can run.
  */
 import { assert, layer } from "@effect/vitest"
-import { Duration, Effect, Option } from "effect"
+import { Duration, Effect, Fiber, Option } from "effect"
 import { TestClock } from "effect/testing"
 import type { Claim } from "../src/Message.ts"
 import * as FlowDeclaration from "../src/FlowDeclaration.ts"
@@ -166,4 +166,20 @@ layer(storeLayer({ maxConnections: 12 }), { timeout: 60_000 })("flow claim on Po
       yield* FlowDeclaration.declare([{ queue: "dq", limits: { concurrency: 4 } }])
       assert.deepStrictEqual((yield* store.limits("dq")).map((l) => l.source), ["code"])
     }))
+
+  it.effect("a finished message of a limited queue wakes idle consumers: its slot came back", () =>
+    TestClock.withLive(Effect.scoped(Effect.gen(function*() {
+      const store = yield* QueueStore
+      yield* store.setLimits({ queue: "wk" }, { concurrency: 1 })
+      yield* store.send("wk", [{ task: "t", payload: 1 }, { task: "t", payload: 2 }])
+      const [held] = yield* store.claim("wk", { lease: "30 seconds", limit: 5, consumer: "c" })
+      assert.lengthOf(yield* store.claim("wk", { lease: "30 seconds", limit: 5, consumer: "d" }), 0, "at its limit")
+      const heard = yield* store.sends(["wk"])
+      const woken = yield* Effect.forkChild(heard)
+      yield* Effect.sleep("200 millis")
+      assert.isUndefined(woken.pollUnsafe(), "nothing woke it before the slot came back")
+      assert.isTrue(yield* Finish.ack(store, held!))
+      yield* Fiber.join(woken).pipe(Effect.timeout("10 seconds"))
+      assert.lengthOf(yield* store.claim("wk", { lease: "30 seconds", limit: 5, consumer: "d" }), 1)
+    }))))
 })

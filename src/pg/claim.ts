@@ -210,14 +210,11 @@ const claimOnce = (ctx: PgContext, limitedQueues: Set<string>, input: ClaimInput
  * while ready messages wait behind them: it is run again (each run deletes what it dropped, so
  * this ends; bounded all the same).
  */
-export const claim = (ctx: PgContext): QueueStoreShape["claim"] => {
-  const limitedQueues = new Set<string>()
-  return (queue, options) =>
+export const claim = (ctx: PgContext): QueueStoreShape["claim"] => (queue, options) =>
   Effect.gen(function*() {
     const input = yield* claimInput(ctx, queue, options)
     for (let run = 1;; run++) {
-      const { claims, dropped } = yield* claimOnce(ctx, limitedQueues, input)
+      const { claims, dropped } = yield* claimOnce(ctx, ctx.limitedQueues, input)
       if (claims.length > 0 || dropped === 0 || run >= MAX_CLAIM_RUNS) return claims
     }
   }).pipe((e) => ctx.op("claim", { queue, limit: options.limit, consumer: options.consumer }, e, claimAttributes))
-}

@@ -150,13 +150,16 @@ export const complete = (ctx: PgContext): QueueStoreShape["complete"] => (comple
 
 /**
  * Wake idle consumers of the queues whose messages a `complete` released (ready again at
- * once, as a shutting-down worker's are): a peer claims them now, not at its next poll. After
- * the commit, on a statement of its own, best effort, as a send's notification.
+ * once, as a shutting-down worker's are), and of the queues with flow limits a finished message
+ * gave a slot back to: a peer claims them now, not at its next poll. After the commit, on a
+ * statement of its own, best effort, as a send's notification.
  */
-const notifyReleased = ({ channel, sql }: PgContext, completions: ReadonlyArray<Completion>, completed: Completed) => {
+const notifyReleased = ({ channel, limitedQueues, sql }: PgContext, completions: ReadonlyArray<Completion>, completed: Completed) => {
   const landed = new Set(completed.held)
-  for (const id of completed.cancelled) landed.delete(id)
-  const queues = [...new Set(completions.filter((c) => c.finish._tag === "Release" && landed.has(c.ref.id)).map((c) => c.queue))]
+  const queues = [...new Set(completions.filter((c) =>
+    landed.has(c.ref.id) &&
+    (limitedQueues.has(c.queue) || (c.finish._tag === "Release" && !completed.cancelled.includes(c.ref.id)))
+  ).map((c) => c.queue))]
   return queues.length === 0
     ? Effect.void
     : sql.afterCommit(Effect.ignore(sql`SELECT pg_notify(${channel}, q) FROM unnest(${textArray(queues)}) AS q`))

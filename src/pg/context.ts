@@ -33,6 +33,11 @@ export interface PgContext {
   readonly uniqueTable: Statement.Identifier
   /** `<schema>.schedules`. */
   readonly schedulesTable: Statement.Identifier
+  /**
+   * The queues this store last saw with flow limits: their claims go straight to the limited
+   * claim, and their finished messages wake idle consumers (a slot came back).
+   */
+  readonly limitedQueues: Set<string>
   /** `<schema>.flow_limits`: the flow limits per queue and task. */
   readonly limitsTable: Statement.Identifier
   /** `<schema>.flow_keys`: each key's next turn and weight. */
