@@ -133,7 +133,9 @@ const plainClaim = (ctx: PgContext, input: ClaimInput) =>
           lease_expiries = m.lease_expiries + (m.lease_token IS NOT NULL)::int,
           lease_token    = gen_random_uuid(),
           leased_by      = ${claimer},
-          leased_at      = ${storeTime(now)}
+          leased_at      = ${storeTime(now)},
+          -- Not a flow slot (a row once claimed under limits that were since removed renews as any other).
+          flow_limited   = false
         WHERE m.id = ANY(ARRAY(SELECT id FROM chosen))
         RETURNING m.id, m.queue, m.task, m.payload, m.headers, m.priority, m.attempts, m.max_attempts,
                   m.enqueued_at, m.visible_at, m.lease_token, m.dedup_key, m.last_error, m.lease_expiries,
