@@ -154,6 +154,7 @@ export const make = <R>(
     // consumer prunes now and then (indexed deletes; see maintenance/prune.ts).
     yield* Maintenance.fork(Prune.attempts(store, settings.attemptRetentionMs)).pipe(Effect.annotateLogs(annotations))
     yield* Maintenance.fork(Prune.uniqueKeys(store)).pipe(Effect.annotateLogs(annotations))
+    yield* Maintenance.fork(Prune.flow(store)).pipe(Effect.annotateLogs(annotations))
 
     yield* Effect.addFinalizer(() => shutdown({ settings, flight, handlers, loopFiber }).pipe(Effect.annotateLogs(annotations)))
 

@@ -50,6 +50,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       schedules: Schedules.schedules(state),
       removeSchedule: Schedules.removeSchedule(state),
       pruneUniqueKeys: Prune.pruneUniqueKeys(state),
+      pruneFlow: Prune.pruneFlow(state),
       send: Send.send(state),
       claim: Claim.claim(state),
       renew: Lease.renew(state),

@@ -145,6 +145,7 @@ export const make = (
       schedules: Schedules.schedules(ctx),
       removeSchedule: Schedules.removeSchedule(ctx),
       pruneUniqueKeys: Prune.pruneUniqueKeys(ctx),
+      pruneFlow: Prune.pruneFlow(ctx),
       send: Send.send(ctx),
       claim: Claim.claim(ctx),
       renew: Lease.renew(ctx),

@@ -277,6 +277,12 @@ export interface MaintenanceOperations {
   readonly pruneAttempts: (olderThan: Duration.Input) => Effect.Effect<number, StoreError>
   /** Delete uniqueness reservations whose window ended before now; returns how many. */
   readonly pruneUniqueKeys: Effect.Effect<number, StoreError>
+  /**
+   * Delete flow bookkeeping nothing needs any more: rate windows whose every start is older
+   * than the longest period (a day), and keys of weight 1 with no live message (a key that
+   * comes back starts at the queue's current turn, as a new one does); returns how many.
+   */
+  readonly pruneFlow: Effect.Effect<number, StoreError>
 }
 
 /** Schedules (see `Scheduler`): rows keyed by schedule key, fired at most once per slot. */

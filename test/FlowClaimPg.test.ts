@@ -7,10 +7,12 @@
  */
 import { assert, layer } from "@effect/vitest"
 import { Duration, Effect, Fiber, Option } from "effect"
+import { SqlClient } from "effect/sql"
 import { TestClock } from "effect/testing"
 import type { Claim } from "../src/Message.ts"
 import * as FlowDeclaration from "../src/FlowDeclaration.ts"
 import { QueueStore } from "../src/QueueStore.ts"
+import { StoreSettings } from "../src/StoreSettings.ts"
 import * as Finish from "./support/Finish.ts"
 import { storeLayer } from "./support/PgTest.ts"
 
@@ -182,4 +184,29 @@ layer(storeLayer({ maxConnections: 12 }), { timeout: 60_000 })("flow claim on Po
       yield* Fiber.join(woken).pipe(Effect.timeout("10 seconds"))
       assert.lengthOf(yield* store.claim("wk", { lease: "30 seconds", limit: 5, consumer: "d" }), 1)
     }))))
+
+  it.effect("pruneFlow deletes keys with no live message and windows a day old, and nothing still in use", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      yield* store.setLimits({ queue: "pf" }, { keyRate: { count: 5, periodMs: 60_000 } })
+      yield* store.send("pf", [{ task: "t", payload: 1, key: "done" }, { task: "t", payload: 2, key: "live" }])
+      yield* store.setKeyWeight("pf", "weighted", 3)
+      const claimed = yield* store.claim("pf", { lease: "30 seconds", limit: 5, consumer: "c" })
+      assert.lengthOf(claimed, 2)
+      assert.isTrue(yield* Finish.ack(store, claimed.find((c) => c.key === "done")!))
+      // Other tests of this file share the schema: read this queue's rows only.
+      const { schema } = yield* StoreSettings
+      const sql = yield* SqlClient.SqlClient
+      const rowsOf = Effect.gen(function*() {
+        const keys = yield* sql<{ key: string }>`SELECT key FROM ${sql(`${schema}.flow_keys`)} WHERE queue = 'pf' ORDER BY key`
+        const windows = yield* sql<{ key: string }>`SELECT key FROM ${sql(`${schema}.flow_rates`)} WHERE queue = 'pf' ORDER BY key`
+        return [keys.map((r) => r.key), windows.map((r) => r.key)]
+      })
+      assert.deepStrictEqual(yield* rowsOf, [["done", "live", "weighted"], ["done", "live"]])
+      yield* store.pruneFlow
+      assert.deepStrictEqual(yield* rowsOf, [["live", "weighted"], ["done", "live"]], "the idle key goes, fresh windows stay")
+      yield* TestClock.adjust(Duration.hours(25))
+      yield* store.pruneFlow
+      assert.deepStrictEqual(yield* rowsOf, [["live", "weighted"], []], "day-old windows go; a key with a live message stays")
+    }))
 })

@@ -29,3 +29,11 @@ export const uniqueKeys = (store: QueueStoreShape): Task<StoreError> => ({
   run: Effect.asVoid(store.pruneUniqueKeys),
   failed: (e) => `expired unique keys not pruned: ${e.message}`
 })
+
+/** Delete flow bookkeeping nothing needs any more (old rate windows, idle keys). */
+export const flow = (store: QueueStoreShape): Task<StoreError> => ({
+  name: "prune flow bookkeeping",
+  every: everyMs,
+  run: Effect.asVoid(store.pruneFlow),
+  failed: (e) => `flow bookkeeping not pruned: ${e.message}`
+})

@@ -29,3 +29,6 @@ export const pruneUniqueKeys = ({ reserved }: MemoryState): QueueStoreShape["pru
     }
     return removed
   })
+
+/** `pruneFlow`: the memory store keeps no flow bookkeeping yet (its flow control is being built). */
+export const pruneFlow = (_state: MemoryState): QueueStoreShape["pruneFlow"] => Effect.succeed(0)

@@ -75,3 +75,44 @@ export const pruneUniqueKeys = ({ currentTime, op, sql, uniqueTable }: PgContext
       if ((row?.n ?? 0) < PRUNE_BATCH) return total
     }
   }).pipe((e) => op("pruneUniqueKeys", {}, e))
+
+/**
+ * `pruneFlow`: rate windows with no start inside the longest period (a day: outside every
+ * window), then keys of weight 1 with no live message, each in bounded batches by primary key.
+ * A key row deleted as a send of its key commits only loses that key its place in the rotation
+ * (its next message starts at the queue's turn).
+ */
+export const pruneFlow = ({ currentTime, keysTable, op, ratesTable, sql, table }: PgContext): QueueStoreShape["pruneFlow"] =>
+  Effect.gen(function*() {
+    const now = yield* currentTime
+    let total = 0
+    while (true) {
+      const [row] = yield* sql<{ n: number }>`
+        WITH doomed AS (
+          SELECT queue, task, key FROM ${ratesTable} AS r
+          WHERE NOT EXISTS (SELECT 1 FROM unnest(r.starts) AS s WHERE s > ${storeTime(now)} - interval '1 day')
+          LIMIT ${PRUNE_BATCH}
+        ), gone AS (
+          DELETE FROM ${ratesTable} AS r USING doomed AS d
+          WHERE r.queue = d.queue AND r.task = d.task AND r.key = d.key RETURNING 1
+        )
+        SELECT count(*)::int AS n FROM gone`
+      total += row?.n ?? 0
+      if ((row?.n ?? 0) < PRUNE_BATCH) break
+    }
+    while (true) {
+      // The live messages of a key through messages_key_idx (one probe per key row).
+      const [row] = yield* sql<{ n: number }>`
+        WITH doomed AS (
+          SELECT k.queue, k.key FROM ${keysTable} AS k
+          WHERE k.weight = 1 AND NOT EXISTS (
+            SELECT 1 FROM ${table} AS m WHERE m.queue = k.queue AND m.flow_key = k.key AND m.state = 'ready')
+          LIMIT ${PRUNE_BATCH}
+        ), gone AS (
+          DELETE FROM ${keysTable} AS k USING doomed AS d WHERE k.queue = d.queue AND k.key = d.key RETURNING 1
+        )
+        SELECT count(*)::int AS n FROM gone`
+      total += row?.n ?? 0
+      if ((row?.n ?? 0) < PRUNE_BATCH) return total
+    }
+  }).pipe((e) => op("pruneFlow", {}, e))
