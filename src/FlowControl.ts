@@ -7,6 +7,7 @@
  * @since 0.4.0
  */
 import { Effect } from "effect"
+import type { StoreError } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
 import { InvalidInput } from "./QueueError.ts"
 
@@ -205,3 +206,66 @@ export const formatRate = (rate: Rate): string => {
   }
   return `${rate.count}/${rate.periodMs}ms`
 }
+
+/**
+ * The store's flow operations: the limits the claim keeps across every worker, stored so
+ * that operators change them at runtime; a claim reads them in its own transaction, so a change
+ * holds from the next claim on.
+ */
+export interface FlowOperations {
+  /**
+   * Write the limits of a queue or of one task in it (`null` or no limits: clear them). Checked
+   * first (`FlowControl.validateLimits`): nothing is written when a value breaks a rule. With
+   * `source: "code"` (a worker's declaration) an operator's limits are left as they are and the
+   * answer is `false`; otherwise `true`. Messages in flight above a new limit finish as they are.
+   */
+  readonly setLimits: (
+    target: LimitsTarget,
+    limits: FlowLimits | null,
+    options?: { readonly source?: LimitsSource | undefined }
+  ) => Effect.Effect<boolean, InvalidInput | StoreError>
+  /** The stored limits of one queue (its own, then its tasks'), or of every queue, by queue and task. */
+  readonly limits: (queue?: string) => Effect.Effect<ReadonlyArray<StoredLimits>, InvalidInput | StoreError>
+  /**
+   * The weight of a key in fair claiming (1 to 100, default 1): a key of weight 2 gets two turns
+   * for every one of a key of weight 1. Applies to messages sent from now on.
+   */
+  readonly setKeyWeight: (queue: string, key: string, weight: number) => Effect.Effect<void, InvalidInput | StoreError>
+  /** What holds a queue back now: its limits, keys at their limit, FIFO keys blocked, full rate windows. */
+  readonly flowStatus: (queue: string) => Effect.Effect<FlowStatus, InvalidInput | StoreError>
+}
+
+/**
+ * The flow operations of a store with their inputs checked first (names, keys, weights, limits,
+ * the source), as `QueueStore.fromOperations` builds every store: an empty record of limits is
+ * written as none.
+ */
+export const checkedOperations = (shape: FlowOperations): FlowOperations => ({
+  setLimits: (target, limits, options) =>
+    Effect.gen(function*() {
+      const checked = yield* checkTarget(target)
+      const valid = limits === null ? null : yield* validateLimits(limits, checked)
+      const source = options?.source ?? "operator"
+      if (source !== "code" && source !== "operator") {
+        return yield* new InvalidInput({ field: "source", rule: "code or operator", message: `source ${JSON.stringify(source)} is refused (rule: code or operator)` })
+      }
+      return yield* shape.setLimits(checked, valid === null || isEmpty(valid) ? null : valid, { source })
+    }),
+  limits: (queue) => queue === undefined ? shape.limits() : Effect.flatMap(Validate.name("queue", queue), shape.limits),
+  setKeyWeight: (queue, key, weight) =>
+    Effect.gen(function*() {
+      yield* Validate.name("queue", queue)
+      yield* validateKey(key)
+      yield* validateWeight(weight)
+      return yield* shape.setKeyWeight(queue, key, weight)
+    }),
+  flowStatus: (queue) => Effect.flatMap(Validate.name("queue", queue), shape.flowStatus)
+})
+
+/** Check the queue (and task) limits are written for. */
+const checkTarget = (target: LimitsTarget): Effect.Effect<LimitsTarget, InvalidInput> =>
+  Effect.gen(function*() {
+    const queue = yield* Validate.name("queue", target?.queue)
+    if (target.task === undefined) return { queue }
+    return { queue, task: yield* Validate.name("task", target.task) }
+  })

@@ -22,7 +22,6 @@ import type {
   SendResult
 } from "./Message.ts"
 import * as FlowControl from "./FlowControl.ts"
-import type { FlowLimits, FlowStatus, LimitsSource, LimitsTarget, StoredLimits } from "./FlowControl.ts"
 import { InvalidInput, type StoreError } from "./QueueError.ts"
 
 /** How to claim: for how long, how many at most, and who is claiming (recorded as `leased_by`). */
@@ -329,38 +328,10 @@ export interface ScheduleOperations {
 }
 
 /**
- * Flow control (see `FlowControl`): the limits the claim keeps across every worker, stored so
- * that operators change them at runtime; a claim reads them in its own transaction, so a change
- * holds from the next claim on.
- */
-export interface FlowOperations {
-  /**
-   * Write the limits of a queue or of one task in it (`null` or no limits: clear them). Checked
-   * first (`FlowControl.validateLimits`): nothing is written when a value breaks a rule. With
-   * `source: "code"` (a worker's declaration) an operator's limits are left as they are and the
-   * answer is `false`; otherwise `true`. Messages in flight above a new limit finish as they are.
-   */
-  readonly setLimits: (
-    target: LimitsTarget,
-    limits: FlowLimits | null,
-    options?: { readonly source?: LimitsSource | undefined }
-  ) => Effect.Effect<boolean, InvalidInput | StoreError>
-  /** The stored limits of one queue (its own, then its tasks'), or of every queue, by queue and task. */
-  readonly limits: (queue?: string) => Effect.Effect<ReadonlyArray<StoredLimits>, InvalidInput | StoreError>
-  /**
-   * The weight of a key in fair claiming (1 to 100, default 1): a key of weight 2 gets two turns
-   * for every one of a key of weight 1. Applies to messages sent from now on.
-   */
-  readonly setKeyWeight: (queue: string, key: string, weight: number) => Effect.Effect<void, InvalidInput | StoreError>
-  /** What holds a queue back now: its limits, keys at their limit, FIFO keys blocked, full rate windows. */
-  readonly flowStatus: (queue: string) => Effect.Effect<FlowStatus, InvalidInput | StoreError>
-}
-
-/**
  * The operations of a queue store, by group. Every write on a claim is fenced by `(id, leaseToken)`.
  */
 export interface QueueStoreShape
-  extends LeaseProtocol, OperatorOperations, MaintenanceOperations, ScheduleOperations, FlowOperations
+  extends LeaseProtocol, OperatorOperations, MaintenanceOperations, ScheduleOperations, FlowControl.FlowOperations
 {}
 
 /** A schedule as a worker declares it to the store: the cron and time zone are checked by `Scheduler`. */
@@ -426,33 +397,7 @@ export const fromOperations = (shape: QueueStoreShape): QueueStoreShape =>
     fireSchedule: (key, fire) => Effect.flatMap(Validate.name("schedule key", key), () => shape.fireSchedule(key, fire)),
     triggerSchedule: (key) => Effect.flatMap(Validate.name("schedule key", key), shape.triggerSchedule),
     removeSchedule: (key) => Effect.flatMap(Validate.name("schedule key", key), shape.removeSchedule),
-    setLimits: (target, limits, options) =>
-      Effect.gen(function*() {
-        const checked = yield* checkTarget(target)
-        const valid = limits === null ? null : yield* FlowControl.validateLimits(limits, checked)
-        const source = options?.source ?? "operator"
-        if (source !== "code" && source !== "operator") {
-          return yield* new InvalidInput({ field: "source", rule: "code or operator", message: `source ${JSON.stringify(source)} is refused (rule: code or operator)` })
-        }
-        return yield* shape.setLimits(checked, valid === null || FlowControl.isEmpty(valid) ? null : valid, { source })
-      }),
-    limits: (queue) => queue === undefined ? shape.limits() : Effect.flatMap(Validate.name("queue", queue), shape.limits),
-    setKeyWeight: (queue, key, weight) =>
-      Effect.gen(function*() {
-        yield* Validate.name("queue", queue)
-        yield* FlowControl.validateKey(key)
-        yield* FlowControl.validateWeight(weight)
-        return yield* shape.setKeyWeight(queue, key, weight)
-      }),
-    flowStatus: (queue) => Effect.flatMap(Validate.name("queue", queue), shape.flowStatus)
-  })
-
-/** Check the queue (and task) limits are written for. */
-const checkTarget = (target: LimitsTarget): Effect.Effect<LimitsTarget, InvalidInput> =>
-  Effect.gen(function*() {
-    const queue = yield* Validate.name("queue", target?.queue)
-    if (target.task === undefined) return { queue }
-    return { queue, task: yield* Validate.name("task", target.task) }
+    ...FlowControl.checkedOperations(shape)
   })
 
 /** Check the names of schedules before an upsert (the payloads are checked by the store, against its limits). */

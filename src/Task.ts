@@ -248,10 +248,7 @@ export interface SendOptions {
   readonly runAt?: Date | undefined
   readonly priority?: number | undefined
   readonly dedupKey?: string | undefined
-  /**
-   * The flow key (a tenant, an account): per-key concurrency and rate limits, fair claiming and
-   * FIFO order go by it (see `FlowControl`).
-   */
+  /** The flow key (a tenant, an account): per-key limits, fair claiming and FIFO go by it (`FlowControl`). */
   readonly key?: string | undefined
   /**
    * Keep `key` reserved on the queue for `for` ("1h", or milliseconds) after this send,

@@ -48,6 +48,8 @@ const storeAgnostic = files.filter((file) =>
     "src/Scheduler.ts",
     "src/Testing.ts",
     "src/QueueStore.ts",
+    "src/FlowControl.ts",
+    "src/FlowDeclaration.ts",
     "src/MemoryQueueStore.ts",
     "src/memory/",
     "src/StoreSettings.ts",

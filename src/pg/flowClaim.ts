@@ -4,7 +4,7 @@
  * task, per queue; concurrency and rate windows; FIFO heads; fair turns), leases, records, and
  * writes the rate windows, all in the lock's transaction.
  *
- * Long on purpose: the claim statement is one statement and reads best whole.
+ * The statement is written in steps (slots, candidates, ranking, writes), each a fragment.
  *
  * @since 0.4.0
  */
@@ -72,27 +72,65 @@ export interface FlowClaimInput {
   readonly tasks: ReadonlyArray<LimitsRow>
 }
 
-/** Statement 2: the limited claim (see the comments inside for each step). */
-export const limitedClaim = (ctx: PgContext, input: FlowClaimInput) => {
-  const { attemptsTable, limitsTable, queuesTable, ratesTable, sql, table } = ctx
-  const { asyncCommit, consumer, leaseMs, limit, now, own, queue } = input
-  const fair = own?.fair === true
-  const fifo = own?.fifo === true
-  const keyConcurrency = fifo ? 1 : own?.key_concurrency ?? null
+/** What the steps of the limited claim share: the context, the input and what it derives. */
+interface Step {
+  readonly ctx: PgContext
+  readonly input: FlowClaimInput
+  readonly at: Statement.Fragment
+  readonly fair: boolean
+  readonly fifo: boolean
+  readonly keyConcurrency: number | null
+  readonly own: Partial<LimitsRow>
+}
+
+/** `now - period`: where a window of `period` milliseconds starts. */
+const windowStart = (step: Step, period: Statement.Fragment) =>
+  step.ctx.sql`${step.at} - ${period} * interval '1 millisecond'`
+
+/**
+ * The live slots and what is full: the task limits (a parameter), the live leases claimed under
+ * limits (messages_held_idx), their counts per key and task, the keys and tasks at their limit.
+ */
+const slots = (step: Step) => {
+  const { ctx: { sql, table }, input, at, keyConcurrency } = step
   const taskLimits = JSON.stringify(input.tasks.map((t) => ({
     task: t.task,
     concurrency: t.concurrency,
     rate_count: t.rate_count,
     rate_period_ms: t.rate_period_ms
   })))
-  const at = storeTime(now)
-  // What every candidate must be: ready and visible, its queue not paused, its key and task not
-  // at their concurrency limit (such rows are never even scanned: a key at its limit cannot block
-  // others behind it), and under FIFO the oldest ready message of its key (visible or not).
+  return sql`task_limits AS (
+      SELECT * FROM jsonb_to_recordset(${taskLimits}::jsonb)
+        AS t(task text, concurrency int, rate_count int, rate_period_ms int)
+    ), held AS (
+      -- The live slots: claimed under limits, token set, lease not expired (messages_held_idx).
+      SELECT task, flow_key FROM ${table}
+      WHERE queue = ${input.queue} AND lease_token IS NOT NULL AND flow_limited AND state = 'ready' AND visible_at > ${at}
+    ), held_key AS (
+      SELECT flow_key, count(*)::int AS n FROM held WHERE flow_key IS NOT NULL GROUP BY flow_key
+    ), held_task AS (
+      SELECT task, count(*)::int AS n FROM held GROUP BY task
+    ), full_keys AS (
+      SELECT flow_key FROM held_key WHERE held_key.n >= ${keyConcurrency}::int
+    ), full_tasks AS (
+      SELECT h.task FROM held_task AS h JOIN task_limits AS t ON t.task = h.task WHERE h.n >= t.concurrency
+    )`
+}
+
+/**
+ * The candidates, locked (SKIP LOCKED), at most `scanSize(limit)`: ready and visible, the queue
+ * not paused, their key and task not at their limit (such rows are never even taken: a key at
+ * its limit cannot block others behind it), and under FIFO the oldest ready message of the key
+ * (visible or not). Fair: keyed messages in turn order (messages_fair_idx) and unkeyed ones in
+ * claim order, two scans (FOR UPDATE takes no UNION), merged by the ranking.
+ */
+const candidates = (step: Step) => {
+  const { ctx: { queuesTable, sql, table }, input: { asyncCommit, limit, queue }, at, fair, fifo } = step
   const eligible = (keyed: "any" | "keyed" | "plain") =>
     sql`m.queue = ${queue} AND m.state = 'ready' AND m.visible_at <= ${at}
       ${literal(keyed === "keyed" ? "AND m.flow_key IS NOT NULL" : keyed === "plain" ? "AND m.flow_key IS NULL" : "")}
       AND NOT EXISTS (SELECT 1 FROM ${queuesTable} WHERE name = ${queue} AND paused)
+      -- As the plain claim: committed without waiting for its WAL flush (one-time filter).
       AND (SELECT CASE WHEN ${asyncCommit}::boolean THEN set_config('synchronous_commit', 'off', true) ELSE '' END) IS NOT NULL
       AND (m.flow_key IS NULL OR m.flow_key NOT IN (SELECT flow_key FROM full_keys))
       AND m.task NOT IN (SELECT task FROM full_tasks)
@@ -103,9 +141,7 @@ export const limitedClaim = (ctx: PgContext, input: FlowClaimInput) => {
       m.lease_token IS NOT NULL AS expired, m.lease_token IS NOT NULL OR m.lease_expiries > 0 AS suspect,
       m.cancel_requested_at IS NOT NULL AS cancelled, m.leased_by AS prev_consumer, m.leased_at AS prev_leased_at`)
   const scan = scanSize(limit)
-  // Fair: keyed messages in turn order (messages_fair_idx), unkeyed ones in claim order, each
-  // scan bounded, merged by the ranking below (FOR UPDATE takes no UNION: two scans).
-  const picked = fair
+  return fair
     ? sql`picked_keyed AS (
         SELECT ${columns} FROM ${table} AS m WHERE ${eligible("keyed")}
         ORDER BY m.priority, m.turn, m.id LIMIT (SELECT ${scan}::int) FOR UPDATE SKIP LOCKED
@@ -119,52 +155,42 @@ export const limitedClaim = (ctx: PgContext, input: FlowClaimInput) => {
         SELECT ${columns} FROM ${table} AS m WHERE ${eligible("any")}
         ORDER BY m.priority, m.visible_at, m.id LIMIT (SELECT ${scan}::int) FOR UPDATE SKIP LOCKED
       )`
-  const window = (period: Statement.Fragment) =>
-    sql`${at} - ${period} * interval '1 millisecond'`
-  return sql<FlowClaimRow>`
-    WITH task_limits AS (
-      SELECT * FROM jsonb_to_recordset(${taskLimits}::jsonb)
-        AS t(task text, concurrency int, rate_count int, rate_period_ms int)
-    ), held AS (
-      -- The live slots: claimed under limits, token set, lease not expired (messages_held_idx).
-      SELECT task, flow_key FROM ${table}
-      WHERE queue = ${queue} AND lease_token IS NOT NULL AND flow_limited AND state = 'ready' AND visible_at > ${at}
-    ), held_key AS (
-      SELECT flow_key, count(*)::int AS n FROM held WHERE flow_key IS NOT NULL GROUP BY flow_key
-    ), held_task AS (
-      SELECT task, count(*)::int AS n FROM held GROUP BY task
-    ), full_keys AS (
-      SELECT flow_key FROM held_key WHERE held_key.n >= ${keyConcurrency}::int
-    ), full_tasks AS (
-      SELECT h.task FROM held_task AS h JOIN task_limits AS t ON t.task = h.task WHERE h.n >= t.concurrency
-    ), ${picked}, live AS (
+}
+
+/**
+ * The ranking, limit by limit: per key (its slots and window), then per task over what the keys
+ * let through, then the queue (the claim's own limit, the queue's slots and window). Each stage
+ * numbers the candidates still in, in claim order, so a candidate a key turns away never takes a
+ * task's or the queue's room. Then, as the plain claim, a suspect is claimed alone.
+ */
+const ranking = (step: Step) => {
+  const { ctx: { ratesTable, sql }, input: { limit, queue }, fair, keyConcurrency, own } = step
+  return sql`live AS (
       SELECT * FROM picked WHERE NOT cancelled
     ), by_key AS (
       SELECT l.*, row_number() OVER (PARTITION BY l.flow_key ORDER BY ${order(fair, "l")}) AS kn FROM live AS l
     ), key_rates AS (
       -- Starts inside each candidate key's window (only keys among the candidates are read).
       SELECT r.key, cardinality(ARRAY(
-               SELECT s FROM unnest(r.starts) AS s WHERE s > ${window(sql`${own?.key_rate_period_ms ?? null}::bigint`)})) AS used
+               SELECT s FROM unnest(r.starts) AS s WHERE s > ${windowStart(step, sql`${own.key_rate_period_ms ?? null}::bigint`)})) AS used
       FROM ${ratesTable} AS r
-      WHERE ${own?.key_rate_count ?? null}::int IS NOT NULL AND r.queue = ${queue} AND r.task = ''
+      WHERE ${own.key_rate_count ?? null}::int IS NOT NULL AND r.queue = ${queue} AND r.task = ''
         AND r.key IN (SELECT flow_key FROM live WHERE flow_key IS NOT NULL)
     ), key_ok AS (
-      -- Per key: the k-th candidate of a key fits when its key's slots and window starts leave room.
       SELECT b.* FROM by_key AS b
       LEFT JOIN held_key AS hk ON hk.flow_key = b.flow_key
       LEFT JOIN key_rates AS kr ON kr.key = b.flow_key
       WHERE b.flow_key IS NULL OR (
         (${keyConcurrency}::int IS NULL OR b.kn + coalesce(hk.n, 0) <= ${keyConcurrency}::int) AND
-        (${own?.key_rate_count ?? null}::int IS NULL OR b.kn + coalesce(kr.used, 0) <= ${own?.key_rate_count ?? null}::int))
+        (${own.key_rate_count ?? null}::int IS NULL OR b.kn + coalesce(kr.used, 0) <= ${own.key_rate_count ?? null}::int))
     ), by_task AS (
       SELECT k.*, row_number() OVER (PARTITION BY k.task ORDER BY ${order(fair, "k")}) AS tn FROM key_ok AS k
     ), task_rates AS (
       SELECT r.task, cardinality(ARRAY(
-               SELECT s FROM unnest(r.starts) AS s WHERE s > ${window(sql`t.rate_period_ms::bigint`)})) AS used
+               SELECT s FROM unnest(r.starts) AS s WHERE s > ${windowStart(step, sql`t.rate_period_ms::bigint`)})) AS used
       FROM ${ratesTable} AS r JOIN task_limits AS t ON t.task = r.task
       WHERE r.queue = ${queue} AND r.key = '' AND r.task <> '' AND t.rate_count IS NOT NULL
     ), task_ok AS (
-      -- Per task, over what the keys let through: its slots and window.
       SELECT b.* FROM by_task AS b
       LEFT JOIN task_limits AS t ON t.task = b.task
       LEFT JOIN held_task AS ht ON ht.task = b.task
@@ -173,24 +199,33 @@ export const limitedClaim = (ctx: PgContext, input: FlowClaimInput) => {
         AND (t.rate_count IS NULL OR b.tn + coalesce(tr.used, 0) <= t.rate_count)
     ), queue_rate AS (
       SELECT cardinality(ARRAY(
-               SELECT s FROM unnest(r.starts) AS s WHERE s > ${window(sql`${own?.rate_period_ms ?? null}::bigint`)})) AS used
+               SELECT s FROM unnest(r.starts) AS s WHERE s > ${windowStart(step, sql`${own.rate_period_ms ?? null}::bigint`)})) AS used
       FROM ${ratesTable} AS r WHERE r.queue = ${queue} AND r.task = '' AND r.key = ''
     ), by_queue AS (
       SELECT t.*, row_number() OVER (ORDER BY ${order(fair, "t")}) AS qn FROM task_ok AS t
     ), queue_ok AS (
-      -- The queue: the claim's own limit, the queue's slots and its window.
       SELECT b.* FROM by_queue AS b
       WHERE b.qn <= ${limit}::int
-        AND (${own?.concurrency ?? null}::int IS NULL OR b.qn + (SELECT count(*) FROM held) <= ${own?.concurrency ?? null}::int)
-        AND (${own?.rate_count ?? null}::int IS NULL
-             OR b.qn + coalesce((SELECT used FROM queue_rate), 0) <= ${own?.rate_count ?? null}::int)
+        AND (${own.concurrency ?? null}::int IS NULL OR b.qn + (SELECT count(*) FROM held) <= ${own.concurrency ?? null}::int)
+        AND (${own.rate_count ?? null}::int IS NULL
+             OR b.qn + coalesce((SELECT used FROM queue_rate), 0) <= ${own.rate_count ?? null}::int)
     ), head AS (
       SELECT id, suspect FROM queue_ok ORDER BY qn LIMIT 1
     ), chosen AS (
-      -- As the plain claim: a suspect (its last lease expired) is claimed alone.
       SELECT q.* FROM queue_ok AS q, head
       WHERE CASE WHEN head.suspect THEN q.id = head.id ELSE NOT q.suspect END
-    ), dropped AS (
+    )`
+}
+
+/**
+ * The writes: the cancelled candidates deleted (as the plain claim), the chosen leased (as
+ * slots: flow_limited), the history of both, the rate windows (the starts still inside each, plus
+ * one per claim), and a fair queue's served turn (the highest claimed: a key back from idling
+ * starts there).
+ */
+const writes = (step: Step) => {
+  const { ctx: { attemptsTable, limitsTable, ratesTable, sql, table }, input: { consumer, leaseMs, queue }, at, fair, own } = step
+  return sql`dropped AS (
       DELETE FROM ${table} AS m WHERE m.id = ANY(ARRAY(SELECT id FROM picked WHERE cancelled))
       RETURNING m.id, m.queue, m.task, ${attemptNumber("m")} AS attempt, m.leased_by, m.leased_at, m.visible_at
     ), dropped_attempts AS (
@@ -199,7 +234,6 @@ export const limitedClaim = (ctx: PgContext, input: FlowClaimInput) => {
              'cancelled', ${historyErrors.cancelledUnfinished}::text
       FROM dropped
     ), claimed AS (
-      -- flow_limited: this lease is a slot (messages_held_idx lists it; its renewal is refused once expired).
       UPDATE ${table} AS m SET
         visible_at     = ${at} + ${leaseMs}::bigint * interval '1 millisecond',
         attempts       = m.attempts + 1,
@@ -219,40 +253,57 @@ export const limitedClaim = (ctx: PgContext, input: FlowClaimInput) => {
              'lease-expired', ${historyErrors.leaseExpired}::text
       FROM claimed AS c JOIN chosen AS h ON h.id = c.id WHERE h.expired
     ), windows AS (
-      -- The rate windows this claim started in: the starts still inside each, plus one per claim.
       SELECT b.task, b.key, b.n, b.period FROM (
-        SELECT '' AS task, '' AS key, (SELECT count(*) FROM claimed)::int AS n, ${own?.rate_period_ms ?? null}::bigint AS period
-        WHERE ${own?.rate_count ?? null}::int IS NOT NULL
+        SELECT '' AS task, '' AS key, (SELECT count(*) FROM claimed)::int AS n, ${own.rate_period_ms ?? null}::bigint AS period
+        WHERE ${own.rate_count ?? null}::int IS NOT NULL
         UNION ALL
         SELECT c.task, '', count(*)::int, t.rate_period_ms::bigint
         FROM claimed AS c JOIN task_limits AS t ON t.task = c.task WHERE t.rate_count IS NOT NULL
         GROUP BY c.task, t.rate_period_ms
         UNION ALL
-        SELECT '', c.flow_key, count(*)::int, ${own?.key_rate_period_ms ?? null}::bigint
-        FROM claimed AS c WHERE c.flow_key IS NOT NULL AND ${own?.key_rate_count ?? null}::int IS NOT NULL
+        SELECT '', c.flow_key, count(*)::int, ${own.key_rate_period_ms ?? null}::bigint
+        FROM claimed AS c WHERE c.flow_key IS NOT NULL AND ${own.key_rate_count ?? null}::int IS NOT NULL
         GROUP BY c.flow_key
       ) AS b WHERE b.n > 0
     ), window_writes AS (
       INSERT INTO ${ratesTable} AS r (queue, task, key, starts)
       SELECT ${queue}, w.task, w.key,
              ARRAY(SELECT s FROM unnest(coalesce(o.starts, '{}'::timestamptz[])) AS s
-                   WHERE s > ${window(sql`w.period`)} ORDER BY s)
+                   WHERE s > ${windowStart(step, sql`w.period`)} ORDER BY s)
              || array_fill(${at}, ARRAY[w.n])
       FROM windows AS w
       LEFT JOIN ${ratesTable} AS o ON o.queue = ${queue} AND o.task = w.task AND o.key = w.key
       ON CONFLICT (queue, task, key) DO UPDATE SET starts = excluded.starts
     ), served AS (
-      -- Fair: the queue's served turn follows the highest turn claimed (a key back from idling starts there).
       UPDATE ${limitsTable} SET served_turn = (SELECT max(turn) FROM claimed WHERE flow_key IS NOT NULL)
       WHERE ${fair}::boolean AND queue = ${queue} AND task = ''
         AND served_turn < (SELECT max(turn) FROM claimed WHERE flow_key IS NOT NULL)
-    )
+    )`
+}
+
+/**
+ * Statement 2: the limited claim, one statement of the steps above. Answers as the plain claim
+ * does (a row of NULLs when it claimed nothing), plus how many candidates each stage turned away.
+ */
+export const limitedClaim = (ctx: PgContext, input: FlowClaimInput) => {
+  const fifo = input.own?.fifo === true
+  const step: Step = {
+    ctx,
+    input,
+    at: storeTime(input.now),
+    fair: input.own?.fair === true,
+    fifo,
+    keyConcurrency: fifo ? 1 : input.own?.key_concurrency ?? null,
+    own: input.own ?? {}
+  }
+  return ctx.sql<FlowClaimRow>`
+    WITH ${slots(step)}, ${candidates(step)}, ${ranking(step)}, ${writes(step)}
     SELECT c.id, c.task, c.payload, c.headers, c.priority, c.attempts, c.max_attempts, c.enqueued_at, c.visible_at,
            c.lease_token, c.dedup_key, c.last_error, c.lease_expiries, c.flow_key, h.visible_at AS was_visible_at,
            d.n AS dropped, true AS limited,
            (SELECT count(*) FROM live)::int - (SELECT count(*) FROM key_ok)::int AS cut_key,
            (SELECT count(*) FROM key_ok)::int - (SELECT count(*) FROM task_ok)::int AS cut_task,
-           (SELECT count(*) FROM by_queue WHERE qn <= ${limit}::int)::int - (SELECT count(*) FROM queue_ok)::int AS cut_queue
+           (SELECT count(*) FROM by_queue WHERE qn <= ${input.limit}::int)::int - (SELECT count(*) FROM queue_ok)::int AS cut_queue
     FROM (SELECT count(*)::int AS n FROM dropped) AS d
     LEFT JOIN (claimed AS c JOIN chosen AS h ON h.id = c.id) ON true
     ORDER BY h.qn`
