@@ -19,10 +19,12 @@ import * as Read from "./config/read.ts"
 import { checkName, type DurationLike, inRange, invalid, parseDuration, show } from "./config/rules.ts"
 import { env } from "./config/variables.ts"
 import { processConfig, type ProcessSettings } from "./config/process.ts"
+import { type QueueOptions, queueMapsConfig, queueNames, type QueueSettings, resolveQueues } from "./config/queues.ts"
 import type { ConfigInvalid } from "./QueueError.ts"
 
 export * from "./config/connection.ts"
 export * from "./config/process.ts"
+export { forQueue, type Lane, lanes, marginFor, type QueueOptions, type QueueSettings } from "./config/queues.ts"
 export { type DurationLike, parseDuration } from "./config/rules.ts"
 export { env } from "./config/variables.ts"
 
@@ -34,6 +36,11 @@ export type OnLeaseLost = "interrupt" | "continue"
 export interface ConsumerSettings {
   /** Queues to consume, claimed round-robin. */
   readonly queues: ReadonlyArray<string>
+  /**
+   * The queues with settings of their own (concurrency, batch size, lease), by queue; every other
+   * queue takes the consumer's (read one queue's with `forQueue`).
+   */
+  readonly perQueue: Readonly<Record<string, QueueSettings>>
   /** This consumer's id, recorded as `leased_by` and in every log line. */
   readonly consumerId: string
   /** Handlers running at once. */
@@ -74,7 +81,18 @@ export interface ConsumerSettings {
 
 /** The settings a consumer takes from code: anything left out takes its default. Durations as `Duration.Input` or "30s". */
 export interface ConsumerOptions {
-  readonly queues?: ReadonlyArray<string> | undefined
+  /**
+   * The queues to consume: a list, or a record of queues and their own settings
+   * (`{ emails: { concurrency: 20, lease: "5s" }, reports: { concurrency: 2, lease: "30s" } }`):
+   * a queue with a `concurrency` gets handler slots of its own, the others share `concurrency`.
+   */
+  readonly queues?: ReadonlyArray<string> | Readonly<Record<string, QueueOptions>> | undefined
+  /** Per-queue concurrency as a map (what `LEASEHOLD_QUEUE_CONCURRENCY` gives); the record form of `queues` wins. */
+  readonly queueConcurrency?: Readonly<Record<string, number>> | undefined
+  /** Per-queue batch size as a map (`LEASEHOLD_QUEUE_BATCH_SIZE`). */
+  readonly queueBatchSize?: Readonly<Record<string, number>> | undefined
+  /** Per-queue lease as a map (`LEASEHOLD_QUEUE_LEASE`). */
+  readonly queueLease?: Readonly<Record<string, DurationLike>> | undefined
   readonly consumerId?: string | undefined
   readonly concurrency?: number | undefined
   readonly batchSize?: number | undefined
@@ -127,6 +145,9 @@ export const variables = {
   concurrency: env.concurrency,
   batchSize: env.batchSize,
   lease: env.lease,
+  queueConcurrency: env.queueConcurrency,
+  queueBatchSize: env.queueBatchSize,
+  queueLease: env.queueLease,
   leaseMargin: env.leaseMargin,
   maxRuntime: env.maxRuntime,
   pollInterval: env.pollInterval,
@@ -166,7 +187,7 @@ export const resolve = (
     const duration = (key: keyof typeof variables, value: DurationLike | undefined, fallback: number) =>
       value === undefined ? Effect.succeed(fallback) : parseDuration(label(key), value)
 
-    const queues = options.queues ?? defaults.queues
+    const queues = queueNames(options.queues ?? defaults.queues)
     if (queues.length === 0) return yield* invalid(label("queues"), "at least one queue name", "")
     for (const q of queues) yield* checkName(label("queues"), q)
     const consumerId = yield* checkName(label("consumerId"), options.consumerId ?? defaultConsumerId())
@@ -208,8 +229,15 @@ export const resolve = (
     const unknownTaskDelayMs = yield* duration("unknownTaskDelay", options.unknownTaskDelay, defaults.unknownTaskDelayMs)
     const attemptRetentionMs = yield* duration("attemptRetention", options.attemptRetention, defaults.attemptRetentionMs)
     yield* inRange(label("attemptRetention"), attemptRetentionMs, 60_000, 3_650 * 86_400_000, " ms")
+    const perQueue = yield* resolveQueues(
+      options.queues ?? queues,
+      { queueConcurrency: options.queueConcurrency, queueBatchSize: options.queueBatchSize, queueLease: options.queueLease },
+      { batchSize, leaseMs, leaseMarginMs, marginSet: options.leaseMargin !== undefined },
+      (key) => ({ env: (typeof source === "function" ? source(key) : source) === "env", name: label(key) })
+    )
     return {
       queues,
+      perQueue,
       consumerId,
       concurrency,
       batchSize,
@@ -251,6 +279,7 @@ export const consumerOptionsConfig: Config.Config<ConsumerOptions> = Config.all(
   concurrency: whole(env.concurrency),
   batchSize: whole(env.batchSize),
   lease: Read.text(env.lease),
+  ...queueMapsConfig(env),
   leaseMargin: Read.text(env.leaseMargin),
   maxRuntime: Read.text(env.maxRuntime),
   pollInterval: Read.text(env.pollInterval),

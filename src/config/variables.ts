@@ -21,6 +21,10 @@ export const env = {
   concurrency: "LEASEHOLD_CONCURRENCY",
   batchSize: "LEASEHOLD_BATCH_SIZE",
   lease: "LEASEHOLD_LEASE",
+  // Per queue (queue=value pairs): each overrides the consumer's for the queues it names.
+  queueConcurrency: "LEASEHOLD_QUEUE_CONCURRENCY",
+  queueBatchSize: "LEASEHOLD_QUEUE_BATCH_SIZE",
+  queueLease: "LEASEHOLD_QUEUE_LEASE",
   leaseMargin: "LEASEHOLD_LEASE_MARGIN",
   maxRuntime: "LEASEHOLD_MAX_RUNTIME",
   pollInterval: "LEASEHOLD_POLL_INTERVAL",

@@ -4,7 +4,10 @@
  * watchdog that stops each handler when its lease is lost (or about to be:
  * the local deadline) or when it runs past its max runtime. A renewal that
  * answers a message as cancelled by an operator stops its handler too. One of
- * each per claim, however many messages it holds.
+ * each per claim, however many messages it holds. A message whose task declares
+ * a lease of its own is renewed with that lease, every lease/3 (the first time
+ * within a third of the claim's lease): the messages of a claim are renewed in
+ * one statement per distinct lease.
  *
  * @since 0.1.0
  */
@@ -15,13 +18,16 @@ import * as QueueMetrics from "../QueueMetrics.ts"
 import { QueueStore, type QueueStoreShape } from "../QueueStore.ts"
 import * as Detached from "../internal/detached.ts"
 import { seconds } from "../internal/format.ts"
+import { marginFor } from "../config/queues.ts"
 
 /** Timing of a renewer, in milliseconds of Effect's `Clock`. */
 export interface RenewerOptions {
-  /** The lease each renewal asks for. Renewals run every lease/3. */
+  /** The lease the claim gave, and what each renewal asks for unless a message has its own. Renewals run every lease/3. */
   readonly leaseMs: number
-  /** The local deadline is last successful renewal + lease - margin. */
+  /** The local deadline is last successful renewal + lease - margin (for another lease: `marginFor` it). */
   readonly marginMs: number
+  /** A message's own lease (its task's), renewed with instead of the claim's; undefined: the claim's. */
+  readonly leaseOf?: ((claim: Claim) => number | undefined) | undefined
   /** How long `finish` and the final stop wait for the renewer before reporting it wedged. */
   readonly stopTimeoutMs: number
   /** Clock time taken just before the claim statement: the lease is known good from then. */
@@ -76,6 +82,12 @@ interface Entry {
   /** The claimed message (its queue and task label its metrics). */
   readonly claim: Claim
   renewedAt: number
+  /** The lease each renewal asks for: the message's own, else the claim's. */
+  readonly leaseMs: number
+  /** The lease the last successful renewal (or the claim) gave: the lease runs to renewedAt + grantedMs. */
+  grantedMs: number
+  /** When the next renewal of this message is due (Clock ms). */
+  nextRenewalAt: number
   /** Still renewed: not finished, not reported reclaimed. */
   active: boolean
   finished: boolean
@@ -89,11 +101,32 @@ interface Entry {
   stopped: Stopped | undefined
 }
 
+/** The interval between renewals of `e`: a third of the shorter of the lease it has and the one it asks for. */
+const intervalOf = (e: Entry): number => Math.max(1, Math.floor(Math.min(e.grantedMs, e.leaseMs) / 3))
+
+/** When the lease of `e` is at risk: its last renewal + the lease it gave - that lease's margin. */
+const deadlineOf = (e: Entry, marginMs: number): number => e.renewedAt + e.grantedMs - marginFor(e.grantedMs, marginMs)
+
+/**
+ * The lease a message's renewals ask for: its own (never above its max runtime, never under the
+ * shortest lease a consumer takes), else the claim's.
+ */
+const leaseOf = (claim: Claim, options: RenewerOptions): number => {
+  const own = options.leaseOf?.(claim)
+  return own === undefined || own === options.leaseMs ? options.leaseMs : Math.max(MIN_LEASE_MS, Math.min(own, options.maxRuntimeMs(claim)))
+}
+/** The shortest lease (as `QueueConfig` accepts one). */
+const MIN_LEASE_MS = 300
+
 /** The entry of one claimed message, renewed from the claim (`startedAt`: Clock ms when the renewer started). */
-const newEntry = (claim: Claim, options: RenewerOptions, startedAt: number): Entry => ({
+const newEntry = (claim: Claim, options: RenewerOptions, startedAt: number): Entry => {
+  const e: Entry = {
   ref: { id: claim.id, leaseToken: claim.leaseToken },
   claim,
   renewedAt: options.claimedAt,
+  leaseMs: leaseOf(claim, options),
+  grantedMs: options.leaseMs,
+  nextRenewalAt: 0,
   active: true,
   finished: false,
   lost: undefined,
@@ -101,7 +134,10 @@ const newEntry = (claim: Claim, options: RenewerOptions, startedAt: number): Ent
   maxRuntimeAt: startedAt + options.maxRuntimeMs(claim),
   fiber: undefined,
   stopped: undefined
-})
+  }
+  e.nextRenewalAt = startedAt + intervalOf(e)
+  return e
+}
 
 /** Count lost leases per queue and task (the process total by reason is counted by the caller). */
 const countLost = (lost: ReadonlyArray<Entry>, reason: string) =>
@@ -116,12 +152,14 @@ interface Renewal {
   readonly entries: Map<MessageId, Entry>
   readonly stopHandler: (e: Entry, why: Stopped) => void
   readonly markLost: (lost: ReadonlyArray<Entry>, reason: LeaseLost["reason"], message: string) => Effect.Effect<void>
+  /** Opened when a renewal moved a local deadline earlier (a shorter lease of its own): the watchdog looks again. */
+  readonly rearm: Latch.Latch
 }
 
 /** The renew statement on a fiber of its own, joined interruptibly; interrupted in the background if abandoned. */
-const renewStatement = (r: Renewal, refs: ReadonlyArray<ClaimRef>) =>
+const renewStatement = (r: Renewal, refs: ReadonlyArray<ClaimRef>, leaseMs: number) =>
   Effect.gen(function*() {
-    return yield* Detached.detached(r.store.renew(refs, r.options.leaseMs).pipe(
+    return yield* Detached.detached(r.store.renew(refs, leaseMs).pipe(
       // A defect in the store is a bug like any other: report it as a failed query, at once.
       Effect.catchDefect((defect) => Effect.fail(new QueryFailed({ operation: "renew", message: `renew: ${String(defect)}` }))),
       Effect.result
@@ -134,20 +172,23 @@ const fateWithoutRenewer = (r: Renewal, count: number) =>
     ? `its ${count} message(s) are stopped at their local deadline (${seconds(r.options.leaseMs - r.options.marginMs)} after the last renewal) and retried at once`
     : `its ${count} message(s) run on unrenewed (on a lost lease: continue); once their leases end another consumer may run them too`
 
-/** One renewal of the claim's active messages, and what its answer means for each. */
-const renewOnce = (r: Renewal, lastSuccess: { at: number; escalated: boolean }) =>
+/** One renewal of `sent`, messages of the claim asking for one lease, and what its answer means for each. */
+const renewOnce = (r: Renewal, sent: ReadonlyArray<Entry>, leaseMs: number, lastSuccess: { at: number; escalated: boolean }) =>
   Effect.gen(function*() {
     const { entries, stopHandler, markLost } = r
-    const leaseMs = r.options.leaseMs
-    const sent = [...entries.values()].filter((e) => e.active)
-    if (sent.length === 0) return
     const startedAt = yield* Clock.currentTimeMillis
-    const result = yield* renewStatement(r, sent.map((e) => e.ref))
+    const result = yield* renewStatement(r, sent.map((e) => e.ref), leaseMs)
     if (result._tag === "Success") {
       const held = new Set(result.success.held)
       lastSuccess.at = startedAt
       lastSuccess.escalated = false
-      for (const e of sent) if (held.has(e.ref.id)) e.renewedAt = startedAt
+      for (const e of sent) {
+        if (!held.has(e.ref.id)) continue
+        const before = deadlineOf(e, r.options.marginMs)
+        e.renewedAt = startedAt
+        e.grantedMs = leaseMs
+        if (deadlineOf(e, r.options.marginMs) < before) r.rearm.openUnsafe()
+      }
       // An operator cancelled these: stop their handlers (still renewed until they finish, so
       // the lease holds while their finalizers run and the cancel is written).
       for (const id of result.success.cancelling) {
@@ -205,8 +246,9 @@ const renewOnce = (r: Renewal, lastSuccess: { at: number; escalated: boolean }) 
 const watchdog = (r: Renewal) =>
   Effect.gen(function*() {
     const { entries, options, stopHandler, markLost } = r
-    const { leaseMs, marginMs } = options
+    const { marginMs } = options
     while (true) {
+      r.rearm.closeUnsafe()
       const now = yield* Clock.currentTimeMillis
       let next = Number.POSITIVE_INFINITY
       const atRisk: Array<Entry> = []
@@ -214,7 +256,7 @@ const watchdog = (r: Renewal) =>
         if (e.finished) continue
         // The local deadline matters only to a consumer that stops handlers for lost leases.
         if (options.interruptOnLost && e.lost === undefined) {
-          const deadline = e.renewedAt + leaseMs - marginMs
+          const deadline = deadlineOf(e, marginMs)
           if (now >= deadline) atRisk.push(e)
           else next = Math.min(next, deadline)
         }
@@ -233,23 +275,44 @@ const watchdog = (r: Renewal) =>
         yield* markLost(
           atRisk,
           "local-deadline",
-          `lease at risk: no successful renewal for ${seconds(leaseMs - marginMs)}; stopping the handler before the lease can expire`
+          `lease at risk: no successful renewal for ${seconds(atRisk[0]!.grantedMs - marginFor(atRisk[0]!.grantedMs, marginMs))}; stopping the handler before the lease can expire`
         )
       }
       if (next === Number.POSITIVE_INFINITY) return
-      yield* Effect.sleep(next - now)
+      yield* Effect.raceFirst(Effect.sleep(next - now), r.rearm.await)
     }
   }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
 
-/** The renewal loop of the claim: every lease/3, or at once when `early` is opened, one renewal. */
+/**
+ * The renewal loop of the claim: sleeps until a renewal is due (every lease/3 of each message),
+ * or until `early` is opened (then every active message is renewed), and renews what is due, in
+ * one statement per distinct lease asked for (one in all unless tasks declare leases of their own).
+ */
 const renewalLoop = (r: Renewal, early: Latch.Latch) =>
   Effect.gen(function*() {
-    const lastSuccess = { at: r.options.claimedAt, escalated: false }
-    const interval = Effect.sleep(Math.max(1, Math.floor(r.options.leaseMs / 3)))
+    /** The last successful renewal of each lease asked for: renewals failing for longer than it are escalated. */
+    const lastSuccess = new Map<number, { at: number; escalated: boolean }>()
     while (true) {
-      yield* Effect.raceFirst(interval, early.await)
+      const active = [...r.entries.values()].filter((e) => e.active)
+      const next = active.reduce((at, e) => Math.min(at, e.nextRenewalAt), Number.POSITIVE_INFINITY)
+      const now = yield* Clock.currentTimeMillis
+      yield* next === Number.POSITIVE_INFINITY ? early.await : Effect.raceFirst(Effect.sleep(Math.max(0, next - now)), early.await)
+      const forced = early.isOpen()
       early.closeUnsafe()
-      yield* renewOnce(r, lastSuccess)
+      const at = yield* Clock.currentTimeMillis
+      const due = [...r.entries.values()].filter((e) => e.active && (forced || e.nextRenewalAt <= at))
+      const byLease = new Map<number, Array<Entry>>()
+      for (const e of due) byLease.set(e.leaseMs, [...(byLease.get(e.leaseMs) ?? []), e])
+      for (const [leaseMs, group] of byLease) {
+        // A message may have finished while the statement of another lease was in flight.
+        const sent = group.filter((e) => e.active)
+        if (sent.length === 0) continue
+        let last = lastSuccess.get(leaseMs)
+        if (last === undefined) lastSuccess.set(leaseMs, last = { at: r.options.claimedAt, escalated: false })
+        yield* renewOnce(r, sent, leaseMs, last)
+      }
+      const end = yield* Clock.currentTimeMillis
+      for (const e of due) e.nextRenewalAt = end + intervalOf(e)
     }
   }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
 
@@ -270,7 +333,7 @@ export const start = (
 ): Effect.Effect<LeaseRenewer, never, QueueStore | Scope.Scope> =>
   Effect.gen(function*() {
     const store = yield* QueueStore
-    const { leaseMs, stopTimeoutMs } = options
+    const { stopTimeoutMs } = options
     const entries = new Map<MessageId, Entry>()
     const startedAt = yield* Clock.currentTimeMillis
     for (const claim of claims) entries.set(claim.id, newEntry(claim, options, startedAt))
@@ -305,7 +368,7 @@ export const start = (
         yield* Effect.logError(message).pipe(Effect.annotateLogs({ messageIds: fresh.map((e) => e.ref.id).join(",") }))
       }))
 
-    const renewal: Renewal = { store, options, entries, stopHandler, markLost }
+    const renewal: Renewal = { store, options, entries, stopHandler, markLost, rearm: Latch.makeUnsafe(false) }
 
     /**
      * Opened by `renewNow`: cuts the wait for the next renewal short. Open from the start for a
@@ -379,7 +442,10 @@ export const start = (
         return e !== undefined && !e.finished
       },
       claimedAt: options.claimedAt,
-      expiresAt: (id) => entry(id).renewedAt + leaseMs,
+      expiresAt: (id) => {
+        const e = entry(id)
+        return e.renewedAt + e.grantedMs
+      },
       loseAll: (reason, message) => markLost([...entries.values()].filter((e) => !e.finished), reason, message),
       finish: (id) =>
         Effect.suspend(() => {
