@@ -3,6 +3,8 @@
  * renewer keeping the claim's leases alive, and finishes every message with a
  * fenced write (ack, retry, dead-letter or release). On shutdown it stops
  * claiming, lets handlers finish within a grace period, then releases the rest.
+ * Queues with a concurrency of their own are claimed by loops of their own into
+ * slots of their own (`consumer/lanes.ts`), all in one consumer.
  *
  * @since 0.1.0
  */
@@ -12,7 +14,7 @@ import * as Completer from "./consumer/complete.ts"
 import * as Flight from "./consumer/flight.ts"
 import * as Handle from "./consumer/handle.ts"
 import * as EventLoopLag from "./consumer/lag.ts"
-import * as IdleWake from "./consumer/wake.ts"
+import * as Lanes from "./consumer/lanes.ts"
 import * as PresenceWatch from "./consumer/presenceWatch.ts"
 import { ConsumerPresence } from "./ConsumerPresence.ts"
 import { StoreSettings } from "./StoreSettings.ts"
@@ -73,7 +75,7 @@ export const make = <R>(
     const store = yield* QueueStore
     const context = yield* Effect.context<R | QueueStore>()
     const settings = yield* clampLease(configured)
-    const { consumerId, concurrency, leaseMs } = settings
+    const { consumerId } = settings
     const annotations = { module: "Consumer", consumer: consumerId }
     // Session liveness, when provided: registered before the first claim and kept until after the
     // drain (its finalizer runs after the shutdown's), so no claim of this consumer goes unprotected.
@@ -82,12 +84,13 @@ export const make = <R>(
     // Idle: sleep until the poll interval or the earliest delay/lease end of our queues, whichever
     // comes first; the reaper releasing a dead consumer's claims wakes us at once, and so does a send.
     // A send to one of our queues (LISTEN/NOTIFY on PostgreSQL) wakes us too: new work runs at once.
-    const sent = yield* store.sends(settings.queues)
-    const idle = IdleWake.make({
+    // One lane per pool of handler slots (usually one), each with its own claim loop and idle sleep.
+    const lanes = yield* Lanes.make({
       store,
+      lanes: QueueConfig.lanes(settings),
       queues: settings.queues,
       pollIntervalMs: settings.pollIntervalMs,
-      wake: registration === undefined ? sent : Effect.raceFirst(registration.reaped, sent)
+      reaped: registration?.reaped
     })
 
     // How long before it could be reaped a consumer stops its handlers, and stops claiming.
@@ -100,7 +103,6 @@ export const make = <R>(
       })
 
     const handlers = yield* Scope.make()
-    const flight = yield* Flight.make(concurrency)
 
     /**
      * Closed while a claim statement is in flight. A flush waits for it (at most
@@ -130,16 +132,18 @@ export const make = <R>(
     const renewers = new Set<LeaseRenewer.LeaseRenewer>()
     yield* wakeCancelled(store, settings.queues, renewers)
 
-    const loop = ClaimLoop.make({ store, settings, dispatcher, handle, completer, flight, handlers, renewers, claimIdle, atRisk, idle })
-      .pipe(Effect.annotateLogs({ ...annotations, module: "Consumer" }))
+    const loops = lanes.map(({ queues, flight, idle }) =>
+      ClaimLoop.make({ store, settings, dispatcher, handle, completer, queues, flight, handlers, renewers, claimIdle, atRisk, idle })
+        .pipe(Effect.annotateLogs({ ...annotations, module: "Consumer" }), Effect.provideContext(context)))
 
-    // Warn when the event loop stalls for half a renewal interval: renewals would be late.
+    // Warn when the event loop stalls for half a renewal interval (of the shortest lease): renewals would be late.
+    const leaseMs = Math.min(...settings.queues.map((q) => QueueConfig.forQueue(settings, q).leaseMs))
     yield* Effect.forkScoped(
       EventLoopLag.watch({ intervalMs: Math.floor(leaseMs / 3), warnAboveMs: Math.floor(leaseMs / 6) }).pipe(
         Effect.annotateLogs(annotations)
       )
     )
-    const { failed, loopFiber } = yield* forkLoop(loop.pipe(Effect.provideContext(context)), flight, annotations)
+    const { failed, loopFibers } = yield* forkLoops(loops, lanes, annotations)
     if (registration !== undefined) {
       // Cut off from the database (presence session gone, heartbeats failing), this consumer will
       // soon look dead to the others, whose reapers then release its claims: stop the handlers
@@ -156,7 +160,7 @@ export const make = <R>(
     yield* Maintenance.fork(Prune.uniqueKeys(store)).pipe(Effect.annotateLogs(annotations))
     yield* Maintenance.fork(Prune.flow(store)).pipe(Effect.annotateLogs(annotations))
 
-    yield* Effect.addFinalizer(() => shutdown({ settings, flight, handlers, loopFiber }).pipe(Effect.annotateLogs(annotations)))
+    yield* Effect.addFinalizer(() => shutdown({ settings, lanes, handlers, loopFibers }).pipe(Effect.annotateLogs(annotations)))
 
     // The queue-depth collector of this process (`QueueDepth.layer`) samples these queues.
     yield* QueueDepth.track(settings.queues)
@@ -172,10 +176,10 @@ export const make = <R>(
       settings,
       failure: Deferred.await(failed),
       health: Effect.map(Clock.currentTimeMillis, (now) => ({
-        healthy: !Deferred.isDoneUnsafe(failed) && (flight.waits > 0 || now - flight.lastProgress <= settings.healthStaleMs),
-        lastProgressAt: new Date(flight.lastProgress),
-        inFlight: flight.inFlight,
-        stopping: flight.stopping
+        healthy: !Deferred.isDoneUnsafe(failed) && Lanes.fresh(lanes, now, settings.healthStaleMs),
+        lastProgressAt: new Date(Lanes.lastProgress(lanes)),
+        inFlight: Lanes.inFlight(lanes),
+        stopping: lanes.some((lane) => lane.flight.stopping)
       }))
     })
   })
@@ -193,6 +197,8 @@ export const startupLine = (
     `concurrency ${settings.concurrency}`,
     `batch ${settings.batchSize}`,
     `lease ${seconds(settings.leaseMs)} (renewed every ${seconds(Math.floor(settings.leaseMs / 3))}, margin ${seconds(settings.leaseMarginMs)})`,
+    ...Object.entries(settings.perQueue).map(([queue, own]) =>
+      `queue ${queue}: ${own.concurrency === undefined ? "shared slots" : `concurrency ${own.concurrency}`}, batch ${own.batchSize}, lease ${seconds(own.leaseMs)}`),
     `max runtime ${seconds(settings.maxRuntimeMs)}`,
     `grace ${seconds(settings.shutdownGraceMs)}`,
     `on a lost lease ${settings.onLeaseLost}`,
@@ -203,25 +209,25 @@ export const startupLine = (
   ].join(", ")
 
 /**
- * Run the claim loop detached, so that the shutdown controls when it stops (and bounds the wait
- * for a claim in flight). A failure of the loop, which is never a connection-dead one, ends the
- * consumer: logged at ERROR, reported by `health` and by `failure` (which `launch` turns into
- * the program's).
+ * Run the claim loops (one per lane) detached, so that the shutdown controls when they stop (and
+ * bounds the wait for a claim in flight). A failure of a loop, which is never a connection-dead
+ * one, ends the consumer (every lane stops claiming): logged at ERROR, reported by `health` and
+ * by `failure` (which `launch` turns into the program's).
  */
-const forkLoop = (
-  loop: Effect.Effect<never, StoreError | InvalidInput>,
-  flight: Flight.Flight,
+const forkLoops = (
+  loops: ReadonlyArray<Effect.Effect<never, StoreError | InvalidInput>>,
+  lanes: ReadonlyArray<Lanes.Running>,
   annotations: Record<string, string>
 ) =>
   Effect.gen(function*() {
     const failed = yield* Deferred.make<never, StoreError | InvalidInput>()
-    const loopFiber = yield* Effect.forkDetach(loop.pipe(
+    const loopFibers = yield* Effect.forEach(loops, (loop) => Effect.forkDetach(loop.pipe(
       Effect.tapCause((cause) =>
         Cause.hasInterruptsOnly(cause) ? Effect.void : Effect.gen(function*() {
-          flight.stopping = true
+          Lanes.stop(lanes)
           yield* Effect.logError(
             `claim loop failed; the consumer stops claiming and shuts down:\n${Cause.pretty(cause)}\n` +
-              `${flight.inFlight} message(s) in flight get the shutdown grace to finish, then are released; ` +
+              `${Lanes.inFlight(lanes)} message(s) in flight get the shutdown grace to finish, then are released; ` +
               "messages not claimed stay queued for other consumers"
           ).pipe(
             Effect.annotateLogs(annotations)
@@ -229,8 +235,8 @@ const forkLoop = (
           yield* Deferred.failCause(failed, cause as Cause.Cause<StoreError | InvalidInput>)
         })
       )
-    ))
-    return { failed, loopFiber }
+    )))
+    return { failed, loopFibers }
   })
 
 /**
@@ -254,30 +260,30 @@ const wakeCancelled = (store: QueueStoreShape, queues: ReadonlyArray<string>, re
 /** Stop claiming, let handlers finish within the grace, then interrupt and release the rest. */
 const shutdown = (parts: {
   readonly settings: QueueConfig.ConsumerSettings
-  readonly flight: Flight.Flight
+  readonly lanes: ReadonlyArray<Lanes.Running>
   readonly handlers: Scope.Closeable
-  readonly loopFiber: Fiber.Fiber<unknown, unknown>
+  readonly loopFibers: ReadonlyArray<Fiber.Fiber<unknown, unknown>>
 }) =>
   Effect.gen(function*() {
-    const { settings, flight, handlers, loopFiber } = parts
-    flight.stopping = true
-    yield* Effect.logInfo(`shutting down: ${flight.inFlight} in flight, grace ${seconds(settings.shutdownGraceMs)}`)
+    const { settings, lanes, handlers, loopFibers } = parts
+    Lanes.stop(lanes)
+    yield* Effect.logInfo(`shutting down: ${Lanes.inFlight(lanes)} in flight, grace ${seconds(settings.shutdownGraceMs)}`)
     // The loop's claim is uninterruptible (a committed claim must be dispatched); do not wait on a stuck one forever.
-    const loopStopped = yield* Effect.timeoutOption(Fiber.interrupt(loopFiber), settings.renewerStopTimeoutMs)
+    const loopStopped = yield* Effect.timeoutOption(Fiber.interruptAll(loopFibers), settings.renewerStopTimeoutMs)
     if (loopStopped._tag === "None") {
       yield* Effect.logWarning(`claim loop did not stop within ${seconds(settings.renewerStopTimeoutMs)}: a claim is stuck; going on`)
     }
-    const drained = yield* Effect.timeoutOption(Flight.drained(flight), settings.shutdownGraceMs)
+    const drained = yield* Effect.timeoutOption(Lanes.drained(lanes), settings.shutdownGraceMs)
     if (drained._tag === "None") {
-      const inFlight = flight.inFlight
+      const inFlight = Lanes.inFlight(lanes)
       yield* Effect.logWarning(`grace elapsed: interrupting ${inFlight} handler${inFlight === 1 ? "" : "s"} and releasing their messages`)
     }
     yield* Scope.close(handlers, Exit.void)
     // The interrupted handlers' releases (and any completion still queued) are written before the
     // completer stops: each is bounded by its lease plus one attempt.
-    const completed = yield* Effect.timeoutOption(Flight.drained(flight), settings.leaseMs + settings.renewerStopTimeoutMs)
+    const completed = yield* Effect.timeoutOption(Lanes.drained(lanes), longestLeaseMs(settings) + settings.renewerStopTimeoutMs)
     if (completed._tag === "None") {
-      yield* Effect.logWarning(`${flight.inFlight} finishing write(s) still pending at shutdown; those messages run again after their leases`)
+      yield* Effect.logWarning(`${Lanes.inFlight(lanes)} finishing write(s) still pending at shutdown; those messages run again after their leases`)
     }
     yield* Effect.logInfo("consumer stopped")
   })
@@ -291,15 +297,32 @@ const COMPLETION_FLUSHERS = 1
 /** The longest a flush waits for a claim in flight (a claim of 50 answers in 1-3 ms here). */
 const FLUSH_HOLD_MAX_MS = 20
 
-/** A lease longer than the max runtime makes no sense: clamp it, and say so. */
+/**
+ * The longest lease of the consumer's queues (a task's own lease may be longer: its finishing
+ * write may then still be pending when the shutdown stops waiting, and the message runs again
+ * after its lease).
+ */
+const longestLeaseMs = (settings: QueueConfig.ConsumerSettings) =>
+  Math.max(settings.leaseMs, ...Object.values(settings.perQueue).map((own) => own.leaseMs))
+
+/** A lease longer than the max runtime makes no sense: clamp it (the consumer's and each queue's), and say so. */
 const clampLease = (settings: QueueConfig.ConsumerSettings) =>
   Effect.gen(function*() {
-    if (settings.leaseMs <= settings.maxRuntimeMs) return settings
-    yield* Effect.logWarning(
-      `lease ${seconds(settings.leaseMs)} exceeds max runtime ${seconds(settings.maxRuntimeMs)}: clamping the lease to the max runtime`
-    ).pipe(Effect.annotateLogs({ module: "Consumer" }))
-    const leaseMs = settings.maxRuntimeMs
-    return { ...settings, leaseMs, leaseMarginMs: Math.max(1, Math.min(settings.leaseMarginMs, Math.floor(leaseMs / 6))) }
+    const maxRuntimeMs = settings.maxRuntimeMs
+    const clamped = (leaseMs: number, marginMs: number, queue?: string) =>
+      leaseMs <= maxRuntimeMs ? Effect.succeed({ leaseMs, marginMs }) : Effect.as(
+        Effect.logWarning(
+          `lease ${seconds(leaseMs)} exceeds max runtime ${seconds(maxRuntimeMs)}: clamping the lease to the max runtime`
+        ).pipe(Effect.annotateLogs(queue === undefined ? { module: "Consumer" } : { module: "Consumer", queue })),
+        { leaseMs: maxRuntimeMs, marginMs: Math.max(1, Math.min(marginMs, Math.floor(maxRuntimeMs / 6))) }
+      )
+    const own = yield* clamped(settings.leaseMs, settings.leaseMarginMs)
+    const perQueue: Record<string, QueueConfig.QueueSettings> = {}
+    for (const [queue, q] of Object.entries(settings.perQueue)) {
+      const lease = yield* clamped(q.leaseMs, q.leaseMarginMs, queue)
+      perQueue[queue] = { ...q, leaseMs: lease.leaseMs, leaseMarginMs: lease.marginMs }
+    }
+    return { ...settings, leaseMs: own.leaseMs, leaseMarginMs: own.marginMs, perQueue }
   })
 
 /** The queues a dispatcher's tasks are sent to, when it knows them. */

@@ -40,6 +40,8 @@ export type Handler<R = never> = (message: Claim, context: HandlerContext) => Ef
 /** Settings of one message that differ from the consumer's: what a task definition carries. */
 export interface MessagePolicy {
   readonly maxRuntimeMs?: number | undefined
+  /** The message's lease, renewed with every lease/3 instead of the consumer's. */
+  readonly leaseMs?: number | undefined
   /** Delay before retry number `attempt + 1`; `random` is uniform in [0, 1) for jitter. */
   readonly retryDelayMs?: ((attempt: number, random: number) => number) | undefined
 }

@@ -12,6 +12,7 @@ import { Effect, Result, Schema } from "effect"
 import type * as Handler from "./Handler.ts"
 import * as Backoff from "./internal/backoff.ts"
 import * as AttemptResult from "./internal/attemptResult.ts"
+import { schemaIssues } from "./internal/schemaIssues.ts"
 import * as Validate from "./internal/validate.ts"
 import type { Claim, SendResult } from "./Message.ts"
 import * as QueueConfig from "./QueueConfig.ts"
@@ -59,6 +60,11 @@ export interface Declaration<Name extends string, A, I, S extends Schema.Top | u
   readonly retry: RetryPolicy | undefined
   readonly maxAttempts: number | undefined
   readonly maxRuntime: QueueConfig.DurationLike | undefined
+  /**
+   * The lease of this task's messages, renewed every lease/3 while its handler runs, whatever
+   * the consumer's lease (which then only covers the claim until the first renewal).
+   */
+  readonly lease: QueueConfig.DurationLike | undefined
 }
 
 /** Any declaration, for collections of declarations and for sending. */
@@ -119,6 +125,7 @@ const checkDefinition = (definition: {
   readonly retry?: RetryPolicy | undefined
   readonly maxAttempts?: number | undefined
   readonly maxRuntime?: QueueConfig.DurationLike | undefined
+  readonly lease?: QueueConfig.DurationLike | undefined
 }): Backoff | undefined => {
   const task = definition.name
   if (typeof task !== "string" || !Validate.namePattern.test(task)) throw definitionError(String(task), "name", Validate.nameRule, task)
@@ -129,7 +136,12 @@ const checkDefinition = (definition: {
   if (maxAttempts !== undefined && !(Number.isInteger(maxAttempts) && maxAttempts >= 1 && maxAttempts <= Validate.MAX_ATTEMPTS)) {
     throw definitionError(task, "maxAttempts", `a whole number from 1 to ${Validate.MAX_ATTEMPTS}`, maxAttempts)
   }
-  if (definition.maxRuntime !== undefined) durationOf(task, "maxRuntime", definition.maxRuntime, 1, 7 * 86_400_000)
+  const maxRuntimeMs = definition.maxRuntime === undefined ? undefined : durationOf(task, "maxRuntime", definition.maxRuntime, 1, 7 * 86_400_000)
+  if (definition.lease !== undefined) {
+    // As the consumer's lease (300 ms to 24 h); a lease longer than the max runtime could only hide a dead worker's message longer.
+    const leaseMs = durationOf(task, "lease", definition.lease, 300, 24 * 3_600_000)
+    if (maxRuntimeMs !== undefined && leaseMs > maxRuntimeMs) throw definitionError(task, "lease", `at most maxRuntime (${maxRuntimeMs} ms)`, definition.lease)
+  }
   const retry = definition.retry
   if (retry === undefined) return undefined
   if (typeof retry !== "object" || retry === null) throw definitionError(task, "retry", "an object { base, max, factor, jitter }", retry)
@@ -155,6 +167,8 @@ export interface DeclarationOptions<Name extends string, A, I, S extends Schema.
   readonly retry?: RetryPolicy | undefined
   readonly maxAttempts?: number | undefined
   readonly maxRuntime?: QueueConfig.DurationLike | undefined
+  /** Its messages' lease, renewed every lease/3 (default: the consumer's, per queue). */
+  readonly lease?: QueueConfig.DurationLike | undefined
 }
 
 /**
@@ -165,8 +179,8 @@ export interface DeclarationOptions<Name extends string, A, I, S extends Schema.
  *
  * The declaration is checked here: a retry policy whose delays could come out
  * negative, NaN or beyond the store's longest delay (a negative or non-finite
- * `factor`, `base` above `max`, a `max` over ten years), a bad `maxAttempts` or
- * `maxRuntime` throws an {@link InvalidInput} naming the field and the rule.
+ * `factor`, `base` above `max`, a `max` over ten years), a bad `maxAttempts`,
+ * `maxRuntime` or `lease` (300 ms to 24 h, at most `maxRuntime`) throws an {@link InvalidInput} naming the field and the rule.
  * Retry delays are then always within [0, retry.max].
  *
  * @throws InvalidInput when the declaration breaks a rule.
@@ -183,7 +197,8 @@ export const define = <const Name extends string, A, I, S extends Schema.Top | u
     error: definition.error,
     retry: definition.retry,
     maxAttempts: definition.maxAttempts,
-    maxRuntime: definition.maxRuntime
+    maxRuntime: definition.maxRuntime,
+    lease: definition.lease
   }
 }
 
@@ -212,30 +227,7 @@ export const make = <const Name extends string, A, I, E = never, R = never, S ex
 
 /** Decode reporting every issue, not only the first: a dead letter's reason lists them all. */
 const decodeAll = { errors: "all" } as const
-/** Most schema issues a dead letter's reason lists; the rest are counted. */
-const MAX_REASON_ISSUES = 20
-/** Longest the listed issues may run, in characters. */
-const MAX_REASON_CHARS = 2000
-
-/**
- * Every issue of a schema error, one after another as the schema formats them, bounded:
- * at most {@link MAX_REASON_ISSUES} issues and {@link MAX_REASON_CHARS} characters, then
- * how many more there were. Only on the failure path.
- */
-export const schemaIssues = (error: Schema.SchemaError): string => {
-  // Each issue starts on a line of its own; its `at [path]` lines are indented.
-  const issues = error.message.split(/\n(?=\S)/)
-  const kept: Array<string> = []
-  let length = 0
-  for (const issue of issues) {
-    if (kept.length >= MAX_REASON_ISSUES || length + issue.length > MAX_REASON_CHARS) break
-    kept.push(issue)
-    length += issue.length + 1
-  }
-  if (kept.length === 0) return `${error.message.slice(0, MAX_REASON_CHARS)}\n... (truncated)`
-  const more = issues.length - kept.length
-  return more === 0 ? kept.join("\n") : `${kept.join("\n")}\n... and ${more} more issue${more === 1 ? "" : "s"}`
-}
+export { schemaIssues } from "./internal/schemaIssues.ts"
 
 /** Fail a handler with this to send the message straight to dead letters. */
 export const unrecoverable = (message: string): Effect.Effect<never, Unrecoverable> => Effect.fail(new Unrecoverable({ message }))
@@ -447,7 +439,7 @@ class TaskContextOf implements TaskContext {
  * {@link make}; a bare declaration is refused with an error): decodes each message's payload through
  * its task's schema (a payload that does not decode is dead-lettered at once,
  * with the schema's message), runs the handler, and applies the task's retry
- * policy and max runtime. A task this worker does not know fails with
+ * policy, max runtime and lease. A task this worker does not know fails with
  * `UnknownTask`, which the consumer retries later a few times, then dead-letters.
  */
 export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
@@ -469,6 +461,7 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
       maxRuntimeMs: task.maxRuntime === undefined
         ? undefined
         : Effect.runSync(QueueConfig.parseDuration(`task ${task.name} maxRuntime`, task.maxRuntime)),
+      leaseMs: task.lease === undefined ? undefined : Effect.runSync(QueueConfig.parseDuration(`task ${task.name} lease`, task.lease)),
       retryDelayMs: backoff === undefined ? undefined : (attempt, random) => Backoff.backoffMs(backoff, attempt, random)
     })
   }

@@ -1,6 +1,7 @@
 /**
- * The claim stage: the loop that claims batches of messages round-robin over the consumer's
- * queues, never more than its free slots, and dispatches each claim to its handlers under a
+ * The claim stage: the loop that claims batches of messages round-robin over the queues of one
+ * lane of the consumer (the queues sharing one pool of handler slots), never more than its free
+ * slots, each queue with its own batch size and lease, and dispatches each claim to its handlers under a
  * renewer that lives exactly as long as the claim's scope. Only connection-dead claim failures
  * are retried (with backoff); any other failure ends the loop, and the consumer with it.
  *
@@ -9,7 +10,7 @@
 import { Clock, type Context, Effect, Fiber, type Latch, Metric, type Scope } from "effect"
 import type { Dispatcher } from "../Handler.ts"
 import type { Claim } from "../Message.ts"
-import type { ConsumerSettings } from "../QueueConfig.ts"
+import { type ConsumerSettings, forQueue, type QueueSettings } from "../QueueConfig.ts"
 import type { InvalidInput, StoreError } from "../QueueError.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
 import type { QueueStore, QueueStoreShape } from "../QueueStore.ts"
@@ -26,6 +27,9 @@ export interface ClaimLoopOptions<R> {
   readonly dispatcher: Dispatcher<R>
   readonly handle: ReturnType<typeof Handle.make<R>>
   readonly completer: Completer
+  /** The queues of this loop's lane: claimed round-robin into its slots. */
+  readonly queues: ReadonlyArray<string>
+  /** The handler slots of this loop's lane. */
   readonly flight: Flight.Flight
   /** The scope the claims' fibers run in: closed by the shutdown once the grace elapsed. */
   readonly handlers: Scope.Scope
@@ -44,7 +48,7 @@ export interface ClaimLoopOptions<R> {
  * slots. It never ends but by failing (an error that is not connection-dead) or being interrupted.
  */
 export const make = <R>(options: ClaimLoopOptions<R>): Effect.Effect<never, StoreError | InvalidInput, R | QueueStore> => {
-  const { settings, flight, atRisk, idle } = options
+  const { settings, queues, flight, atRisk, idle } = options
   const claimAndDispatch = claimer(options)
   return Effect.gen(function*() {
     let next = 0
@@ -62,7 +66,7 @@ export const make = <R>(options: ClaimLoopOptions<R>): Effect.Effect<never, Stor
         yield* Flight.waiting(flight, Effect.sleep(settings.pollIntervalMs))
         continue
       }
-      const queue = settings.queues[next++ % settings.queues.length]!
+      const queue = queues[next++ % queues.length]!
       const claimed = yield* claimAndDispatch(queue).pipe(
         Effect.catchTag("ConnectionDead", (error) =>
           Effect.gen(function*() {
@@ -77,7 +81,7 @@ export const make = <R>(options: ClaimLoopOptions<R>): Effect.Effect<never, Stor
       yield* Flight.progress(flight)
       yield* Metric.update(QueueMetrics.inFlight, flight.inFlight)
       if (claimed === 0) {
-        if (++emptyInARow >= settings.queues.length) {
+        if (++emptyInARow >= queues.length) {
           emptyInARow = 0
           yield* Flight.waiting(flight, idle)
         }
@@ -100,21 +104,22 @@ const claimer = <R>(options: ClaimLoopOptions<R>) => {
   return (queue: string): Effect.Effect<number, StoreError | InvalidInput, R | QueueStore> =>
     Effect.uninterruptible(Effect.gen(function*() {
       const claimedAt = yield* Clock.currentTimeMillis
+      const own = forQueue(settings, queue)
       claimIdle.closeUnsafe()
       const claims = yield* store.claim(queue, {
-        lease: settings.leaseMs,
-        limit: Math.min(settings.batchSize, Flight.freeSlots(flight)),
+        lease: own.leaseMs,
+        limit: Math.min(own.batchSize, Flight.freeSlots(flight)),
         consumer: settings.consumerId
       }).pipe(Effect.ensuring(Effect.sync(() => claimIdle.openUnsafe()))) // a waiting flush starts here, at once
       if (claims.length === 0) return 0
       yield* Effect.withFiberSucceed((fiber) => countClaimed(queue, claims, fiber.context))
       if (flight.stopping) {
-        yield* releaseUnrun(options, claims, claimedAt)
+        yield* releaseUnrun(options, claims, claimedAt, own.leaseMs)
         return claims.length
       }
       flight.inFlight += claims.length
       flight.running += claims.length
-      yield* Effect.forkIn(processClaim(claims, claimedAt), options.handlers, { startImmediately: true })
+      yield* Effect.forkIn(processClaim(claims, claimedAt, own), options.handlers, { startImmediately: true })
       return claims.length
     }))
 }
@@ -122,11 +127,12 @@ const claimer = <R>(options: ClaimLoopOptions<R>) => {
 /** Process one claim: its renewer lives exactly as long as the claim's scope. */
 const claimProcessor = <R>(options: ClaimLoopOptions<R>) => {
   const { settings, dispatcher, handle, flight, renewers } = options
-  return (claims: ReadonlyArray<Claim>, claimedAt: number): Effect.Effect<void, never, R | QueueStore> =>
+  return (claims: ReadonlyArray<Claim>, claimedAt: number, own: QueueSettings): Effect.Effect<void, never, R | QueueStore> =>
     Effect.scoped(Effect.gen(function*() {
       const renewer = yield* LeaseRenewer.start(claims, {
-        leaseMs: settings.leaseMs,
-        marginMs: settings.leaseMarginMs,
+        leaseMs: own.leaseMs,
+        marginMs: own.leaseMarginMs,
+        leaseOf: (claim) => dispatcher.policy(claim)?.leaseMs,
         stopTimeoutMs: settings.renewerStopTimeoutMs,
         claimedAt,
         interruptOnLost: settings.onLeaseLost === "interrupt",
@@ -145,15 +151,15 @@ const claimProcessor = <R>(options: ClaimLoopOptions<R>) => {
 }
 
 /** Hand claimed messages back at once (fenced, attempt given back): the consumer is stopping. */
-const releaseUnrun = <R>(options: ClaimLoopOptions<R>, claims: ReadonlyArray<Claim>, claimedAt: number) =>
+const releaseUnrun = <R>(options: ClaimLoopOptions<R>, claims: ReadonlyArray<Claim>, claimedAt: number, leaseMs: number) =>
   Effect.gen(function*() {
-    const { completer, flight, settings } = options
+    const { completer, flight } = options
     yield* Effect.logInfo(`stopping: releasing ${claims.length} message(s) claimed as the shutdown began`)
     // In flight until released, so the shutdown waits for these writes too.
     flight.inFlight += claims.length
     yield* Effect.forEach(claims, (claim) =>
       completer.complete(
-        { claim, action: { _tag: "Release" }, startedAt: claimedAt, leaseEndsAt: claimedAt + settings.leaseMs },
+        { claim, action: { _tag: "Release" }, startedAt: claimedAt, leaseEndsAt: claimedAt + leaseMs },
         () => Flight.leave(flight)
       ).pipe(
         Effect.annotateLogs({ queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts })

@@ -139,7 +139,7 @@ export const make = <R>(options: HandleOptions<R>) => {
             const metrics = QueueMetrics.forTask(claim.queue, claim.task)
             const now = fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
             metrics.handlerDuration.updateUnsafe(now - startedAt, fiber.context)
-            const waited = waitedMs(claim, settings.leaseMs, renewer.claimedAt, startedAt)
+            const waited = waitedMs(claim, renewer.claimLeaseMs, renewer.claimedAt, startedAt)
             if (waited !== undefined) metrics.waitTime.updateUnsafe(waited, fiber.context)
             return { _tag: "Handled", exit }
           })
@@ -176,7 +176,7 @@ export const make = <R>(options: HandleOptions<R>) => {
         // the consumer's own time per message (measured with `npm run bench:overhead`).
         fiber.getRef(Tracer.Tracer) === Tracer.nativeTracer
           ? Effect.updateContext(body, annotated)
-          : Effect.useSpan("leasehold.handle", spanOptions(claim, settings.leaseMs, annotations), (span) =>
+          : Effect.useSpan("leasehold.handle", spanOptions(claim, renewer.claimLeaseMs, annotations), (span) =>
             Effect.updateContext(body, (context: Context.Context<R>) => annotated(Context.add(context, Tracer.ParentSpan, span))))
       )
     })
@@ -184,7 +184,7 @@ export const make = <R>(options: HandleOptions<R>) => {
   return { run }
 }
 
-/** When the store claimed the message, on the store's clock: its lease end counted back (`leaseMs`: the consumer's lease). */
+/** When the store claimed the message, on the store's clock: its lease end counted back (`leaseMs`: the lease the claim gave). */
 const claimedOnStoreAt = (claim: Claim, leaseMs: number): number => claim.leaseExpiresAt.getTime() - leaseMs
 
 /**

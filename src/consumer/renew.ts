@@ -45,6 +45,8 @@ export type Stopped = LeaseLost | MaxRuntimeExceeded | MessageCancelled
 export interface LeaseRenewer {
   /** Clock time taken just before the claim statement (as given in {@link RenewerOptions}). */
   readonly claimedAt: number
+  /** The lease the claim statement gave (as given in {@link RenewerOptions}). */
+  readonly claimLeaseMs: number
   /** When the lease of `id` ends as far as this consumer knows (last successful renewal + lease). */
   readonly expiresAt: (id: MessageId) => number
   /**
@@ -442,6 +444,7 @@ export const start = (
         return e !== undefined && !e.finished
       },
       claimedAt: options.claimedAt,
+      claimLeaseMs: options.leaseMs,
       expiresAt: (id) => {
         const e = entry(id)
         return e.renewedAt + e.grantedMs
