@@ -287,6 +287,10 @@ describe("Task (memory store, TestClock)", () => {
       [{ maxAttempts: 0 }, "maxAttempts", /from 1 to 10000/],
       [{ maxAttempts: 2.5 }, "maxAttempts", /from 1 to 10000/],
       [{ maxRuntime: 0 }, "maxRuntime", /from 1 ms/],
+      [{ lease: "100ms" }, "lease", /from 300 ms to 86400000 ms/],
+      [{ lease: "2d" }, "lease", /from 300 ms to 86400000 ms/],
+      [{ lease: "soon" }, "lease", /duration/],
+      [{ lease: "30s", maxRuntime: "10s" }, "lease", /at most maxRuntime \(10000 ms\)/],
       [{ queue: "no spaces" }, "queue", /A-Z a-z 0-9/],
       [{ name: "bad name" }, "name", /A-Z a-z 0-9/]
     ]
