@@ -178,6 +178,23 @@ describe("several queues in one consumer, each with its own settings", () => {
       assert.deepStrictEqual(meter.done, { emails: 40, reports: 10 })
     }))
 
+  it.effect("a send wakes the idle lane of its queue at once, whichever lane it is (one subscription, heard by every lane)", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const handled: Array<string> = []
+      yield* startConsumer(spy, (m) => Effect.sync(() => handled.push(m.queue)), {
+        pollInterval: "1 minute",
+        queues: { misc: {}, emails: { concurrency: 2 }, reports: { concurrency: 1 } }
+      })
+      yield* settle
+      for (const queue of ["reports", "emails", "misc", "reports"]) {
+        yield* spy.store.send(queue, [{ task: "t", payload: 1 }])
+        yield* settle
+      }
+      // No time passed: each lane was woken by the send, not by its poll interval.
+      assert.deepStrictEqual(handled, ["reports", "emails", "misc", "reports"])
+    }))
+
   it.effect("each queue's claims take its own lease and batch size", () =>
     Effect.gen(function*() {
       const spy = yield* makeSpy
@@ -236,7 +253,9 @@ describe("several queues in one consumer, each with its own settings", () => {
         Layer.provide(Layer.succeed(QueueStore, spy.store)),
         Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnvRecord(env)))
       ))
-      assert.deepStrictEqual(Context.get(context, Consumer.Consumer).settings.perQueue["reports"]?.leaseMs, 30_000)
+      const settings = Context.get(context, Consumer.Consumer).settings
+      assert.deepStrictEqual(settings.perQueue["reports"]?.leaseMs, 30_000)
+      assert.include(Consumer.startupLine(settings, { presence: false }), "queue reports: concurrency 2, batch 1, lease 30.0s")
     }))
 
   it.effect("bad per-queue values are refused naming the variable (or the option), the queue and the rule", () =>
