@@ -62,7 +62,8 @@ describe("a worker's configuration is checked before anything starts", () => {
     ["port-range", { LEASEHOLD_HTTP_PORT: "70000" }, "LEASEHOLD_HTTP_PORT", /a whole number from 0 to 65535/],
     ["host", { LEASEHOLD_HTTP_PORT: "0", LEASEHOLD_HTTP_HOST: "not a host" }, "LEASEHOLD_HTTP_HOST", /a host name or IP address/],
     ["token", { LEASEHOLD_HTTP_PORT: "0", LEASEHOLD_ADMIN_TOKEN: "short" }, "LEASEHOLD_ADMIN_TOKEN", /at least 16 characters, no whitespace/],
-    ["log-level", { LEASEHOLD_LOG_LEVEL: "verbose" }, "LEASEHOLD_LOG_LEVEL", /one of All, Trace, Debug, Info, Warn, Error, Fatal, None/]
+    ["log-level", { LEASEHOLD_LOG_LEVEL: "verbose" }, "LEASEHOLD_LOG_LEVEL", /one of All, Trace, Debug, Info, Warn, Error, Fatal, None/],
+    ["queue-concurrency", { LEASEHOLD_QUEUE_CONCURRENCY: "config=0" }, "LEASEHOLD_QUEUE_CONCURRENCY", /a whole number from 1 to 10000/]
   ]
   for (const [name, env, variable, rule] of cases) {
     it(`a bad ${variable} (${JSON.stringify(env)}): exit non-zero, the message untouched, its output names it and the rule, no stack frames`, async () => {
