@@ -101,10 +101,12 @@ export const make = <R>(options: ClaimLoopOptions<R>): Effect.Effect<never, Stor
 const claimer = <R>(options: ClaimLoopOptions<R>) => {
   const { store, settings, flight, claimIdle } = options
   const processClaim = claimProcessor(options)
+  /** Each queue's own settings (or the consumer's), looked up once. */
+  const settingsOf = new Map(options.queues.map((q) => [q, forQueue(settings, q)]))
   return (queue: string): Effect.Effect<number, StoreError | InvalidInput, R | QueueStore> =>
     Effect.uninterruptible(Effect.gen(function*() {
       const claimedAt = yield* Clock.currentTimeMillis
-      const own = forQueue(settings, queue)
+      const own = settingsOf.get(queue) ?? forQueue(settings, queue)
       claimIdle.closeUnsafe()
       const claims = yield* store.claim(queue, {
         lease: own.leaseMs,
