@@ -68,16 +68,19 @@ export default (schema: string) =>
     // The turn of a keyed message: max(key's next turn, queue's served turn); the key's next
     // turn moves on by 1e6 / weight. The key row is locked by the upsert until the inserting
     // transaction ends: sends of one key take turns one after another.
-    yield* sql.unsafe(`CREATE FUNCTION ${schema}.flow_turn() RETURNS trigger LANGUAGE plpgsql AS $$
+    // The function body is text, not a parameterised statement: the schema goes in quoted (it
+    // is a validated lower-case identifier, which may still be a reserved word such as "user").
+    const quoted = `"${schema}"`
+    yield* sql.unsafe(`CREATE FUNCTION ${quoted}.flow_turn() RETURNS trigger LANGUAGE plpgsql AS $$
       DECLARE served bigint;
       BEGIN
-        SELECT l.served_turn INTO served FROM ${schema}.flow_limits AS l WHERE l.queue = NEW.queue AND l.task = '';
+        SELECT l.served_turn INTO served FROM ${quoted}.flow_limits AS l WHERE l.queue = NEW.queue AND l.task = '';
         served := coalesce(served, 0);
-        INSERT INTO ${schema}.flow_keys AS k (queue, key, next_turn) VALUES (NEW.queue, NEW.flow_key, served + 1000000)
+        INSERT INTO ${quoted}.flow_keys AS k (queue, key, next_turn) VALUES (NEW.queue, NEW.flow_key, served + 1000000)
         ON CONFLICT (queue, key) DO UPDATE SET next_turn = greatest(k.next_turn, served) + 1000000 / k.weight
         RETURNING k.next_turn - 1000000 / k.weight INTO NEW.turn;
         RETURN NEW;
       END $$`)
-    yield* sql.unsafe(`CREATE TRIGGER flow_turn BEFORE INSERT ON ${schema}.messages
-      FOR EACH ROW WHEN (NEW.flow_key IS NOT NULL) EXECUTE FUNCTION ${schema}.flow_turn()`)
+    yield* sql.unsafe(`CREATE TRIGGER flow_turn BEFORE INSERT ON ${quoted}.messages
+      FOR EACH ROW WHEN (NEW.flow_key IS NOT NULL) EXECUTE FUNCTION ${quoted}.flow_turn()`)
   })
