@@ -1,6 +1,6 @@
 /**
  * Claiming in the memory store, by the SQL store's rules: claim order, cancelled messages
- * deleted instead of run, a suspect claimed alone.
+ * deleted instead of run, a suspect claimed alone; within the flow limits of a queue that has them.
  *
  * @since 0.1.0
  */
@@ -9,7 +9,8 @@ import type { Claim } from "../Message.ts"
 import { defaults, historyErrors, type QueueStoreShape } from "../QueueStore.ts"
 import * as Validate from "../internal/validate.ts"
 import { pushAttempt, unfinished } from "./history.ts"
-import { live, type MemoryState, message, type Row } from "./state.ts"
+import { pickLimited, recordClaims, suspectAlone } from "./flowClaim.ts"
+import { hasLimits, live, type MemoryState, message, type Row } from "./state.ts"
 
 /** Claim order: lowest priority number, then earliest visibility, then id. */
 const claimOrder = (a: Row, b: Row) =>
@@ -23,7 +24,34 @@ const dropCancelled = (state: MemoryState, picked: ReadonlyArray<Row>, now: numb
   }
 }
 
-/** `claim`: lease up to `limit` ready messages of a queue to a consumer. */
+/** The plain claim's pick: the first `limit` visible rows in claim order; a suspect alone. */
+const pickPlain = (state: MemoryState, queue: string, limit: number, now: number): ReadonlyArray<Row> => {
+  // As SQL: a pick of only cancelled messages (deleted below) picks again, never answering
+  // nothing while ready messages wait behind them.
+  const pick = () => live(state, queue).filter((r) => r.visibleAt <= now).sort(claimOrder).slice(0, limit)
+  let all = pick()
+  while (all.length > 0 && all.every((r) => r.cancelRequestedAt !== null)) {
+    dropCancelled(state, all, now)
+    all = pick()
+  }
+  // Same rules as SQL: a message whose cancel was asked for while it ran, and whose holder
+  // stopped before finishing it, is deleted (never run again); a suspect (lease expired now
+  // or before) is claimed alone.
+  dropCancelled(state, all, now)
+  return suspectAlone(all.filter((r) => r.cancelRequestedAt === null))
+}
+
+/** The limited claim's pick (memory/flowClaim.ts), its cancelled candidates deleted. */
+const pickLimitedDropping = (state: MemoryState, queue: string, limit: number, now: number): ReadonlyArray<Row> => {
+  const { cancelled, chosen } = pickLimited(state, queue, limit, now)
+  dropCancelled(state, cancelled, now)
+  return chosen
+}
+
+/**
+ * `claim`: lease up to `limit` ready messages of a queue to a consumer; a queue with flow
+ * limits is claimed within them (memory/flowClaim.ts).
+ */
 export const claim = (state: MemoryState): QueueStoreShape["claim"] => (queue, options) =>
   Effect.gen(function*() {
     yield* Validate.name("queue", queue)
@@ -32,22 +60,9 @@ export const claim = (state: MemoryState): QueueStoreShape["claim"] => (queue, o
     const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
     const now = yield* Clock.currentTimeMillis
     if (state.pauses.get(queue)?.paused === true) return []
-    // As SQL: a pick of only cancelled messages (deleted below) picks again, never answering
-    // nothing while ready messages wait behind them.
-    const pick = () => live(state, queue).filter((r) => r.visibleAt <= now).sort(claimOrder).slice(0, limit)
-    let all = pick()
-    while (all.length > 0 && all.every((r) => r.cancelRequestedAt !== null)) {
-      dropCancelled(state, all, now)
-      all = pick()
-    }
-    // Same rules as SQL: a message whose cancel was asked for while it ran, and whose holder
-    // stopped before finishing it, is deleted (never run again); a suspect (lease expired now
-    // or before) is claimed alone.
-    dropCancelled(state, all, now)
-    const picked = all.filter((r) => r.cancelRequestedAt === null)
-    const suspect = (r: Row) => r.leaseExpiries > 0 || r.leaseToken !== null
-    const chosen = picked.length > 0 && suspect(picked[0]!) ? [picked[0]!] : picked.filter((r) => !suspect(r))
-    return chosen.map((row): Claim => {
+    const limited = hasLimits(state, queue)
+    const chosen = limited ? pickLimitedDropping(state, queue, limit, now) : pickPlain(state, queue, limit, now)
+    const claims = chosen.map((row): Claim => {
       if (row.leaseToken !== null) {
         row.leaseExpiries += 1
         state.history.push(unfinished(row, row.visibleAt, "lease-expired", historyErrors.leaseExpired))
@@ -58,6 +73,8 @@ export const claim = (state: MemoryState): QueueStoreShape["claim"] => (queue, o
       row.leaseToken = crypto.randomUUID()
       row.leasedBy = options.consumer
       row.leasedAt = now
+      // A lease claimed under limits is a slot (never renewed once expired); a plain one is not.
+      row.flowLimited = limited
       return {
         ...message(row),
         leaseToken: row.leaseToken as Claim["leaseToken"],
@@ -66,4 +83,6 @@ export const claim = (state: MemoryState): QueueStoreShape["claim"] => (queue, o
         readyAt: new Date(readyAt)
       }
     })
+    if (limited) recordClaims(state, queue, chosen, now)
+    return claims
   })

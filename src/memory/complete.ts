@@ -9,7 +9,7 @@ import type { Attempt, ClaimRef, MessageId } from "../Message.ts"
 import type { Completion, Finish, QueueStoreShape } from "../QueueStore.ts"
 import * as Validate from "../internal/validate.ts"
 import { pushAttempt } from "./history.ts"
-import { held, type MemoryState, type Row, wake } from "./state.ts"
+import { hasLimits, held, type MemoryState, type Row, wake } from "./state.ts"
 
 /**
  * The fenced write of a retry, release or dead letter of a held message (one flagged for
@@ -101,6 +101,8 @@ export const complete = (state: MemoryState): QueueStoreShape["complete"] => (co
         }
       }
       if (landed) landedIds.push(c.ref.id)
+      // A finished message of a queue with flow limits gave its slot back: idle consumers hear of it.
+      if (landed && hasLimits(state, c.queue)) wake(state, c.queue)
       if (landed && cancelled) cancelledIds.push(c.ref.id)
       pushAttempt(state, {
         messageId: c.ref.id,

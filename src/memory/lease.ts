@@ -18,7 +18,9 @@ export const renew = (state: MemoryState): QueueStoreShape["renew"] => (claims, 
     const cancelling: Array<MessageId> = []
     for (const c of claims) {
       const row = held(state, c.id, c.leaseToken)
-      if (row === undefined) continue
+      // A lease claimed under flow limits is a slot: once expired it may have been counted free
+      // and given to another claim, so it is never renewed back (its holder learns it lost it).
+      if (row === undefined || (row.flowLimited && row.visibleAt <= now)) continue
       row.visibleAt = now + leaseMs
       stillHeld.push(c.id)
       if (row.cancelRequestedAt !== null) cancelling.push(c.id)

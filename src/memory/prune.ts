@@ -1,11 +1,11 @@
 /**
- * Pruning of the memory store: attempt history by age, expired uniqueness reservations.
+ * Pruning of the memory store: attempt history by age, expired uniqueness reservations, flow bookkeeping.
  *
  * @since 0.1.0
  */
 import { Clock, Duration, Effect } from "effect"
 import type { QueueStoreShape } from "../QueueStore.ts"
-import type { MemoryState } from "./state.ts"
+import { flowBucket, type MemoryState } from "./state.ts"
 
 /** `pruneAttempts`: forget history records that ended before `olderThan` ago. */
 export const pruneAttempts = ({ history }: MemoryState): QueueStoreShape["pruneAttempts"] => (olderThan) =>
@@ -30,5 +30,29 @@ export const pruneUniqueKeys = ({ reserved }: MemoryState): QueueStoreShape["pru
     return removed
   })
 
-/** `pruneFlow`: the memory store keeps no flow bookkeeping yet (its flow control is being built). */
-export const pruneFlow = (_state: MemoryState): QueueStoreShape["pruneFlow"] => Effect.succeed(0)
+/** The longest rate period: a window whose every start is older is empty for any limit. */
+const DAY_MS = 86_400_000
+
+/**
+ * `pruneFlow`: forget rate windows whose every start is a day old, and keys of weight 1 with no
+ * live message (a key that comes back starts at the queue's current turn, as a new one does).
+ */
+export const pruneFlow = (state: MemoryState): QueueStoreShape["pruneFlow"] =>
+  Effect.map(Clock.currentTimeMillis, (now) => {
+    let removed = 0
+    for (const [bucket, starts] of state.flow.rates) {
+      if (starts.every((s) => s <= now - DAY_MS)) {
+        state.flow.rates.delete(bucket)
+        removed++
+      }
+    }
+    const inUse = new Set<string>()
+    for (const r of state.rows.values()) if (r.key !== null && r.state === "ready") inUse.add(flowBucket(r.queue, "", r.key))
+    for (const [bucket, key] of state.flow.keys) {
+      if (key.weight === 1 && !inUse.has(bucket)) {
+        state.flow.keys.delete(bucket)
+        removed++
+      }
+    }
+    return removed
+  })

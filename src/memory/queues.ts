@@ -9,6 +9,7 @@ import type { QueueInfo, QueueStats } from "../Message.ts"
 import type { InvalidInput } from "../QueueError.ts"
 import type { QueueStoreShape } from "../QueueStore.ts"
 import * as Validate from "../internal/validate.ts"
+import { fullWindows } from "./flow.ts"
 import { live, type MemoryState, wake } from "./state.ts"
 
 /** `pause`: stop claims from a queue (its first pause time kept). */
@@ -84,11 +85,15 @@ export const depths = (state: MemoryState): QueueStoreShape["depths"] => {
     })
 }
 
-/** `nextVisibleAt`: when the earliest delayed (or leased) message of a queue becomes visible. */
+/**
+ * `nextVisibleAt`: when the earliest delayed (or leased) message of a queue becomes visible,
+ * or the earliest full rate window of the queue frees a start, if sooner.
+ */
 export const nextVisibleAt = (state: MemoryState) => (queue: string): Effect.Effect<Option.Option<Date>, InvalidInput> =>
   Effect.gen(function*() {
     yield* Validate.name("queue", queue)
     const now = yield* Clock.currentTimeMillis
     const future = live(state, queue).map((r) => r.visibleAt).filter((t) => t > now)
+    for (const w of fullWindows(state, queue, now)) future.push(w.nextAt.getTime())
     return future.length === 0 ? Option.none() : Option.some(new Date(Math.min(...future)))
   })

@@ -8,12 +8,24 @@ import { Clock, Effect } from "effect"
 import type { MessageId, SendResult } from "../Message.ts"
 import type { QueueStoreShape } from "../QueueStore.ts"
 import * as Validate from "../internal/validate.ts"
-import { live, type MemoryState, uniqueKey, wake } from "./state.ts"
+import { flowBucket, live, type MemoryState, uniqueKey, wake } from "./state.ts"
 
 /** The holder of a live reservation, if any. */
 const reservation = (state: MemoryState, queue: string, key: string, now: number): MessageId | undefined => {
   const held = state.reserved.get(uniqueKey(queue, key))
   return held !== undefined && held.until > now ? held.id : undefined
+}
+
+/**
+ * The turn of a keyed message in the fair rotation: max(key's next turn, queue's served turn);
+ * the key's next turn moves on by 1e6 / weight (as the SQL store's trigger `flow_turn`).
+ */
+const turnOf = (state: MemoryState, queue: string, key: string): number => {
+  const bucket = flowBucket(queue, "", key)
+  const entry = state.flow.keys.get(bucket) ?? { nextTurn: 0, weight: 1 }
+  const turn = Math.max(entry.nextTurn, state.flow.servedTurn.get(queue) ?? 0)
+  state.flow.keys.set(bucket, { nextTurn: turn + Math.floor(1_000_000 / entry.weight), weight: entry.weight })
+  return turn
 }
 
 /** `send`: store the messages of one queue, waking its idle consumers when one is ready now. */
@@ -53,7 +65,10 @@ export const send = (state: MemoryState): QueueStoreShape["send"] => (queue, mes
         lastError: null,
         deadReason: null,
         deadAt: null,
-        cancelRequestedAt: null
+        cancelRequestedAt: null,
+        key: m.key,
+        turn: m.key === null ? 0 : turnOf(state, queue, m.key),
+        flowLimited: false
       })
       return { id: String(id) as MessageId, deduplicated: false }
     })

@@ -7,6 +7,7 @@
  */
 import type { Latch } from "effect"
 import type { Attempt, MessageId, MessageState } from "../Message.ts"
+import type { FlowLimits, LimitsSource } from "../FlowControl.ts"
 import type { ScheduleInfo } from "../QueueStore.ts"
 import type * as CancelInbox from "../internal/cancelInbox.ts"
 import type * as Validate from "../internal/validate.ts"
@@ -36,6 +37,31 @@ export interface Row {
   deadAt: number | null
   /** When a cancel of this message, while running, was asked for. */
   cancelRequestedAt: number | null
+  /** The flow key given at send, or null. */
+  readonly key: string | null
+  /** Its turn in a fair queue's rotation, given at send (0 when unkeyed). */
+  readonly turn: number
+  /** Claimed under flow limits: its lease is a slot (never renewed once expired). */
+  flowLimited: boolean
+}
+
+/** A queue's or task's stored limits (task `""` for the queue's own). */
+export interface LimitsEntry {
+  readonly limits: FlowLimits
+  readonly source: LimitsSource
+  readonly updatedAt: number
+}
+
+/** The flow bookkeeping: limits, the fair rotation, rate windows (the flow_* tables). */
+export interface FlowState {
+  /** Limits by queue, then task (`""`: the queue's own). */
+  readonly limits: Map<string, Map<string, LimitsEntry>>
+  /** A fair queue's served turn (the highest turn claimed), kept while the queue has limits. */
+  readonly servedTurn: Map<string, number>
+  /** Each key's next turn and weight, by `flowBucket(queue, "", key)`. */
+  readonly keys: Map<string, { nextTurn: number; weight: number }>
+  /** The start times inside each rate window, by `flowBucket(queue, task, key)`. */
+  readonly rates: Map<string, Array<number>>
 }
 
 /** What every operation of the memory store works on, built once per store. */
@@ -56,6 +82,8 @@ export interface MemoryState {
   readonly scheduleRows: Map<string, ScheduleInfo>
   /** Send limits and defaults: the largest payload, the default attempts. */
   readonly limits: Validate.SendLimits
+  /** Flow control: limits, turns, rate windows. */
+  readonly flow: FlowState
   /** The next message id. */
   nextId: bigint
 }
@@ -70,6 +98,7 @@ export const makeState = (limits: Validate.SendLimits): MemoryState => ({
   reserved: new Map(),
   scheduleRows: new Map(),
   limits,
+  flow: { limits: new Map(), servedTurn: new Map(), keys: new Map(), rates: new Map() },
   nextId: 1n
 })
 
@@ -86,7 +115,8 @@ export const message = (row: Row) => ({
   enqueuedAt: new Date(row.enqueuedAt),
   dedupKey: row.dedupKey,
   lastError: row.lastError,
-  leaseExpiries: row.leaseExpiries
+  leaseExpiries: row.leaseExpiries,
+  key: row.key
 })
 
 /** The row a fenced write may touch: same id, same token, still live. */
@@ -110,3 +140,9 @@ export const wake = (state: MemoryState, queue: string): void => {
 
 /** The key of a uniqueness reservation. */
 export const uniqueKey = (queue: string, key: string) => `${queue}\u0000${key}`
+
+/** The key of a flow bucket (a rate window, a key's turn): queue, task (`""` for all) and key (`""` for none). */
+export const flowBucket = (queue: string, task: string, key: string) => `${queue}\u0000${task}\u0000${key}`
+
+/** Whether `queue` has flow limits (its own or a task's): its claims run the limited claim. */
+export const hasLimits = (state: MemoryState, queue: string): boolean => state.flow.limits.has(queue)

@@ -3,7 +3,7 @@
  * operations (as `QueueStoreShape` groups them): the lease protocol (`lease.ts`: claim, renew,
  * expiry, wake-ups; `send.ts`: sends, dedup keys and uniqueness windows; `complete.ts`: the
  * finishing writes), the operator's reads and writes (`operator.ts`; `deadLetters.ts`),
- * maintenance (`maintenance.ts`), schedules (`schedules.ts`), and the refusal of bad input
+ * maintenance (`maintenance.ts`), schedules (`schedules.ts`), flow control (`flow.ts`), and the refusal of bad input
  * (`input.ts`). It runs on the memory store and on real PostgreSQL (see MemoryQueueStore.test.ts,
  * PgQueueStore.test.ts and PoolerConformance.test.ts).
  * Time is Effect's Clock, moved with TestClock; PostgreSQL also runs it on the database's
@@ -16,6 +16,7 @@ import type { Layer } from "effect"
 import type { QueueStore } from "../../src/QueueStore.ts"
 import { complete } from "./complete.ts"
 import { deadLetters } from "./deadLetters.ts"
+import { flow } from "./flow.ts"
 import { input } from "./input.ts"
 import { lease } from "./lease.ts"
 import { maintenance } from "./maintenance.ts"
@@ -49,5 +50,5 @@ export const conformance = (
       databaseClock,
       exactlyOnceMessages: options.exactlyOnceMessages
     }
-    for (const group of [lease, send, complete, operator, deadLetters, maintenance, schedules, input]) group(suite)
+    for (const group of [lease, send, complete, operator, deadLetters, maintenance, schedules, flow, input]) group(suite)
   })
