@@ -6,16 +6,13 @@
  * no number (exit 2 with the usage, before connecting), a bad queue or task name (exit 1);
  * nothing touched by any of them.
  */
-import { NodeServices } from "@effect/platform-node"
-import { ConfigProvider, Effect } from "effect"
-import { TestConsole } from "effect/testing"
+import { Effect } from "effect"
 import { afterAll, assert, beforeAll, describe, it } from "vitest"
-import * as Cli from "../src/cli/cli.ts"
 import * as Out from "../src/cli/output.ts"
 import type { MessageId } from "../src/Message.ts"
 import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
-import { cli } from "./support/CliProcess.ts"
+import { cli, inProcess } from "./support/CliProcess.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { sqlRuntime } from "./support/WorkerProcess.ts"
 
@@ -39,25 +36,6 @@ const freshSchema = async () => {
   await db.runPromise(Migrations.run({ schema }))
   return schema
 }
-
-/** Run `leasehold <args>` in this process, its output captured: the exit code the command would exit with. */
-const inProcess = (args: ReadonlyArray<string>, schema: string) =>
-  Effect.runPromise(Effect.gen(function*() {
-    const exit = yield* Effect.exit(Cli.run(args))
-    let code = -1
-    Cli.teardown(exit, (c) => {
-      code = c
-    })
-    const stdout = (yield* TestConsole.logLines).map(String).join("\n")
-    const stderr = (yield* TestConsole.errorLines).map(String).join("\n")
-    return { code, stdout, stderr }
-  }).pipe(
-    Effect.provide(TestConsole.layer),
-    Effect.provide(NodeServices.layer),
-    Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({
-      env: { LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), LEASEHOLD_SCHEMA: schema }
-    })))
-  ))
 
 const send = (schema: string, messages: ReadonlyArray<{ readonly task: string; readonly payload: unknown }>) =>
   db.runPromise(Effect.scoped(Effect.gen(function*() {

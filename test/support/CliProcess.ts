@@ -1,9 +1,14 @@
 /**
  * The `leasehold` command (src/bin/leasehold.ts) as a real process against the test server,
- * with LEASEHOLD_SCHEMA set and no other LEASEHOLD_* variable of the caller's.
+ * with LEASEHOLD_SCHEMA set and no other LEASEHOLD_* variable of the caller's; or run in this
+ * process ({@link inProcess}: the command's own code and exit code, without a process start).
  */
+import { NodeServices } from "@effect/platform-node"
+import { ConfigProvider, Effect } from "effect"
+import { TestConsole } from "effect/testing"
 import { spawn } from "node:child_process"
 import { resolve } from "node:path"
+import * as Cli from "../../src/cli/cli.ts"
 import * as PgTest from "./PgTest.ts"
 
 /** How a run of the command ended. */
@@ -35,3 +40,22 @@ export const cli = (args: ReadonlyArray<string>, schema: string) =>
       done({ code, stdout, stderr, exitedAt: Date.now() })
     })
   })
+
+/** Run `leasehold <args>` on `schema` in this process, its output captured: the exit code the command would exit with. */
+export const inProcess = (args: ReadonlyArray<string>, schema: string) =>
+  Effect.runPromise(Effect.gen(function*() {
+    const exit = yield* Effect.exit(Cli.run(args))
+    let code = -1
+    Cli.teardown(exit, (c) => {
+      code = c
+    })
+    const stdout = (yield* TestConsole.logLines).map(String).join("\n")
+    const stderr = (yield* TestConsole.errorLines).map(String).join("\n")
+    return { code, stdout, stderr }
+  }).pipe(
+    Effect.provide(TestConsole.layer),
+    Effect.provide(NodeServices.layer),
+    Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({
+      env: { LEASEHOLD_DATABASE_URL: PgTest.databaseUrl(), LEASEHOLD_SCHEMA: schema }
+    })))
+  ))
