@@ -8,8 +8,8 @@
  * - Every route requires `Authorization: Bearer <LEASEHOLD_ADMIN_TOKEN>` once a
  *   token is set, compared in constant time: 401 when missing or wrong.
  * - With no token set, every route that changes something (pause, resume,
- *   cancel, redrive, purge) answers 403, and so does every reading route
- *   (queues, consumers, messages, dead letters, counters: they show payloads,
+ *   cancel, redrive, purge, flow limits and key weights) answers 403, and so does every reading route
+ *   (queues, consumers, messages, dead letters, counters, limits, flow: they show payloads,
  *   errors, hosts and pids) unless the server answers this machine only
  *   ({@link AdminOptions.loopbackOnly}). A refused request writes nothing.
  * - Every input is decoded by a schema: a bad queue name, message id, state,
@@ -32,10 +32,11 @@ import * as QueueConfig from "./QueueConfig.ts"
 import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
 import * as QueueMetrics from "./QueueMetrics.ts"
 import { type DeadLetterFilter, QueueStore } from "./QueueStore.ts"
-import { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters } from "./http/adminSchema.ts"
+import { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, RateRow, RateInput, LimitsInput, WeightInput, LimitsView, LimitsRow, FlowStatusRow } from "./http/adminSchema.ts"
 import { AdminAuth, ReadAuth, InputErrors, AdminGroup, AdminApi } from "./http/adminApi.ts"
+import { flowRoutes } from "./http/adminFlow.ts"
 
-export { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, AdminAuth, ReadAuth, InputErrors, AdminGroup, AdminApi }
+export { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, RateRow, RateInput, LimitsInput, WeightInput, LimitsView, LimitsRow, FlowStatusRow, AdminAuth, ReadAuth, InputErrors, AdminGroup, AdminApi }
 
 // ---------------------------------------------------------------------------
 // Handlers
@@ -59,8 +60,10 @@ const badRequestOf = (error: HttpApiError.HttpApiSchemaError): BadRequest => {
 }
 
 /** Store failures as responses: a refused input is a 400, a database failure a 503 (redacted). */
-const storeFailure = (error: InvalidInput | StoreError): BadRequest | Unavailable =>
-  error._tag === "InvalidInput"
+const storeFailure = (error: InvalidInput | StoreError | BadRequest): BadRequest | Unavailable =>
+  error._tag === "BadRequest"
+    ? error
+    : error._tag === "InvalidInput"
     ? new BadRequest({ field: error.field, rule: error.rule, message: error.message })
     : new Unavailable({ message: redactSecrets(`${error._tag}: ${error.message}`) })
 
@@ -193,6 +196,7 @@ export const handlers = HttpApiBuilder.group(AdminApi, "admin", (handlers) =>
     const store = yield* QueueStore
     const sql = yield* Effect.serviceOption(SqlClient.SqlClient)
     const settings = yield* Effect.serviceOption(StoreSettings)
+    const flow = flowRoutes(store)
     const queueRow = (queue: string) =>
       Effect.map(store.queues(), (all) =>
         all.find((q) => q.queue === queue) ?? { queue, ready: 0, delayed: 0, inFlight: 0, dead: 0, oldestReadyAgeMs: 0, paused: false, pausedAt: null })
@@ -250,6 +254,12 @@ export const handlers = HttpApiBuilder.group(AdminApi, "admin", (handlers) =>
           Effect.flatMap((filter) => Effect.mapError(store.purge(filter), storeFailure)),
           Effect.map((ids) => ({ purged: ids.map(String) }))
         ))
+      .handle("limits", () => Effect.mapError(flow.limits, storeFailure))
+      .handle("queueLimits", ({ params }) => Effect.mapError(flow.queueLimits(params.queue), storeFailure))
+      .handle("setLimits", ({ params, query, payload }) => Effect.mapError(flow.setLimits(params.queue, query.task, payload), storeFailure))
+      .handle("clearLimits", ({ params, query }) => Effect.mapError(flow.clearLimits(params.queue, query.task), storeFailure))
+      .handle("keyWeight", ({ params, payload }) => Effect.mapError(flow.keyWeight(params.queue, payload), storeFailure))
+      .handle("flow", ({ params }) => Effect.mapError(flow.flow(params.queue), storeFailure))
       .handle("counters", () => counters)
   }))
 

@@ -22,8 +22,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { spawn } from "node:child_process"
 import { request as httpRequest } from "node:http"
-import { ConfigProvider, Context, Effect, Exit, Layer, Logger, Metric, Option, Scope } from "effect"
-import { SqlClient } from "effect/sql"
+import { ConfigProvider, Context, Effect, Exit, Layer, Metric, Option } from "effect"
 import * as Consumer from "../src/Consumer.ts"
 import * as Http from "../src/Http.ts"
 import { nameRule } from "../src/internal/validate.ts"
@@ -33,49 +32,12 @@ import { StoreSettings } from "../src/StoreSettings.ts"
 import { QueryFailed } from "../src/QueueError.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { QueueStore } from "../src/QueueStore.ts"
+import { bearer, type Reply, request, serve } from "./support/AdminServer.ts"
 import * as Finish from "./support/Finish.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitForAsync } from "./support/Wait.ts"
 
 const token = "s3cret-admin-token-0123456789"
-
-interface Reply {
-  readonly status: number
-  readonly body: any
-  readonly text: string
-  readonly contentType: string | null
-  readonly authenticate: string | null
-  readonly headers: Headers
-}
-
-const request = (base: string, method: "GET" | "POST", path: string, options: { body?: unknown; raw?: string; auth?: string } = {}) =>
-  Effect.promise(async (): Promise<Reply> => {
-    const headers: Record<string, string> = {}
-    if (options.body !== undefined || options.raw !== undefined) headers["content-type"] = "application/json"
-    if (options.auth !== undefined) headers.authorization = options.auth
-    const body = options.raw ?? (options.body === undefined ? undefined : JSON.stringify(options.body))
-    const response = await fetch(`${base}${path}`, {
-      method,
-      headers,
-      ...(body === undefined ? {} : { body }),
-      signal: AbortSignal.timeout(10_000)
-    })
-    const text = await response.text()
-    let json: unknown = undefined
-    try {
-      json = JSON.parse(text)
-    } catch {
-      json = undefined
-    }
-    return {
-      status: response.status,
-      body: json,
-      text,
-      contentType: response.headers.get("content-type"),
-      authenticate: response.headers.get("www-authenticate"),
-      headers: response.headers
-    }
-  })
 
 /** A GET naming `host` in its `Host` header (which `fetch` always sets itself), with `auth` as its Authorization. */
 const getWithHost = (base: string, path: string, host: string, auth?: string) =>
@@ -93,44 +55,7 @@ const getWithHost = (base: string, path: string, host: string, auth?: string) =>
     })
   )
 
-/** Serve the admin API over `store` (in the returned context), for the length of the test's scope. */
-const serve = <E>(
-  storeLayer: Layer.Layer<QueueStore, E>,
-  options: {
-    readonly token?: string
-    readonly env?: Record<string, string>
-    readonly logs?: Array<string>
-    readonly host?: string
-    readonly allowedHosts?: ReadonlyArray<string>
-  } = {}
-) =>
-  Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
-    const logs = options.logs ?? []
-    const logger = Logger.make<unknown, void>(({ logLevel, message }) => {
-      logs.push(`${logLevel} ${Array.isArray(message) ? message.map(String).join(" ") : String(message)}`)
-    })
-    const layer = Http.layerAdminServer({ port: 0, token: options.token, host: options.host, allowedHosts: options.allowedHosts }).pipe(
-      Layer.provideMerge(storeLayer),
-      Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: options.env ?? {} }))),
-      Layer.provide(Logger.layer([logger], { mergeWithExisting: true }))
-    )
-    const context = yield* Layer.buildWithScope(layer, scope)
-    const listening = Context.get(context, Http.Listening)
-    // A server bound to every interface is asked on 127.0.0.1.
-    const base = options.host === "0.0.0.0" ? `http://127.0.0.1:${listening.port}` : listening.url
-    return {
-      base,
-      store: Context.get(context, QueueStore),
-      sql: Context.getOption(context, SqlClient.SqlClient),
-      schema: Option.map(Context.getOption(context, StoreSettings), (s) => s.schema)
-    }
-  })
-
 const pgStore = () => PgTest.storeLayer({ clock: "database" })
-
-const bearer = (t: string) => `Bearer ${t}`
 
 /** Every reading route of the admin API (with `id` for the message route). */
 const readRoutes = (id: string) => [
@@ -140,7 +65,10 @@ const readRoutes = (id: string) => [
   "/api/in-flight",
   `/api/messages/${id}`,
   "/api/dead-letters",
-  "/api/counters"
+  "/api/counters",
+  "/api/limits",
+  "/api/queues/mail/limits",
+  "/api/queues/mail/flow"
 ]
 
 describe("Admin API on real PostgreSQL", () => {

@@ -7,7 +7,7 @@
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "effect/http-api"
 import { Schema } from "effect"
 import { DeadLetter, MessageInfo } from "../Message.ts"
-import { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters } from "./adminSchema.ts"
+import { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, LimitsInput, LimitsRow, WeightInput, FlowStatusRow } from "./adminSchema.ts"
 
 // ---------------------------------------------------------------------------
 // Middleware
@@ -126,6 +126,48 @@ export const AdminGroup = HttpApiGroup.make("admin")
       error: readErrors
     }).middleware(AdminAuth),
     "Delete dead letters (a queue's, some ids, or all) for good; needs the admin token"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("limits", "/api/limits", { success: Schema.Array(LimitsRow), error: readErrors }).middleware(ReadAuth),
+    "The stored flow limits of every queue (its own, then its tasks'), who wrote them (code or operator) and when"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("queueLimits", "/api/queues/:queue/limits", { params: queueParams, success: Schema.Array(LimitsRow), error: readErrors })
+      .middleware(ReadAuth),
+    "The stored flow limits of one queue: its own, then its tasks'"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.put("setLimits", "/api/queues/:queue/limits", {
+      params: queueParams,
+      query: { task: Schema.optionalKey(TaskName) },
+      payload: LimitsInput,
+      success: Schema.Array(LimitsRow),
+      error: readErrors
+    }).middleware(AdminAuth).annotate(HttpApi.PayloadParseOptions, { onExcessProperty: "error" }),
+    "Store the flow limits of a queue, or of one task (task in the body or the query), as an operator's: they replace the stored ones and no declaration in code overwrites them; answers the queue's limits; needs the admin token"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.delete("clearLimits", "/api/queues/:queue/limits", {
+      params: queueParams,
+      query: { task: Schema.optionalKey(TaskName) },
+      success: Schema.Array(LimitsRow),
+      error: readErrors
+    }).middleware(AdminAuth),
+    "Clear the flow limits of a queue, or of one task (?task=); answers the queue's limits left; needs the admin token"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.put("keyWeight", "/api/queues/:queue/weight", {
+      params: queueParams,
+      payload: WeightInput,
+      success: Schema.Struct({ queue: Schema.String, key: Schema.String, weight: Schema.Number }),
+      error: readErrors
+    }).middleware(AdminAuth).annotate(HttpApi.PayloadParseOptions, { onExcessProperty: "error" }),
+    "Set a key's weight in fair claiming (1 to 100; messages sent from now on); needs the admin token"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("flow", "/api/queues/:queue/flow", { params: queueParams, success: FlowStatusRow, error: readErrors })
+      .middleware(ReadAuth),
+    "What holds a queue back now: its limits, messages in flight, keys at their limit, blocked FIFO keys, full rate windows"
   ))
   .add(summarized(
     HttpApiEndpoint.get("counters", "/api/counters", { success: Counters }).middleware(ReadAuth),

@@ -128,3 +128,65 @@ export const Counters = Schema.Struct({
   /** Running messages whose handlers were interrupted by an operator's cancel. */
   cancelled: Schema.Number
 })
+
+// ---------------------------------------------------------------------------
+// Flow control (docs/flow-control.md): the bounds are checked by `FlowControl.validateLimits`,
+// whose refusal is the 400 (naming the field and the rule); the schemas say the shapes.
+
+/** A rate as stored: at most `count` starts in any window of `periodMs` milliseconds. */
+export const RateRow = Schema.Struct({ count: Schema.Number, periodMs: Schema.Number })
+
+/** A rate in a body: `{ count, periodMs }`, or text as the CLI takes it (`"100/1m"`, `"5/1s"`, `"10/250ms"`). */
+export const RateInput = Schema.Union([RateRow, Schema.String])
+
+/**
+ * The body of `PUT /api/queues/:queue/limits`: the limits to store (replacing the stored ones;
+ * none: cleared), and the task they are of (or `?task=` in the query). Unknown fields are refused.
+ */
+export const LimitsInput = Schema.Struct({
+  task: Schema.optionalKey(TaskName),
+  concurrency: Schema.optionalKey(Schema.NullOr(Schema.Number)),
+  rate: Schema.optionalKey(Schema.NullOr(RateInput)),
+  keyConcurrency: Schema.optionalKey(Schema.NullOr(Schema.Number)),
+  keyRate: Schema.optionalKey(Schema.NullOr(RateInput)),
+  fifo: Schema.optionalKey(Schema.Boolean),
+  fair: Schema.optionalKey(Schema.Boolean)
+})
+
+/** The body of `PUT /api/queues/:queue/weight`: a key's weight in fair claiming. */
+export const WeightInput = Schema.Struct({ key: Schema.String, weight: Schema.Number })
+
+/** Limits as stored: the absent ones left out. */
+export const LimitsView = Schema.Struct({
+  concurrency: Schema.optionalKey(Schema.Number),
+  rate: Schema.optionalKey(RateRow),
+  keyConcurrency: Schema.optionalKey(Schema.Number),
+  keyRate: Schema.optionalKey(RateRow),
+  fifo: Schema.optionalKey(Schema.Boolean),
+  fair: Schema.optionalKey(Schema.Boolean)
+})
+
+/** The stored limits of a queue (`task: null`) or of one task in it, who wrote them and when. */
+export const LimitsRow = Schema.Struct({
+  queue: Schema.String,
+  task: Schema.NullOr(Schema.String),
+  limits: LimitsView,
+  source: Schema.Literals(["code", "operator"]),
+  updatedAt: Schema.Date
+})
+
+/** What holds a queue back now (`QueueStore.flowStatus`); each list holds at most 100. */
+export const FlowStatusRow = Schema.Struct({
+  queue: Schema.String,
+  limits: Schema.Array(LimitsRow),
+  inFlight: Schema.Number,
+  keysAtLimit: Schema.Array(Schema.Struct({ key: Schema.String, inFlight: Schema.Number })),
+  blockedKeys: Schema.Array(Schema.Struct({
+    key: Schema.String,
+    headId: Schema.String,
+    attempts: Schema.Number,
+    lastError: Schema.NullOr(Schema.String),
+    visibleAt: Schema.Date
+  })),
+  throttles: Schema.Array(Schema.Struct({ task: Schema.NullOr(Schema.String), key: Schema.NullOr(Schema.String), nextAt: Schema.Date }))
+})
