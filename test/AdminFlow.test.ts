@@ -21,15 +21,9 @@ import * as PgTest from "./support/PgTest.ts"
 const token = "flow-admin-token-0123456789"
 const auth = bearer(token)
 
-/**
- * Whether the memory store has its flow operations yet (issue 27: they were written apart from
- * these routes; until they land, its suite is skipped, saying so, and runs by itself once they do).
- */
-const memoryFlowBuilt = Effect.runSync(Effect.exit(Effect.flatMap(MemoryQueueStore.make(), (store) => store.limits())))._tag === "Success"
-
-const stores: ReadonlyArray<readonly [string, () => Layer.Layer<QueueStore, unknown>, boolean]> = [
-  [`the memory store${memoryFlowBuilt ? "" : " (skipped: its flow operations are not built yet)"}`, () => MemoryQueueStore.layer(), memoryFlowBuilt],
-  ["PostgreSQL", () => PgTest.storeLayer({ clock: "database" }), true]
+const stores: ReadonlyArray<readonly [string, () => Layer.Layer<QueueStore, unknown>]> = [
+  ["the memory store", () => MemoryQueueStore.layer()],
+  ["PostgreSQL", () => PgTest.storeLayer({ clock: "database" })]
 ]
 
 const expect400 = (reply: Reply, field: string, rule: RegExp, what: string) => {
@@ -39,9 +33,9 @@ const expect400 = (reply: Reply, field: string, rule: RegExp, what: string) => {
   assert.match(reply.body.rule, rule, `${what}: ${reply.text}`)
 }
 
-for (const [name, storeLayer, runs] of stores) {
+for (const [name, storeLayer] of stores) {
   describe(`Admin flow routes on ${name}`, () => {
-    it.live.skipIf(!runs)("PUT stores limits and answers them, GET lists, DELETE clears, PUT weight; flow shows what holds a queue back", () =>
+    it.live("PUT stores limits and answers them, GET lists, DELETE clears, PUT weight; flow shows what holds a queue back", () =>
       Effect.scoped(Effect.gen(function*() {
         const { base, store } = yield* serve(storeLayer(), { token })
         const put = yield* request(base, "PUT", "/api/queues/mail/limits", {
@@ -122,7 +116,7 @@ for (const [name, storeLayer, runs] of stores) {
         assert.match(openapi.body.paths["/api/queues/{queue}/limits"].delete.summary, /needs the admin token/)
       })))
 
-    it.live.skipIf(!runs)("refused values: 400 naming the field and the rule, nothing written", () =>
+    it.live("refused values: 400 naming the field and the rule, nothing written", () =>
       Effect.scoped(Effect.gen(function*() {
         const { base, store } = yield* serve(storeLayer(), { token })
         yield* store.setLimits({ queue: "mail" }, { concurrency: 4 })
@@ -156,7 +150,7 @@ for (const [name, storeLayer, runs] of stores) {
         assert.deepStrictEqual(yield* store.limits(), before, "nothing written")
       })))
 
-    it.live.skipIf(!runs)("security: writes need the token (401 without or wrong, 403 with none configured); reads need it once one is set", () =>
+    it.live("security: writes need the token (401 without or wrong, 403 with none configured); reads need it once one is set", () =>
       Effect.scoped(Effect.gen(function*() {
         const writes = [
           ["PUT", "/api/queues/mail/limits", { concurrency: 1 }],
