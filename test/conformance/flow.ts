@@ -31,7 +31,7 @@ const ackAll = (claims: ReadonlyArray<Claim>) =>
   })
 
 /** flow tests of the conformance suite (see index.ts). */
-export const flow = ({ it, movesTime, databaseClock }: Suite) => {
+export const flow = ({ it, movesTime }: Suite) => {
   it.effect("limits: stored per queue and task, an operator's kept over code's, cleared with null", () =>
     Effect.gen(function*() {
       const store = yield* QueueStore
@@ -205,6 +205,49 @@ export const flow = ({ it, movesTime, databaseClock }: Suite) => {
       assert.deepStrictEqual(order.slice(1), ["big0", "s0", "heavy0", "heavy1", "big1", "s1", "heavy2", "heavy3", "big2", "heavy4", "heavy5"])
     }))
 
+  it.effect("racing claimers: many claims at once never exceed a key's, a task's or the queue's limit", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const queue = freshQueue("race")
+      yield* store.setLimits({ queue }, { concurrency: 12, keyConcurrency: 3 })
+      yield* store.setLimits({ queue, task: "slow" }, { concurrency: 4 })
+      yield* sendAll(queue, [
+        ...keyed("a", 30),
+        ...keyed("b", 30, { task: "slow" }),
+        ...Array.from({ length: 10 }, (_, i) => ({ task: "slow", payload: `s${i}` })),
+        ...keyed("c", 2),
+        ...keyed("d", 30)
+      ])
+      const claimOnce = (i: number) => store.claim(queue, { lease: "30 seconds", limit: 4, consumer: `c${i}` })
+      const claimed = (yield* Effect.all(Array.from({ length: 16 }, (_, i) => claimOnce(i)), { concurrency: "unbounded" })).flat()
+      assert.lengthOf(claimed, 12, "the queue's concurrency, filled")
+      for (const [key, n] of tally(claimed, (c) => c.key)) if (key !== "-") assert.isAtMost(n, 3, `key ${key}`)
+      assert.isAtMost(tally(claimed, (c) => c.task).find(([t]) => t === "slow")?.[1] ?? 0, 4, "task slow")
+      assert.lengthOf((yield* Effect.all(Array.from({ length: 8 }, (_, i) => claimOnce(i)), { concurrency: "unbounded" })).flat(), 0)
+    }))
+
+  it.effect("fair: ten 10-message keys all finish within the first ~110 claimed behind a 10,000-message key", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const queue = freshQueue("fair10k")
+      yield* store.setLimits({ queue }, { fair: true })
+      yield* sendAll(queue, keyed("big", 10_000))
+      for (let k = 0; k < 10; k++) yield* sendAll(queue, keyed(`small${k}-`, 10))
+      let last = 0
+      let smallLeft = 100
+      for (let n = 1; smallLeft > 0 && n <= 200; n++) {
+        const [claim] = yield* claimAll(queue, { limit: 1 })
+        assert.isDefined(claim)
+        if (claim!.key !== "big") {
+          smallLeft--
+          last = n
+        }
+        assert.isTrue(yield* Finish.ack(store, claim!))
+      }
+      assert.strictEqual(smallLeft, 0)
+      assert.isAtMost(last, 110, "the small keys' last message")
+    }), { timeout: 60_000 })
+
   movesTime("a slot's lease is never renewed once expired: the slot went back to the claim", () =>
     Effect.gen(function*() {
       const store = yield* QueueStore
@@ -264,19 +307,21 @@ export const flow = ({ it, movesTime, databaseClock }: Suite) => {
       assert.lengthOf(yield* claimAll(queue), 1, "the day-old window went, the key's message is claimed")
     }))
 
-  if (databaseClock) {
-    it.effect("real time: a rate window frees after its period", () =>
-      Effect.gen(function*() {
-        const store = yield* QueueStore
-        const queue = freshQueue("rtrate")
-        yield* store.setLimits({ queue }, { rate: { count: 2, periodMs: 1_000 } })
-        yield* sendAll(queue, keyed("a", 4))
-        yield* ackAll(yield* claimAll(queue))
-        assert.lengthOf(yield* claimAll(queue), 0)
-        const next = Option.getOrThrow(yield* store.nextVisibleAt(queue))
-        assert.isAtMost(Math.abs(next.getTime() - (yield* store.now).getTime() - 1_000), slack)
-        yield* realSleep(1_300)
-        assert.lengthOf(yield* claimAll(queue), 2)
-      }))
-  }
+  // On every store and clock, in real time: the live clock under TestClock.withLive.
+  it.effect("real time: a rate window holds within its period and frees after it", () =>
+    TestClock.withLive(Effect.gen(function*() {
+      const store = yield* QueueStore
+      const queue = freshQueue("rtrate")
+      yield* store.setLimits({ queue }, { rate: { count: 2, periodMs: 1_000 } })
+      yield* sendAll(queue, keyed("a", 5))
+      const startedAt = yield* store.now
+      yield* ackAll(yield* claimAll(queue))
+      assert.lengthOf(yield* claimAll(queue), 0, "inside the window")
+      const next = Option.getOrThrow(yield* store.nextVisibleAt(queue))
+      assert.isAtMost(Math.abs(next.getTime() - startedAt.getTime() - 1_000), slack)
+      const wait = next.getTime() - (yield* store.now).getTime()
+      yield* realSleep(Math.max(0, wait) + 100)
+      assert.lengthOf(yield* claimAll(queue), 2, "the window slid past both starts")
+      assert.lengthOf(yield* claimAll(queue), 0, "and is full again")
+    })))
 }
