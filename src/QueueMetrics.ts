@@ -225,6 +225,26 @@ export const exportAtZero = (queues: ReadonlyArray<string>, tasks: ReadonlyArray
 }
 
 // ---------------------------------------------------------------------------
+// Flow control: recorded by the store's limited claim (docs/flow-control.md).
+// ---------------------------------------------------------------------------
+
+/** The stage of the limited claim that held ready messages back: a key's, a task's or the queue's limits. */
+export type FlowLimitStage = "key" | "task" | "queue"
+
+/**
+ * Claims that took fewer messages than asked because a flow limit (concurrency or rate window)
+ * held ready ones back, by `queue` and `limit` (the stage: key, task or queue). One claim may
+ * count under several stages. No label per key: keys are unbounded (`flowStatus` names them).
+ */
+export const claimsLimited = Metric.counter("leasehold_claims_limited", {
+  description: "Claims cut short by a flow limit, by queue and limit stage (key, task, queue)"
+})
+
+/** Count one claim of `queue` cut short by each of `stages`. */
+export const recordLimitedClaim = (queue: string, stages: ReadonlyArray<FlowLimitStage>): Effect.Effect<void> =>
+  Effect.forEach(stages, (limit) => Metric.update(Metric.withAttributes(claimsLimited, { queue, limit }), 1), { discard: true })
+
+// ---------------------------------------------------------------------------
 // Queue depth, per queue: sampled by `QueueDepth.layer` (one statement per interval).
 // ---------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@
  */
 import { Clock, Effect } from "effect"
 import type { Claim } from "../Message.ts"
+import * as QueueMetrics from "../QueueMetrics.ts"
 import { defaults, historyErrors, type QueueStoreShape } from "../QueueStore.ts"
 import * as Validate from "../internal/validate.ts"
 import { pushAttempt, unfinished } from "./history.ts"
@@ -41,12 +42,14 @@ const pickPlain = (state: MemoryState, queue: string, limit: number, now: number
   return suspectAlone(all.filter((r) => r.cancelRequestedAt === null))
 }
 
-/** The limited claim's pick (memory/flowClaim.ts), its cancelled candidates deleted. */
-const pickLimitedDropping = (state: MemoryState, queue: string, limit: number, now: number): ReadonlyArray<Row> => {
-  const { cancelled, chosen } = pickLimited(state, queue, limit, now)
-  dropCancelled(state, cancelled, now)
-  return chosen
-}
+/** The limited claim's pick (memory/flowClaim.ts), its cancelled candidates deleted, a short claim counted by the stages that cut it. */
+const pickLimitedDropping = (state: MemoryState, queue: string, limit: number, now: number) =>
+  Effect.gen(function*() {
+    const { cancelled, chosen, heldBack } = pickLimited(state, queue, limit, now)
+    dropCancelled(state, cancelled, now)
+    yield* QueueMetrics.recordLimitedClaim(queue, [...heldBack])
+    return chosen
+  })
 
 /**
  * `claim`: lease up to `limit` ready messages of a queue to a consumer; a queue with flow
@@ -61,7 +64,7 @@ export const claim = (state: MemoryState): QueueStoreShape["claim"] => (queue, o
     const now = yield* Clock.currentTimeMillis
     if (state.pauses.get(queue)?.paused === true) return []
     const limited = hasLimits(state, queue)
-    const chosen = limited ? pickLimitedDropping(state, queue, limit, now) : pickPlain(state, queue, limit, now)
+    const chosen = limited ? yield* pickLimitedDropping(state, queue, limit, now) : pickPlain(state, queue, limit, now)
     const claims = chosen.map((row): Claim => {
       if (row.leaseToken !== null) {
         row.leaseExpiries += 1

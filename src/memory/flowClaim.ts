@@ -7,6 +7,7 @@
  * @since 0.4.0
  */
 import type { FlowLimits, Rate } from "../FlowControl.ts"
+import type { FlowLimitStage } from "../QueueMetrics.ts"
 import { keyConcurrencyOf } from "../FlowControl.ts"
 import { heads, inWindow, slots } from "./flow.ts"
 import { flowBucket, live, type MemoryState, type Row } from "./state.ts"
@@ -56,10 +57,14 @@ export const suspectAlone = (picked: ReadonlyArray<Row>): ReadonlyArray<Row> => 
   return picked.length > 0 && suspect(picked[0]!) ? [picked[0]!] : picked.filter((r) => !suspect(r))
 }
 
-/** What a limited claim picked: the cancelled candidates (to delete) and the rows to lease, in claim order. */
+/**
+ * What a limited claim picked: the cancelled candidates (to delete), the rows to lease in claim
+ * order, and the stages that held a visible message back (for `QueueMetrics.claimsLimited`).
+ */
 export interface LimitedPick {
   readonly cancelled: ReadonlyArray<Row>
   readonly chosen: ReadonlyArray<Row>
+  readonly heldBack: ReadonlySet<FlowLimitStage>
 }
 
 /**
@@ -75,12 +80,20 @@ export const pickLimited = (state: MemoryState, queue: string, limit: number, no
   const heldKey = countBy(held, (r) => r.key)
   const heldTask = countBy(held, (r) => r.task)
   const fifoHeads = own.fifo === true ? heads(state, queue) : undefined
-  const candidates = live(state, queue).filter((r) =>
-    r.visibleAt <= now &&
-    (r.key === null || fits(1, heldKey.get(r.key) ?? 0, keyLimit)) &&
-    fits(1, heldTask.get(r.task) ?? 0, tasks.get(r.task)?.concurrency) &&
-    (fifoHeads === undefined || r.key === null || fifoHeads.get(r.key) === r)
-  )
+  const heldBack = new Set<FlowLimitStage>()
+  const candidates = live(state, queue).filter((r) => {
+    if (r.visibleAt > now) return false
+    // As SQL: a full key or task is never a candidate (a FIFO key's later messages neither).
+    if (r.key !== null && !fits(1, heldKey.get(r.key) ?? 0, keyLimit)) {
+      heldBack.add("key")
+      return false
+    }
+    if (!fits(1, heldTask.get(r.task) ?? 0, tasks.get(r.task)?.concurrency)) {
+      heldBack.add("task")
+      return false
+    }
+    return fifoHeads === undefined || r.key === null || fifoHeads.get(r.key) === r
+  })
   const cancelled = candidates.filter((r) => r.cancelRequestedAt !== null)
   const ordered = candidates.filter((r) => r.cancelRequestedAt === null).sort(orderOf(own.fair === true))
   const kn = new Map<string, number>()
@@ -92,18 +105,29 @@ export const pickLimited = (state: MemoryState, queue: string, limit: number, no
       const n = (kn.get(r.key) ?? 0) + 1
       kn.set(r.key, n)
       const keyUsed = used(state, flowBucket(queue, "", r.key), own.keyRate, now)
-      if (!fits(n, heldKey.get(r.key) ?? 0, keyLimit) || !fits(n, keyUsed, own.keyRate?.count)) continue
+      if (!fits(n, heldKey.get(r.key) ?? 0, keyLimit) || !fits(n, keyUsed, own.keyRate?.count)) {
+        heldBack.add("key")
+        continue
+      }
     }
     const task = tasks.get(r.task)
     const n = (tn.get(r.task) ?? 0) + 1
     tn.set(r.task, n)
     const taskUsed = used(state, flowBucket(queue, r.task, ""), task?.rate, now)
-    if (!fits(n, heldTask.get(r.task) ?? 0, task?.concurrency) || !fits(n, taskUsed, task?.rate?.count)) continue
+    if (!fits(n, heldTask.get(r.task) ?? 0, task?.concurrency) || !fits(n, taskUsed, task?.rate?.count)) {
+      heldBack.add("task")
+      continue
+    }
     const qn = picked.length + 1
-    if (qn > limit || !fits(qn, held.length, own.concurrency) || !fits(qn, queueUsed, own.rate?.count)) break
+    if (qn > limit) break
+    if (!fits(qn, held.length, own.concurrency) || !fits(qn, queueUsed, own.rate?.count)) {
+      heldBack.add("queue")
+      break
+    }
     picked.push(r)
   }
-  return { cancelled, chosen: suspectAlone(picked) }
+  const chosen = suspectAlone(picked)
+  return { cancelled, chosen, heldBack: chosen.length < limit ? heldBack : new Set() }
 }
 
 /** Add `n` starts at `now` to the window of `bucket`, dropping the starts that left it. */

@@ -6,11 +6,12 @@
  */
 import { Effect, Option, type Tracer } from "effect"
 import type { Claim } from "../Message.ts"
+import * as QueueMetrics from "../QueueMetrics.ts"
 import { type ClaimOptions, defaults, historyErrors, type QueueStoreShape } from "../QueueStore.ts"
 import * as Validate from "../internal/validate.ts"
 import type { PgContext } from "./context.ts"
 import { attemptNumber, historyInsert, storeTime } from "./fragments.ts"
-import { type FlowClaimInput, limitedClaim, lockAndReadLimits } from "./flowClaim.ts"
+import { type FlowClaimInput, limitedClaim, limitingStages, lockAndReadLimits } from "./flowClaim.ts"
 import { type ClaimRow, toMessage } from "./rows.ts"
 
 /** Claim statements one claim runs at most while its picked rows are all cancelled ones (see `claim`). */
@@ -173,7 +174,9 @@ const flowClaim = (ctx: PgContext, input: ClaimInput) =>
       own: present.find((row) => row.task === ""),
       tasks: present.filter((row) => row.task !== "")
     }
-    return claimsOf(yield* limitedClaim(ctx, flow), input)
+    const claimed = yield* limitedClaim(ctx, flow)
+    yield* QueueMetrics.recordLimitedClaim(input.queue, limitingStages(claimed, input.limit))
+    return claimsOf(claimed, input)
   }))
 
 /** Check a claim's options and read the time it runs at. */

@@ -9,6 +9,7 @@
  * @since 0.4.0
  */
 import { Statement } from "effect/sql"
+import type { FlowLimitStage } from "../QueueMetrics.ts"
 import { historyErrors } from "../QueueStore.ts"
 import type { PgContext } from "./context.ts"
 import { attemptNumber, historyInsert, storeTime } from "./fragments.ts"
@@ -32,6 +33,9 @@ export interface FlowClaimRow extends ClaimRow {
   readonly cut_key: number
   readonly cut_task: number
   readonly cut_queue: number
+  /** Whether a claim that came back short left visible messages of a full key (or task) behind. */
+  readonly key_waiting: boolean
+  readonly task_waiting: boolean
 }
 
 /** Candidates a limited claim looks at: enough to fill `limit` past the ones a limit turns away. */
@@ -282,6 +286,25 @@ const writes = (step: Step) => {
 }
 
 /**
+ * For the metric of claims cut short (QueueMetrics.claimsLimited): whether a claim that took
+ * fewer than asked left a visible message of a full key (or task) behind. Full keys and tasks are
+ * never candidates, so the ranking's counts miss them; this probe asks only after a short claim
+ * (CASE keeps it from running otherwise) and stops at the first such message of each
+ * (messages_key_idx for keys).
+ */
+const waiting = (step: Step, what: "key" | "task") => {
+  const { ctx: { sql, table }, input: { limit, queue }, at } = step
+  const match = what === "key"
+    ? sql`SELECT 1 FROM full_keys AS f WHERE EXISTS (
+        SELECT 1 FROM ${table} AS w WHERE w.queue = ${queue} AND w.flow_key = f.flow_key
+          AND w.state = 'ready' AND w.visible_at <= ${at})`
+    : sql`SELECT 1 FROM full_tasks AS f WHERE EXISTS (
+        SELECT 1 FROM ${table} AS w WHERE w.queue = ${queue} AND w.task = f.task
+          AND w.state = 'ready' AND w.visible_at <= ${at})`
+  return sql`CASE WHEN (SELECT count(*) FROM claimed) < ${limit}::int THEN EXISTS (${match}) ELSE false END`
+}
+
+/**
  * Statement 2: the limited claim, one statement of the steps above. Answers as the plain claim
  * does (a row of NULLs when it claimed nothing), plus how many candidates each stage turned away.
  */
@@ -303,8 +326,25 @@ export const limitedClaim = (ctx: PgContext, input: FlowClaimInput) => {
            d.n AS dropped, true AS limited,
            (SELECT count(*) FROM live)::int - (SELECT count(*) FROM key_ok)::int AS cut_key,
            (SELECT count(*) FROM key_ok)::int - (SELECT count(*) FROM task_ok)::int AS cut_task,
-           (SELECT count(*) FROM by_queue WHERE qn <= ${input.limit}::int)::int - (SELECT count(*) FROM queue_ok)::int AS cut_queue
+           (SELECT count(*) FROM by_queue WHERE qn <= ${input.limit}::int)::int - (SELECT count(*) FROM queue_ok)::int AS cut_queue,
+           ${waiting(step, "key")} AS key_waiting,
+           ${waiting(step, "task")} AS task_waiting
     FROM (SELECT count(*)::int AS n FROM dropped) AS d
     LEFT JOIN (claimed AS c JOIN chosen AS h ON h.id = c.id) ON true
     ORDER BY h.qn`
+}
+
+/**
+ * The stages that cut a limited claim short (fewer claimed than `limit`), for the metric
+ * `QueueMetrics.claimsLimited`: a stage that turned a candidate away, or a full key or task that
+ * left a visible message behind.
+ */
+export const limitingStages = (rows: ReadonlyArray<FlowClaimRow>, limit: number): Array<FlowLimitStage> => {
+  const first = rows[0]
+  if (first === undefined || rows.filter((row) => row.id !== null).length >= limit) return []
+  const stages: Array<FlowLimitStage> = []
+  if (first.cut_key > 0 || first.key_waiting) stages.push("key")
+  if (first.cut_task > 0 || first.task_waiting) stages.push("task")
+  if (first.cut_queue > 0) stages.push("queue")
+  return stages
 }

@@ -6,9 +6,10 @@
  * in FlowClaimPg.test.ts.
  */
 import { assert } from "@effect/vitest"
-import { Duration, Effect, Fiber, Option } from "effect"
+import { Duration, Effect, Fiber, Metric, Option } from "effect"
 import { TestClock } from "effect/testing"
 import type { Claim, NewMessage } from "../../src/Message.ts"
+import * as QueueMetrics from "../../src/QueueMetrics.ts"
 import { QueueStore } from "../../src/QueueStore.ts"
 import * as Finish from "../support/Finish.ts"
 import { claimAll, freshQueue, realSleep, refusal, sendAll, slack, type Suite } from "./support.ts"
@@ -247,6 +248,25 @@ export const flow = ({ it, movesTime }: Suite) => {
       assert.strictEqual(smallLeft, 0)
       assert.isAtMost(last, 110, "the small keys' last message")
     }), { timeout: 60_000 })
+
+  it.effect("a claim cut short by a limit is counted by queue and stage (key, task, queue), a full claim not", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const queue = freshQueue("limitedmetric")
+      const counted = (limit: QueueMetrics.FlowLimitStage) =>
+        Effect.map(Metric.value(Metric.withAttributes(QueueMetrics.claimsLimited, { queue, limit })), (s) => Number(s.count))
+      const counts = Effect.all([counted("key"), counted("task"), counted("queue")])
+      yield* store.setLimits({ queue }, { concurrency: 4, keyConcurrency: 1 })
+      yield* store.setLimits({ queue, task: "slow" }, { concurrency: 1 })
+      yield* sendAll(queue, [...keyed("a", 3), ...Array.from({ length: 3 }, (_, i) => ({ task: "slow", payload: `s${i}` }))])
+      assert.lengthOf(yield* claimAll(queue, { limit: 2 }), 2, "a full claim")
+      assert.deepStrictEqual(yield* counts, [0, 0, 0], "a claim that took all it asked for is not counted")
+      assert.lengthOf(yield* claimAll(queue, { limit: 10 }), 0, "key a and task slow are full")
+      assert.deepStrictEqual(yield* counts, [1, 1, 0], "full key and task left visible messages behind")
+      yield* sendAll(queue, [...keyed("b", 1), ...keyed("c", 1), ...keyed("d", 1)])
+      assert.lengthOf(yield* claimAll(queue, { limit: 10 }), 2, "the queue's concurrency of 4 cuts the claim")
+      assert.deepStrictEqual((yield* counts)[2], 1)
+    }))
 
   movesTime("a slot's lease is never renewed once expired: the slot went back to the claim", () =>
     Effect.gen(function*() {
