@@ -12,6 +12,7 @@ import { Cause, Clock, Context, Deferred, Effect, Exit, Fiber, Latch, Layer, typ
 import * as ClaimLoop from "./consumer/claimLoop.ts"
 import * as Completer from "./consumer/complete.ts"
 import * as Flight from "./consumer/flight.ts"
+import * as FlowDeclaration from "./FlowDeclaration.ts"
 import * as Handle from "./consumer/handle.ts"
 import * as EventLoopLag from "./consumer/lag.ts"
 import * as Lanes from "./consumer/lanes.ts"
@@ -132,9 +133,16 @@ export const make = <R>(
     const renewers = new Set<LeaseRenewer.LeaseRenewer>()
     yield* wakeCancelled(store, settings.queues, renewers)
 
+    // The limits the tasks declare are written once, before any lane's first claim: a claim never
+    // runs without them. A refused write fails the consumer like a failed claim would.
+    const declared = yield* Effect.cached(
+      FlowDeclaration.declareWhileConnecting(dispatcher.limits ?? [], { backoffMs: settings.pollIntervalMs, backoffMaxMs: settings.backoffMaxMs })
+    )
     const loops = lanes.map(({ queues, flight, idle }) =>
-      ClaimLoop.make({ store, settings, dispatcher, handle, completer, queues, flight, handlers, renewers, claimIdle, atRisk, idle })
-        .pipe(Effect.annotateLogs({ ...annotations, module: "Consumer" }), Effect.provideContext(context)))
+      Effect.andThen(
+        declared,
+        ClaimLoop.make({ store, settings, dispatcher, handle, completer, queues, flight, handlers, renewers, claimIdle, atRisk, idle })
+      ).pipe(Effect.annotateLogs({ ...annotations, module: "Consumer" }), Effect.provideContext(context)))
 
     // Warn when the event loop stalls for half a renewal interval (of the shortest lease): renewals would be late.
     const leaseMs = Math.min(...settings.queues.map((q) => QueueConfig.forQueue(settings, q).leaseMs))

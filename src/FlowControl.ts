@@ -44,6 +44,13 @@ export interface FlowLimits {
   readonly fair?: boolean | undefined
 }
 
+/**
+ * The limits a task may declare of its own (`Task.define({ limits })`): how many of its messages
+ * run at once and how many start per window, all workers together. Key limits and the modes are
+ * the queue's.
+ */
+export type TaskLimits = Pick<FlowLimits, "concurrency" | "rate">
+
 /** Which limits: those of a whole queue (no `task`) or of one task in it. */
 export interface LimitsTarget {
   readonly queue: string

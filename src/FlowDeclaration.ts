@@ -49,6 +49,27 @@ export const declare = (
   })
 
 /**
+ * {@link declare}, trying again while the database cannot be reached (connection-dead errors
+ * only, with a warning, the wait doubling from `backoffMs` to `backoffMaxMs`); any other
+ * failure (a refused value, a missing table) fails loudly. What a consumer runs before its first
+ * claim for the limits its tasks declare.
+ */
+export const declareWhileConnecting = (
+  declarations: ReadonlyArray<Declaration>,
+  backoff: { readonly backoffMs: number; readonly backoffMaxMs: number }
+): Effect.Effect<ReadonlyArray<Declared>, InvalidInput | StoreError, QueueStore> => {
+  const attempt = (waitMs: number): Effect.Effect<ReadonlyArray<Declared>, InvalidInput | StoreError, QueueStore> =>
+    declare(declarations).pipe(
+      Effect.catchTag("ConnectionDead", (error) =>
+        Effect.logWarning(`declaring flow limits failed, connection dead; retrying in ${waitMs} ms: ${error.message}`).pipe(
+          Effect.andThen(Effect.sleep(waitMs)),
+          Effect.andThen(attempt(Math.min(waitMs * 2, backoff.backoffMaxMs)))
+        ))
+    )
+  return declarations.length === 0 ? Effect.succeed([]) : attempt(backoff.backoffMs)
+}
+
+/**
  * Declare limits when the layer is built (a worker's start), e.g.
  * `FlowDeclaration.layer([{ queue: "emails", limits: { keyConcurrency: 2, rate: { count: 100, periodMs: 60_000 } } }])`.
  */

@@ -6,6 +6,7 @@
  * @since 0.1.0
  */
 import type { Effect } from "effect"
+import type { TaskLimits } from "./FlowControl.ts"
 import type { Claim } from "./Message.ts"
 import type * as QueueMetrics from "./QueueMetrics.ts"
 
@@ -60,6 +61,11 @@ export interface Dispatcher<R = never> {
    * consumer's start (see {@link QueueMetrics.exportAtZero}).
    */
   readonly tasks?: ReadonlyArray<QueueMetrics.TaskOfQueue> | undefined
+  /**
+   * The flow limits its tasks declare (`Task.define({ limits })`), checked: a consumer built from
+   * it writes them (source `code`) before its first claim.
+   */
+  readonly limits?: ReadonlyArray<{ readonly queue: string; readonly task: string; readonly limits: TaskLimits }> | undefined
 }
 
 /** A bare handler as a dispatcher with no per-message policies. */

@@ -9,6 +9,7 @@
  * @since 0.1.0
  */
 import { Effect, Result, Schema } from "effect"
+import type * as FlowControl from "./FlowControl.ts"
 import type * as Handler from "./Handler.ts"
 import * as Backoff from "./internal/backoff.ts"
 import * as AttemptResult from "./internal/attemptResult.ts"
@@ -19,18 +20,9 @@ import * as QueueConfig from "./QueueConfig.ts"
 import { type ConnectionDead, DecodeFailed, InvalidInput, type QueryFailed, UnknownTask, Unrecoverable } from "./QueueError.ts"
 import { QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Scheduler from "./Scheduler.ts"
+import { checkDefinition, type RetryPolicy } from "./task/definition.ts"
 
-/** How a task retries a failed attempt: jittered exponential backoff. */
-export interface RetryPolicy {
-  /** First delay (default 1s). */
-  readonly base?: QueueConfig.DurationLike | undefined
-  /** Longest delay (default 1h). */
-  readonly max?: QueueConfig.DurationLike | undefined
-  /** Growth per attempt (default 2). */
-  readonly factor?: number | undefined
-  /** Spread delays over 50-100% of the computed value (default true). */
-  readonly jitter?: boolean | undefined
-}
+export type { RetryPolicy } from "./task/definition.ts"
 
 /** What a task's handler gets besides its decoded payload. */
 export interface TaskContext extends Handler.HandlerContext {
@@ -65,6 +57,12 @@ export interface Declaration<Name extends string, A, I, S extends Schema.Top | u
    * the consumer's lease (which then only covers the claim until the first renewal).
    */
   readonly lease: QueueConfig.DurationLike | undefined
+  /**
+   * Flow limits of this task in its queue (how many run at once, how many start per window, all
+   * workers together), written by every worker whose dispatcher has the task, before its first
+   * claim. An operator's limits for the task win until cleared.
+   */
+  readonly limits?: FlowControl.TaskLimits | undefined
 }
 
 /** Any declaration, for collections of declarations and for sending. */
@@ -92,70 +90,6 @@ export type Any = Task<string, any, any, any, any>
  */
 export type SendError = InvalidInput | ConnectionDead | QueryFailed
 
-/** A definition that cannot work, found when the task is defined. */
-const definitionError = (task: string, field: string, rule: string, value: unknown) =>
-  new InvalidInput({
-    field,
-    rule,
-    message: `task ${JSON.stringify(task)}: ${field} ${typeof value === "string" ? JSON.stringify(value) : String(value)} is invalid; expected ${rule}`
-  })
-
-const durationOf = (task: string, field: string, value: QueueConfig.DurationLike, min: number, max: number): number => {
-  const parsed = Effect.runSync(Effect.result(QueueConfig.parseDuration(field, value)))
-  if (parsed._tag === "Failure") throw definitionError(task, field, parsed.failure.rule, value)
-  if (parsed.success < min || parsed.success > max) throw definitionError(task, field, `a duration from ${min} ms to ${max} ms`, value)
-  return parsed.success
-}
-
-/** A retry policy checked and resolved to milliseconds. */
-interface Backoff {
-  readonly baseMs: number
-  readonly maxMs: number
-  readonly factor: number
-  readonly jitter: boolean
-}
-
-/**
- * Check a definition's policies, so that a retry delay can never come out negative, NaN or
- * beyond what the store accepts (which would leave the message leased until its lease expired).
- */
-const checkDefinition = (definition: {
-  readonly name: string
-  readonly queue?: string | undefined
-  readonly retry?: RetryPolicy | undefined
-  readonly maxAttempts?: number | undefined
-  readonly maxRuntime?: QueueConfig.DurationLike | undefined
-  readonly lease?: QueueConfig.DurationLike | undefined
-}): Backoff | undefined => {
-  const task = definition.name
-  if (typeof task !== "string" || !Validate.namePattern.test(task)) throw definitionError(String(task), "name", Validate.nameRule, task)
-  if (definition.queue !== undefined && (typeof definition.queue !== "string" || !Validate.namePattern.test(definition.queue))) {
-    throw definitionError(task, "queue", Validate.nameRule, definition.queue)
-  }
-  const maxAttempts = definition.maxAttempts
-  if (maxAttempts !== undefined && !(Number.isInteger(maxAttempts) && maxAttempts >= 1 && maxAttempts <= Validate.MAX_ATTEMPTS)) {
-    throw definitionError(task, "maxAttempts", `a whole number from 1 to ${Validate.MAX_ATTEMPTS}`, maxAttempts)
-  }
-  const maxRuntimeMs = definition.maxRuntime === undefined ? undefined : durationOf(task, "maxRuntime", definition.maxRuntime, 1, 7 * 86_400_000)
-  if (definition.lease !== undefined) {
-    // As the consumer's lease (300 ms to 24 h); a lease longer than the max runtime could only hide a dead worker's message longer.
-    const leaseMs = durationOf(task, "lease", definition.lease, 300, 24 * 3_600_000)
-    if (maxRuntimeMs !== undefined && leaseMs > maxRuntimeMs) throw definitionError(task, "lease", `at most maxRuntime (${maxRuntimeMs} ms)`, definition.lease)
-  }
-  const retry = definition.retry
-  if (retry === undefined) return undefined
-  if (typeof retry !== "object" || retry === null) throw definitionError(task, "retry", "an object { base, max, factor, jitter }", retry)
-  const baseMs = durationOf(task, "retry.base", retry.base ?? 1_000, 0, Validate.MAX_DELAY_MS)
-  const maxMs = durationOf(task, "retry.max", retry.max ?? 3_600_000, 0, Validate.MAX_DELAY_MS)
-  if (maxMs < baseMs) throw definitionError(task, "retry.max", `at least retry.base (${baseMs} ms)`, retry.max ?? 3_600_000)
-  const factor = retry.factor ?? 2
-  if (typeof factor !== "number" || !Number.isFinite(factor) || factor < 1) {
-    throw definitionError(task, "retry.factor", "a finite number, 1 or more (1 keeps the delay constant)", factor)
-  }
-  const jitter = retry.jitter ?? true
-  if (typeof jitter !== "boolean") throw definitionError(task, "retry.jitter", "true or false", jitter)
-  return { baseMs, maxMs, factor, jitter }
-}
 
 /** The fields of a declaration, as given to {@link define} (and to {@link make}, with a handler). */
 export interface DeclarationOptions<Name extends string, A, I, S extends Schema.Top | undefined = Schema.Top | undefined> {
@@ -169,6 +103,11 @@ export interface DeclarationOptions<Name extends string, A, I, S extends Schema.
   readonly maxRuntime?: QueueConfig.DurationLike | undefined
   /** Its messages' lease, renewed every lease/3 (default: the consumer's, per queue). */
   readonly lease?: QueueConfig.DurationLike | undefined
+  /**
+   * Its flow limits in its queue, e.g. `{ concurrency: 5, rate: { count: 100, periodMs: 60_000 } }`:
+   * at most 5 running and 100 started a minute, across every worker.
+   */
+  readonly limits?: FlowControl.TaskLimits | undefined
 }
 
 /**
@@ -180,7 +119,8 @@ export interface DeclarationOptions<Name extends string, A, I, S extends Schema.
  * The declaration is checked here: a retry policy whose delays could come out
  * negative, NaN or beyond the store's longest delay (a negative or non-finite
  * `factor`, `base` above `max`, a `max` over ten years), a bad `maxAttempts`,
- * `maxRuntime` or `lease` (300 ms to 24 h, at most `maxRuntime`) throws an {@link InvalidInput} naming the field and the rule.
+ * `maxRuntime` or `lease` (300 ms to 24 h, at most `maxRuntime`), or `limits` that break a flow rule
+ * (`FlowControl.validateLimits`: only `concurrency` and `rate` belong to a task) throws an {@link InvalidInput} naming the field and the rule.
  * Retry delays are then always within [0, retry.max].
  *
  * @throws InvalidInput when the declaration breaks a rule.
@@ -198,7 +138,8 @@ export const define = <const Name extends string, A, I, S extends Schema.Top | u
     retry: definition.retry,
     maxAttempts: definition.maxAttempts,
     maxRuntime: definition.maxRuntime,
-    lease: definition.lease
+    lease: definition.lease,
+    ...(definition.limits === undefined ? {} : { limits: definition.limits })
   }
 }
 
@@ -454,9 +395,11 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
     byName.set(task.name, task)
   }
   const policies = new Map<string, Handler.MessagePolicy>()
+  const limits: Array<{ queue: string; task: string; limits: FlowControl.TaskLimits }> = []
   for (const task of tasks) {
     // Checked again, for tasks not built by `make`: the same rules, thrown here.
-    const backoff = checkDefinition(task)
+    const { backoff, limits: own } = checkDefinition(task)
+    if (own !== undefined) limits.push({ queue: task.queue, task: task.name, limits: own })
     policies.set(task.name, {
       maxRuntimeMs: task.maxRuntime === undefined
         ? undefined
@@ -468,6 +411,7 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
   return {
     queues: [...new Set(tasks.map((task) => task.queue))],
     tasks: tasks.map((task) => ({ queue: task.queue, task: task.name })),
+    limits,
     policy: (message) => policies.get(message.task),
     handle: (message, context) =>
       Effect.gen(function*() {
