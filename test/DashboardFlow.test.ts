@@ -9,6 +9,7 @@
  *   by a failed head (head id, attempts, last error, due in about an hour) and a full rate
  *   window with its wait, each as the page shows it;
  * - the page's rates read as `FlowControl.formatRate` writes them;
+ * - a screenshot of the panel is saved to .tmp/dashboard-flow.png;
  * - keys and last errors that are HTML (`<img src=x onerror=...>`, `<script>`) show as text:
  *   no element made of them, nothing run.
  *
@@ -16,6 +17,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, type Layer } from "effect"
+import { mkdirSync } from "node:fs"
 import type { Page } from "playwright-core"
 import * as FlowControl from "../src/FlowControl.ts"
 import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
@@ -58,9 +60,10 @@ const readPanel = (page: Page) =>
     for (const section of Array.from(doc.querySelectorAll("#flow section[data-flow-queue]")) as Array<any>) {
       const tables: Record<string, unknown> = {}
       const captions: Record<string, string> = {}
-      for (const table of Array.from(section.querySelectorAll("table[data-flow]")) as Array<any>) {
-        captions[table.dataset.flow] = table.caption.textContent
-        tables[table.dataset.flow] = Array.from(table.querySelectorAll("tbody tr")).map(cells).filter((r) => Object.keys(r).length > 0)
+      // A list is a table with its caption, or (empty) a line saying so.
+      for (const part of Array.from(section.querySelectorAll("[data-flow]")) as Array<any>) {
+        captions[part.dataset.flow] = part.tagName === "TABLE" ? part.caption.textContent : part.textContent
+        tables[part.dataset.flow] = Array.from(part.querySelectorAll("tbody tr")).map(cells)
       }
       blocks[section.dataset.flowQueue] = {
         title: section.querySelector("h3").textContent,
@@ -136,8 +139,10 @@ for (const [name, storeLayer] of stores) {
         assert.notInclude(shown.text, "No flow limits set")
         assert.deepInclude(shown.blocks["mail"].tables.limits[0], { task: "(whole queue)", concurrency: "3", rate: "-", source: "operator" })
         assert.strictEqual(shown.blocks["mail"].inFlight, "0")
-        assert.strictEqual(shown.blocks["mail"].tables.keysAtLimit.length, 0)
-        assert.include(shown.text, "none")
+        assert.deepStrictEqual(shown.blocks["mail"].tables.keysAtLimit, [])
+        assert.strictEqual(shown.blocks["mail"].captions.keysAtLimit, "keys at their limit: none")
+        assert.strictEqual(shown.blocks["mail"].captions.blockedKeys, "FIFO keys blocked by a waiting head: none")
+        assert.strictEqual(shown.blocks["mail"].captions.throttles, "full rate windows (no start until then): none")
         yield* store.setLimits({ queue: "mail" }, null)
         yield* waitPanel(page, "the empty state again", (p) => p.text.includes("No flow limits set") && p.blocks["mail"] === undefined)
 
@@ -178,6 +183,7 @@ for (const [name, storeLayer] of stores) {
         assert.deepInclude(throttle, { task: "-", key: "-" })
         assert.match(throttle!.wait!, /^in (59m \d+s|1h 0m)$/, "the window frees in about an hour")
 
+        yield* Effect.promise(() => page.locator("#flow").screenshot({ path: screenshotPath() }))
         assert.strictEqual(panel.elements, 0, "no element made of the data")
         assert.isNull(panel.pwned, "no script of the data ran")
         assert.deepStrictEqual(problems, [], "no script errors in the page")
@@ -195,3 +201,9 @@ describe(`Dashboard flow panel's rates${chromiumTool.skipNote}`, () => {
       assert.deepStrictEqual(shown, rates.map(FlowControl.formatRate))
     })), { timeout: 60_000 })
 })
+
+/** Where the panel's screenshot goes (docs/dashboard-flow.png is a copy). */
+const screenshotPath = () => {
+  mkdirSync(".tmp", { recursive: true })
+  return ".tmp/dashboard-flow.png"
+}

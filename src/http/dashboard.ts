@@ -75,8 +75,9 @@ const button = (label, action) => {
   return b;
 };
 
-/** Replace the rows of table body \`body\` with \`rows\` (each a <tr>), or a note when there are none. */
-const fillBody = (body, rows, columns, none) => {
+/** Replace the rows of table body \`id\` with \`rows\` (each a <tr>), or a note when there are none. */
+const fill = (id, rows, columns, none) => {
+  const body = $(id);
   body.replaceChildren();
   if (rows.length === 0) {
     const tr = document.createElement("tr");
@@ -88,9 +89,6 @@ const fillBody = (body, rows, columns, none) => {
   }
   for (const row of rows) body.appendChild(row);
 };
-
-/** fillBody of the table body with id \`id\`. */
-const fill = (id, rows, columns, none) => fillBody($(id), rows, columns, none);
 
 const notice = (text, ok) => {
   const n = $("notice");

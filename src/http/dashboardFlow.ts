@@ -5,8 +5,8 @@
  * of its messages are in flight, the keys at their concurrency limit, the FIFO keys blocked by
  * a waiting head and the full rate windows with the wait they cause (`GET
  * /api/queues/:queue/flow`). Pieces of `dashboard.ts`'s page: its style, its markup and
- * the functions its refresh calls (`readFlow`, `showFlow`), which use the page's `cell`,
- * `fillBody`, `age` and `getJson`. Every value from the server goes in as text.
+ * the functions its refresh calls (`readFlow`, `showFlow`), which use the page's `$`, `cell`,
+ * `age` and `getJson`. Every value from the server goes in as text.
  */
 
 /** How many queues with limits the panel shows (each asks its flow status on every refresh). */
@@ -16,7 +16,8 @@ export const flowQueueCap = 50
 export const flowStyle = `
 h3 { font-size: 14px; margin: 14px 0 4px; }
 section.flow { margin-bottom: 12px; }
-section.flow table { margin-bottom: 6px; }
+section.flow table { width: auto; min-width: 36em; margin-bottom: 6px; }
+section.flow p { margin: 4px 0; }
 caption { text-align: left; color: var(--muted); padding: 4px 0 2px; }
 `
 
@@ -59,8 +60,21 @@ const fieldRow = (cells) => {
   return tr;
 };
 
-/** A table (data-flow=kind) titled \`title\`: \`columns\` are [label, class] pairs; a note when there are no rows. */
+/** A line of the panel in the style of a note. */
+const flowNote = (text) => {
+  const p = document.createElement("p");
+  p.className = "empty";
+  p.textContent = text;
+  return p;
+};
+
+/** A table (data-flow=kind) titled \`title\`: \`columns\` are [label, class] pairs; a line saying \`none\` when there are no rows. */
 const flowTable = (kind, title, columns, rows, none) => {
+  if (rows.length === 0) {
+    const p = flowNote(title + ": " + none);
+    p.dataset.flow = kind;
+    return p;
+  }
   const table = document.createElement("table");
   table.dataset.flow = kind;
   table.createCaption().textContent = title + (rows.length >= flowListCap ? " (the first " + flowListCap + ")" : "");
@@ -71,7 +85,7 @@ const flowTable = (kind, title, columns, rows, none) => {
     if (cls) th.className = cls;
     head.appendChild(th);
   }
-  fillBody(table.createTBody(), rows, columns.length, none);
+  table.createTBody().append(...rows);
   return table;
 };
 
@@ -122,7 +136,7 @@ const flowBlock = (status, now) => {
       status.keysAtLimit.map((k) => fieldRow([["key", k.key, "text"], ["inFlight", k.inFlight, "num"]])), "none"),
     flowTable("blockedKeys", "FIFO keys blocked by a waiting head", [["key"], ["head id", "num"], ["attempts", "num"], ["due at"],
       ["due", "num"], ["last error"]], status.blockedKeys.map((b) => blockedRow(b, now)), "none"),
-    flowTable("throttles", "full rate windows (no start until the next start)", [["task"], ["key"], ["next start at"], ["wait", "num"]],
+    flowTable("throttles", "full rate windows (no start until then)", [["task"], ["key"], ["next start at"], ["wait", "num"]],
       status.throttles.map((t) => throttleRow(t, now)), "none")
   );
   return section;
@@ -133,13 +147,6 @@ const readFlow = async () => {
   const queues = [...new Set((await getJson("/api/limits")).map((l) => l.queue))];
   const statuses = await Promise.all(queues.slice(0, flowQueueCap).map((q) => getJson("/api/queues/" + encodeURIComponent(q) + "/flow")));
   return { total: queues.length, statuses };
-};
-
-const flowNote = (text) => {
-  const p = document.createElement("p");
-  p.className = "empty";
-  p.textContent = text;
-  return p;
 };
 
 /** Replace the panel with what readFlow read: one block per queue, a note when it shows fewer than there are, or none. */
