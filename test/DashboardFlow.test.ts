@@ -20,6 +20,7 @@ import { Effect, type Layer } from "effect"
 import { mkdirSync } from "node:fs"
 import type { Page } from "playwright-core"
 import * as FlowControl from "../src/FlowControl.ts"
+import { flowQueueCap } from "../src/http/dashboardFlow.ts"
 import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
 import type { QueueStore, QueueStoreShape } from "../src/QueueStore.ts"
 import { serve } from "./support/AdminServer.ts"
@@ -146,11 +147,11 @@ for (const [name, storeLayer] of stores) {
         yield* store.setLimits({ queue: "mail" }, null)
         yield* waitPanel(page, "the empty state again", (p) => p.text.includes("No flow limits set") && p.blocks["mail"] === undefined)
 
-        const queues = Array.from({ length: 51 }, (_, n) => `q${String(n).padStart(2, "0")}`)
+        const queues = Array.from({ length: flowQueueCap + 1 }, (_, n) => `q${String(n).padStart(3, "0")}`)
         yield* Effect.forEach(queues, (queue) => store.setLimits({ queue }, { concurrency: 1 }), { discard: true })
-        const capped = yield* waitPanel(page, "50 of 51 queues", (p) => Object.keys(p.blocks).length === 50)
-        assert.include(capped.text, "showing the first 50 of 51 queues with limits")
-        assert.sameMembers(Object.keys(capped.blocks), queues.slice(0, 50))
+        const capped = yield* waitPanel(page, `${flowQueueCap} of ${queues.length} queues`, (p) => Object.keys(p.blocks).length === flowQueueCap)
+        assert.include(capped.text, `showing the first ${flowQueueCap} of ${queues.length} queues with limits`)
+        assert.sameMembers(Object.keys(capped.blocks), queues.slice(0, flowQueueCap))
         assert.deepStrictEqual(problems, [], "no script errors in the page")
       })), { timeout: 60_000 })
 

@@ -23,7 +23,7 @@ caption { text-align: left; color: var(--muted); padding: 4px 0 2px; }
 
 /** The panel's place in the page. */
 export const flowMarkup = `<h2>Flow control</h2>
-<div id="flow"><p class="empty">loading...</p></div>`
+<div id="flow"></div>`
 
 /** The panel's functions, in the page's script (before its refresh). */
 export const flowScript = `
