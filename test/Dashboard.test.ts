@@ -21,18 +21,16 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Exit, Layer, Option, Scope } from "effect"
 import { mkdirSync } from "node:fs"
-import { type Browser, chromium, type Page } from "playwright-core"
+import type { Page } from "playwright-core"
 import * as Consumer from "../src/Consumer.ts"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
 import * as Http from "../src/Http.ts"
 import type { MessageId } from "../src/Message.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
-import { requireTool } from "./support/RequireTool.ts"
-import { waitForAsync } from "./support/Wait.ts"
+import { chromiumFor, launch, openDashboard, waitPage } from "./support/Browser.ts"
 
-const chromiumTool = requireTool("chromium", "Dashboard.test.ts")
-const CHROMIUM = chromiumTool.path ?? "/usr/bin/chromium"
+const chromiumTool = chromiumFor("Dashboard.test.ts")
 const runs = chromiumTool.runs
 const token = "dashboard-test-token-4f9c21"
 
@@ -50,17 +48,12 @@ const queueRow = (page: Page, queue: string) =>
 /** Poll the page until `accept` takes the queue's row; the last row seen is in the failure. */
 const waitRow = (page: Page, queue: string, what: string, accept: (row: Record<string, string>) => boolean) => {
   let last: unknown = "no row yet"
-  return Effect.promise(() =>
-    waitForAsync(`the page to show ${what}`, async () => {
-      const row = await queueRow(page, queue)
-      last = row
-      return row !== undefined && accept(row) ? row : undefined
-    }, { timeoutMs: 20_000, intervalMs: 100, describe: () => JSON.stringify(last) })
-  )
+  return waitPage(`the page to show ${what}`, async () => {
+    const row = await queueRow(page, queue)
+    last = row
+    return row !== undefined && accept(row) ? row : undefined
+  }, () => JSON.stringify(last))
 }
-
-const waitPage = <A>(what: string, check: () => Promise<A | undefined>) =>
-  Effect.promise(() => waitForAsync(what, check, { timeoutMs: 20_000, intervalMs: 100 }))
 
 describe(`Dashboard in headless Chromium on a real worker and PostgreSQL${chromiumTool.skipNote}`, () => {
   it.live.skipIf(!runs)("counts move, pause stops claiming until resume, cancel interrupts a running handler, a dead letter is redriven; screenshot saved", () =>
@@ -97,20 +90,9 @@ describe(`Dashboard in headless Chromium on a real worker and PostgreSQL${chromi
       const base = Context.get(context, Http.Listening).url
       const store = Context.get(context, QueueStore)
 
-      const browser: Browser = yield* Effect.acquireRelease(
-        Effect.promise(() => chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] })),
-        (b) => Effect.promise(() => b.close())
-      )
-      const page = yield* Effect.promise(() => browser.newPage({ viewport: { width: 1280, height: 900 } }))
-      const problems: Array<string> = []
-      page.on("pageerror", (error) => problems.push(`page error: ${error.message}`))
-      page.on("console", (message) => {
-        if (message.type() === "error") problems.push(`console: ${message.text()}`)
-      })
       // The token is in the tab's sessionStorage before the page loads (as after a reload): the
       // page reads with it from its first refresh, so no request of it is refused.
-      yield* Effect.promise(() => page.addInitScript((t) => (globalThis as any).sessionStorage.setItem("leasehold-token", t), token))
-      yield* Effect.promise(() => page.goto(`${base}/`))
+      const { page, problems } = yield* openDashboard(yield* launch(chromiumTool), `${base}/`, token)
 
       // A message that fails on its only attempt: a dead letter.
       const [flaky] = yield* store.send("reports", [{ task: "flaky", payload: { report: 7 }, maxAttempts: 1 }])
@@ -182,10 +164,7 @@ describe(`Dashboard in headless Chromium on a real worker and PostgreSQL${chromi
       const base = Context.get(context, Http.Listening).url
       const store = Context.get(context, QueueStore)
       yield* store.send("emails", [{ task: "work", payload: {} }])
-      const browser = yield* Effect.acquireRelease(
-        Effect.promise(() => chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] })),
-        (b) => Effect.promise(() => b.close())
-      )
+      const browser = yield* launch(chromiumTool)
       const page = yield* Effect.promise(() => browser.newPage())
       // Anything the Content-Security-Policy blocked is reported on the console.
       const blocked: Array<string> = []

@@ -25,7 +25,7 @@ export const serve = Command.make("serve", {
     const host = Option.getOrElse(input.host, () => Option.getOrElse(hostFromEnv, () => QueueConfig.defaultHttpHost))
     // Loaded here, not at the top: the other commands start without the HTTP stack.
     const Http = yield* Effect.promise(() => import("../Http.ts"))
-    // A few connections: the dashboard asks five routes at once every 2 s.
+    // A few connections: the dashboard asks six routes at once every 2 s (and one per queue with flow limits).
     const { context } = yield* connect({ migrate: false, maxConnections: 4 })
     const served = yield* Layer.build(Http.layerAdminServer({ port, host }).pipe(Layer.provide(Layer.succeedContext(context))))
     const url = Context.get(served, Http.Listening).url

@@ -8,7 +8,9 @@
  * holds no data, so it is served without a token; it runs under a
  * Content-Security-Policy that admits only its own inline script and style (by
  * hash: see `Http`), so it sets no inline event handler or style attribute.
+ * The flow-control panel is `dashboardFlow.ts`.
  */
+import { flowMarkup, flowScript, flowStyle } from "./dashboardFlow.ts"
 
 const style = `
 :root { color-scheme: light dark; --line: #8884; --muted: #888; --bad: #c33; --ok: #2a7; }
@@ -31,7 +33,7 @@ button { font: inherit; padding: 1px 8px; margin-right: 4px; cursor: pointer; }
 .counters { display: flex; flex-wrap: wrap; gap: 8px 24px; }
 .counters div { min-width: 9em; }
 .counters b { display: block; font-size: 18px; font-variant-numeric: tabular-nums; }
-`
+${flowStyle}`
 
 const script = `
 "use strict";
@@ -183,6 +185,7 @@ const counter = (label, value, key) => {
   return div;
 };
 
+${flowScript}
 let refreshing = false;
 let again = false;
 async function refresh() {
@@ -193,15 +196,16 @@ async function refresh() {
   }
   refreshing = true;
   try {
-    const [queues, consumers, flight, dead, counters] = await Promise.all([
+    const [queues, consumers, flight, dead, counters, flow] = await Promise.all([
       getJson("/api/queues"), getJson("/api/consumers"), getJson("/api/in-flight"),
-      getJson("/api/dead-letters?limit=100"), getJson("/api/counters")
+      getJson("/api/dead-letters?limit=100"), getJson("/api/counters"), readFlow()
     ]);
     const now = Date.now();
     fill("queues", queues.map(queueRow), 8, "no queue has messages");
     fill("consumers", consumers.map(consumerRow), 6, "no consumer registered (session liveness off, or none running)");
     fill("in-flight", flight.map((m) => flightRow(m, now)), 8, "nothing in flight");
     fill("dead-letters", dead.map(deadRow), 7, "no dead letters");
+    showFlow(flow, now);
     const box = $("counters");
     box.replaceChildren();
     const lost = Object.entries(counters.leasesLost);
@@ -258,6 +262,7 @@ export const html = `<!doctype html>
   <thead><tr><th>queue</th><th class="num">ready</th><th class="num">delayed</th><th class="num">in flight</th><th class="num">dead</th><th class="num">oldest ready</th><th>paused</th><th></th></tr></thead>
   <tbody id="queues"></tbody>
 </table>
+${flowMarkup}
 <h2>Consumers</h2>
 <table>
   <thead><tr><th>consumer</th><th>host</th><th class="num">pid</th><th class="num">heartbeat age</th><th class="num">in flight</th><th>session liveness</th></tr></thead>
