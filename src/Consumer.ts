@@ -127,7 +127,15 @@ export const make = <R>(
     })
 
     /** The handle step: run a message, decide its outcome, hand it to the completer. */
-    const handle = Handle.make({ dispatcher, settings, completer })
+    const storeSettings = yield* Effect.serviceOption(StoreSettings)
+    const schema = storeSettings._tag === "Some" ? storeSettings.value.schema : undefined
+    const handle = Handle.make({
+      dispatcher,
+      settings,
+      completer,
+      store,
+      idempotencyPrefix: schema === undefined ? "leasehold:" : `leasehold:${schema}:`
+    })
 
     /** The renewers of the claims in progress, so a presence watchdog can stop them all. */
     const renewers = new Set<LeaseRenewer.LeaseRenewer>()
@@ -174,11 +182,7 @@ export const make = <R>(
     yield* QueueDepth.track(settings.queues)
     yield* QueueMetrics.exportAtZero(settings.queues, dispatcher.tasks ?? [])
 
-    const storeSettings = yield* Effect.serviceOption(StoreSettings)
-    yield* Effect.logInfo(startupLine(settings, {
-      presence: registration !== undefined,
-      schema: storeSettings._tag === "Some" ? storeSettings.value.schema : undefined
-    })).pipe(Effect.annotateLogs(annotations))
+    yield* Effect.logInfo(startupLine(settings, { presence: registration !== undefined, schema })).pipe(Effect.annotateLogs(annotations))
 
     return Consumer.of({
       settings,

@@ -8,6 +8,7 @@
 import type { Effect } from "effect"
 import type { TaskLimits } from "./FlowControl.ts"
 import type { Claim } from "./Message.ts"
+import type { CommitFenced, InvalidInput, StoreError } from "./QueueError.ts"
 import type * as QueueMetrics from "./QueueMetrics.ts"
 
 /** What a handler gets besides the message. */
@@ -27,6 +28,21 @@ export interface HandlerContext {
    * first read, so a handler that never reads it pays nothing.
    */
   readonly signal: AbortSignal
+  /**
+   * The same for every run of this message, redeliveries and redrives included, and no other
+   * message's: give it to an API that takes an idempotency key (a payment, an email), so that an
+   * effect outside the database is applied once however often the message runs.
+   */
+  readonly idempotencyKey: string
+  /**
+   * The commit step: run `effect` (the handler's writes, through the store's own `SqlClient`) and
+   * the message's fenced ack in one transaction. If this run no longer holds the message (its
+   * lease was taken, it was cancelled) nothing commits: it fails with `CommitFenced`
+   * (`lease-lost`), reported as a double run prevented. Call it once, as the handler's last step:
+   * from its start the message is no longer renewed, and it is bounded by the lease left. A
+   * failure of `effect` rolls back the ack too: the attempt fails and is retried like any other.
+   */
+  readonly commit: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | CommitFenced | InvalidInput | StoreError, R>
 }
 
 /**

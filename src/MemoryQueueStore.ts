@@ -11,6 +11,7 @@ import { defaults, fromOperations, QueueStore, type QueueStoreShape } from "./Qu
 import * as Flow from "./memory/flow.ts"
 import * as Cancel from "./memory/cancel.ts"
 import * as Claim from "./memory/claim.ts"
+import * as Commit from "./memory/commit.ts"
 import * as Complete from "./memory/complete.ts"
 import * as DeadLetters from "./memory/deadLetters.ts"
 import * as History from "./memory/history.ts"
@@ -55,6 +56,7 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       claim: Claim.claim(state),
       renew: Lease.renew(state),
       complete: Complete.complete(state),
+      completeWith: Commit.completeWith(state),
       redrive: DeadLetters.redrive(state),
       purge: DeadLetters.purge(state),
       deadLetters: DeadLetters.deadLetters(state),

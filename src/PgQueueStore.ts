@@ -24,6 +24,7 @@ import * as Validate from "./internal/validate.ts"
 import * as Cancel from "./pg/cancel.ts"
 import * as Channel from "./pg/channel.ts"
 import * as Claim from "./pg/claim.ts"
+import * as Commit from "./pg/commit.ts"
 import * as Complete from "./pg/complete.ts"
 import type { PgContext } from "./pg/context.ts"
 import * as DeadLetters from "./pg/deadLetters.ts"
@@ -150,6 +151,7 @@ export const make = (
       claim: Claim.claim(ctx),
       renew: Lease.renew(ctx),
       complete: Complete.complete(ctx),
+      completeWith: Commit.completeWith(ctx),
       redrive: DeadLetters.redrive(ctx),
       purge: DeadLetters.purge(ctx),
       deadLetters: DeadLetters.deadLetters(ctx),

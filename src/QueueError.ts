@@ -183,6 +183,20 @@ export class LeaseLost extends Schema.TaggedError<LeaseLost>()("LeaseLost", {
   message: Schema.String
 }) {}
 
+/**
+ * A commit step (`HandlerContext.commit`) did not commit, and its writes were rolled back with
+ * its ack: `lease-lost`, the run no longer held its message (another consumer reclaimed it, or it
+ * was deleted): a double run prevented, the message is left to its holder; `timed-out`, the step
+ * ran past the lease it started with (a commit holds its message locked, so it is bounded);
+ * `already-committed`, the run had committed once (a run commits at most once). The last two are
+ * failures of the attempt like any other: retried with backoff.
+ */
+export class CommitFenced extends Schema.TaggedError<CommitFenced>()("CommitFenced", {
+  messageId: Schema.String,
+  reason: Schema.Literals(["lease-lost", "timed-out", "already-committed"]),
+  message: Schema.String
+}) {}
+
 /** A handler ran past its max runtime and was interrupted; the message is retried. */
 export class MaxRuntimeExceeded extends Schema.TaggedError<MaxRuntimeExceeded>()("MaxRuntimeExceeded", {
   messageId: Schema.String,

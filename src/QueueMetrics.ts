@@ -34,6 +34,15 @@ export const leaseLostBy = (reason: string) => Metric.withAttributes(leasesLost,
 export const cancelled = Metric.counter("leasehold_messages_cancelled", { description: "Running messages cancelled by an operator" })
 /** Acks that found the lease gone: another consumer ran or is running the message. */
 export const doubleRuns = Metric.counter("leasehold_double_runs", { description: "Acks that found the lease taken" })
+/**
+ * Commit steps that found their message no longer held: their writes rolled back with the ack,
+ * so the double run applied nothing (`HandlerContext.commit`).
+ */
+export const doubleRunsPrevented = Metric.counter("leasehold_double_runs_prevented", {
+  description: "Commit steps refused because the run no longer held its message (writes rolled back)"
+})
+/** Commit steps that committed: a handler's writes and its ack in one transaction. */
+export const commits = Metric.counter("leasehold_commits", { description: "Commit steps committed (writes and ack in one transaction)" })
 /** Renewers that did not stop within the stop timeout. */
 export const wedgedRenewers = Metric.counter("leasehold_wedged_renewers", { description: "Renewers that failed to stop in time" })
 /** Finishing writes (ack, retry, release, dead-letter) that could not be written. */
@@ -220,7 +229,7 @@ export const exportAtZero = (queues: ReadonlyArray<string>, tasks: ReadonlyArray
       const m = forTask(t.queue, t.task)
       return [m.claimed, m.acked, m.retried, m.deadLettered, m.released, m.cancelled]
     })
-  const totals = [claimed, acked, released, retried, deadLettered, cancelled, leasesLost, renewals, renewalFailures, doubleRuns, finishFailures]
+  const totals = [claimed, acked, released, retried, deadLettered, cancelled, leasesLost, renewals, renewalFailures, doubleRuns, doubleRunsPrevented, commits, finishFailures]
   return Effect.forEach([...totals, ...perTask], (metric) => Metric.value(metric), { discard: true })
 }
 

@@ -22,7 +22,7 @@ import type {
   SendResult
 } from "./Message.ts"
 import * as FlowControl from "./FlowControl.ts"
-import { InvalidInput, type StoreError } from "./QueueError.ts"
+import { type CommitFenced, InvalidInput, type StoreError } from "./QueueError.ts"
 
 /** How to claim: for how long, how many at most, and who is claiming (recorded as `leased_by`). */
 export interface ClaimOptions {
@@ -168,6 +168,22 @@ export interface LeaseProtocol {
    * one completion can fail the others. Delays must be valid (0 .. ten years).
    */
   readonly complete: (completions: ReadonlyArray<Completion>) => Effect.Effect<Completed, StoreError>
+  /**
+   * Run `effect` and the fenced finishing write of `completion` in one transaction, effect first:
+   * the message is locked by its lease token before `effect` runs (so no claim, reap or renewal
+   * of it can run meanwhile), and the write and its history record go in after it. Fails with
+   * `CommitFenced` (`lease-lost`) before running `effect` when the token no longer matches (the
+   * lease was reclaimed, the message deleted); with `effect`'s own failure, or a `StoreError`,
+   * when the transaction rolled back. On PostgreSQL the transaction is `sql.withTransaction` on
+   * the store's main client: `effect`'s writes through that same `SqlClient` commit or roll back
+   * with the write; a `SqlClient` of another pool in `effect`'s context is refused
+   * (`InvalidInput`, rule `one-pool`) before anything runs. The memory store locks the message
+   * the same way but cannot roll back what `effect` did.
+   */
+  readonly completeWith: <A, E, R>(
+    completion: Completion,
+    effect: Effect.Effect<A, E, R>
+  ) => Effect.Effect<A, E | CommitFenced | InvalidInput | StoreError, R>
   /**
    * Hear about sends: subscribe to `queues` for the life of the current scope;
    * the returned effect completes when a message ready now was sent to one of

@@ -373,6 +373,12 @@ class TaskContextOf implements TaskContext {
   get signal(): AbortSignal {
     return this.#context.signal
   }
+  get idempotencyKey(): string {
+    return this.#context.idempotencyKey
+  }
+  get commit(): Handler.HandlerContext["commit"] {
+    return this.#context.commit
+  }
 }
 
 /**

@@ -18,7 +18,9 @@ import type { Claim } from "../Message.ts"
 import type { ConsumerSettings } from "../QueueConfig.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
 import type { Completer } from "./complete.ts"
+import type { QueueStoreShape } from "../QueueStore.ts"
 import * as Backoff from "../internal/backoff.ts"
+import * as Commit from "./commit.ts"
 import * as Outcome from "./outcome.ts"
 import * as AttemptResult from "../internal/attemptResult.ts"
 import * as Span from "../internal/span.ts"
@@ -36,6 +38,32 @@ export interface HandleOptions<R> {
   readonly dispatcher: Dispatcher<R>
   readonly settings: ConsumerSettings
   readonly completer: Completer
+  /** The store a commit step writes through (`HandlerContext.commit`). */
+  readonly store: QueueStoreShape
+  /** Before each message id in its idempotency key: the store's schema, where known. */
+  readonly idempotencyPrefix: string
+}
+
+/** A message between its handler's start and its hand-over to the completer. */
+interface Running extends Commit.Committing {
+  readonly claim: Claim
+  readonly renewer: LeaseRenewer.LeaseRenewer
+  readonly slot: Slot
+  startedAt: number
+  /** Handed to the completer: from then on `settle` is the completer's to run. */
+  submitted: boolean
+  /** The handler's abort signal's controller, made when the handler first reads `signal`. */
+  abort: AbortController | undefined
+}
+
+/** A run whose commit step committed: nothing more to write; a failure after the commit is said, not retried. */
+const committed = (m: Running, exit: Exit.Exit<Outcome.RunResult>): Effect.Effect<void> => {
+  m.submitted = true
+  const failedAfter = Exit.isFailure(exit) || (exit.value._tag === "Handled" && Exit.isFailure(exit.value.exit))
+  const said = failedAfter
+    ? Effect.logWarning("the handler failed after its commit step committed: the commit (its writes and the ack) stands")
+    : Effect.void
+  return Effect.andThen(said, m.slot.settle())
 }
 
 /**
@@ -45,6 +73,8 @@ export interface HandleOptions<R> {
  */
 export const make = <R>(options: HandleOptions<R>) => {
   const { dispatcher, settings, completer } = options
+  const commitStep = Commit.make(options.store, settings.consumerId)
+  const contextOf = (m: Running) => new MessageContext(m, settings.consumerId, options.idempotencyPrefix, commitStep)
 
   /** The rules for one message: the consumer's, with the task's retry policy where it has one. */
   const rulesFor = (claim: Claim, random: number): Outcome.Rules => {
@@ -74,18 +104,6 @@ export const make = <R>(options: HandleOptions<R>) => {
         )
       ))
 
-  /** A message between its handler's start and its hand-over to the completer. */
-  interface Running {
-    readonly claim: Claim
-    readonly renewer: LeaseRenewer.LeaseRenewer
-    readonly slot: Slot
-    startedAt: number
-    /** Handed to the completer: from then on `settle` is the completer's to run. */
-    submitted: boolean
-    /** The handler's abort signal's controller, made when the handler first reads `signal`. */
-    abort: AbortController | undefined
-  }
-
   const submit = (m: Running, action: Outcome.Action) => {
     m.submitted = true
     return completer.complete(
@@ -112,6 +130,9 @@ export const make = <R>(options: HandleOptions<R>) => {
     Effect.andThen(
       Effect.andThen(m.slot.free, m.renewer.finish(m.claim.id)),
       Effect.suspend(() => {
+        // A run that committed was acked in its commit's transaction; one the fence refused is the new holder's.
+        if (m.commit === "committed") return committed(m, exit)
+        if (m.commit === "fenced") return submit(m, FENCED)
         const result = runResult(exit, m.renewer.stopped(m.claim.id))
         // The common case needs no rules: a handler that succeeded is acked.
         // A task's encoded result rides along with the ack; any other value is not kept.
@@ -131,7 +152,7 @@ export const make = <R>(options: HandleOptions<R>) => {
       // or its max runtime is over (`runResult` tells that from a shutdown).
       return Effect.exit(Effect.withFiber((fiber) => {
         renewer.watch(claim.id, fiber, startedAt)
-        return dispatcher.handle(claim, new MessageContext(m, settings.consumerId))
+        return dispatcher.handle(claim, contextOf(m))
       })).pipe(
         // Both histograms in one step once the handler ended (no effect per metric).
         Effect.flatMap((exit) =>
@@ -159,7 +180,7 @@ export const make = <R>(options: HandleOptions<R>) => {
    */
   const run = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim, slot: Slot): Effect.Effect<unknown, never, R> =>
     Effect.suspend(() => {
-      const m: Running = { claim, renewer, slot, startedAt: 0, submitted: false, abort: undefined }
+      const m: Running = { claim, renewer, slot, startedAt: 0, submitted: false, abort: undefined, commit: "none" }
       const annotations = { queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts }
       const body = handled(m).pipe(
         Effect.onExit((exit) => finish(m, exit)),
@@ -225,8 +246,15 @@ class MessageContext implements HandlerContext {
   readonly attempt: number
   readonly consumerId: string
   readonly leaseDeadline: Effect.Effect<Date>
-  readonly #running: { abort: AbortController | undefined }
-  constructor(m: { readonly claim: Claim; readonly renewer: LeaseRenewer.LeaseRenewer; abort: AbortController | undefined }, consumerId: string) {
+  readonly #running: Commit.Committing & { abort: AbortController | undefined }
+  readonly #prefix: string
+  readonly #commit: ReturnType<typeof Commit.make>
+  constructor(
+    m: Commit.Committing & { abort: AbortController | undefined },
+    consumerId: string,
+    prefix: string,
+    commit: ReturnType<typeof Commit.make>
+  ) {
     const { claim, renewer } = m
     this.messageId = claim.id
     this.queue = claim.queue
@@ -234,9 +262,18 @@ class MessageContext implements HandlerContext {
     this.consumerId = consumerId
     this.leaseDeadline = Effect.sync(() => new Date(renewer.expiresAt(claim.id)))
     this.#running = m
+    this.#prefix = prefix
+    this.#commit = commit
   }
   get signal(): AbortSignal {
     return (this.#running.abort ??= new AbortController()).signal
+  }
+  get idempotencyKey(): string {
+    return `${this.#prefix}${this.messageId}`
+  }
+  /** Made on first read, as `signal`: a handler that never commits pays nothing. */
+  get commit(): HandlerContext["commit"] {
+    return (effect) => this.#commit(this.#running, effect)
   }
 }
 
@@ -287,5 +324,7 @@ const ackOf = (value: unknown): Outcome.Action => {
   const result = AttemptResult.jsonOf(value)
   return result === undefined ? ACK : { _tag: "Ack", result }
 }
+/** A run whose commit the fence refused: another consumer holds the message; only the history record. */
+const FENCED: Outcome.Action = { _tag: "Forget", error: "commit refused: this run no longer held the message; its writes were rolled back (double run prevented)" }
 const QUARANTINED: Outcome.RunResult = { _tag: "Quarantined" }
 const EXHAUSTED: Outcome.RunResult = { _tag: "Exhausted" }

@@ -29,7 +29,7 @@ const dropCancelled = (state: MemoryState, picked: ReadonlyArray<Row>, now: numb
 const pickPlain = (state: MemoryState, queue: string, limit: number, now: number): ReadonlyArray<Row> => {
   // As SQL: a pick of only cancelled messages (deleted below) picks again, never answering
   // nothing while ready messages wait behind them.
-  const pick = () => live(state, queue).filter((r) => r.visibleAt <= now).sort(claimOrder).slice(0, limit)
+  const pick = () => live(state, queue).filter((r) => r.visibleAt <= now && !state.committing.has(r.id)).sort(claimOrder).slice(0, limit)
   let all = pick()
   while (all.length > 0 && all.every((r) => r.cancelRequestedAt !== null)) {
     dropCancelled(state, all, now)

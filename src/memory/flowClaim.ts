@@ -82,7 +82,7 @@ export const pickLimited = (state: MemoryState, queue: string, limit: number, no
   const fifoHeads = own.fifo === true ? heads(state, queue) : undefined
   const heldBack = new Set<FlowLimitStage>()
   const candidates = live(state, queue).filter((r) => {
-    if (r.visibleAt > now) return false
+    if (r.visibleAt > now || state.committing.has(r.id)) return false
     // As SQL: a full key or task is never a candidate (a FIFO key's later messages neither).
     if (r.key !== null && !fits(1, heldKey.get(r.key) ?? 0, keyLimit)) {
       heldBack.add("key")

@@ -84,6 +84,8 @@ export interface MemoryState {
   readonly limits: Validate.SendLimits
   /** Flow control: limits, turns, rate windows. */
   readonly flow: FlowState
+  /** Messages locked by a commit step (as `FOR UPDATE` on PostgreSQL): no claim takes them meanwhile. */
+  readonly committing: Set<bigint>
   /** The next message id. */
   nextId: bigint
 }
@@ -99,6 +101,7 @@ export const makeState = (limits: Validate.SendLimits): MemoryState => ({
   scheduleRows: new Map(),
   limits,
   flow: { limits: new Map(), servedTurn: new Map(), keys: new Map(), rates: new Map() },
+  committing: new Set(),
   nextId: 1n
 })
 

@@ -6,6 +6,7 @@
  */
 import { PgTypes } from "@effect/sql-pg"
 import { Effect } from "effect"
+import type { SqlClient } from "effect/sql"
 import type { Completed, Completion, QueueStoreShape } from "../QueueStore.ts"
 import * as AttemptResult from "../internal/attemptResult.ts"
 import * as Validate from "../internal/validate.ts"
@@ -29,9 +30,16 @@ const completeAttributes = (completions: ReadonlyArray<Completion>): Record<stri
  * matched their token, and the history INSERT reads those to tell each
  * record's outcome. The CTEs touch disjoint rows (one kind per message).
  */
-export const complete = (ctx: PgContext): QueueStoreShape["complete"] => (completions) =>
+export const complete = (ctx: PgContext): QueueStoreShape["complete"] => completeOn(ctx, ctx.leaseSql)
+
+/**
+ * {@link complete} on `client`: the lease pool for the finishing writes of the consumer, the main
+ * client for a commit step's (`pg/commit.ts`), whose write joins the transaction it runs in.
+ */
+export const completeOn = (ctx: PgContext, client: SqlClient.SqlClient) => (completions: ReadonlyArray<Completion>) =>
   Effect.gen(function*() {
-    const { attemptsTable, currentTime, leaseSql, table } = ctx
+    const { attemptsTable, currentTime, table } = ctx
+    const leaseSql = client
     if (completions.length === 0) return { held: [], cancelled: [] }
     const now = yield* currentTime
     // One array per column (unnest builds the rows): binary parameters, no JSON to write or parse.

@@ -2,7 +2,7 @@
  * The conformance suite every QueueStore must pass, one file per group of the store's
  * operations (as `QueueStoreShape` groups them): the lease protocol (`lease.ts`: claim, renew,
  * expiry, wake-ups; `send.ts`: sends, dedup keys and uniqueness windows; `complete.ts`: the
- * finishing writes), the operator's reads and writes (`operator.ts`; `deadLetters.ts`),
+ * finishing writes; `commit.ts`: the commit step), the operator's reads and writes (`operator.ts`; `deadLetters.ts`),
  * maintenance (`maintenance.ts`), schedules (`schedules.ts`), flow control (`flow.ts`), and the refusal of bad input
  * (`input.ts`). It runs on the memory store and on real PostgreSQL (see MemoryQueueStore.test.ts,
  * PgQueueStore.test.ts and PoolerConformance.test.ts).
@@ -14,6 +14,7 @@
 import { layer } from "@effect/vitest"
 import type { Layer } from "effect"
 import type { QueueStore } from "../../src/QueueStore.ts"
+import { commit } from "./commit.ts"
 import { complete } from "./complete.ts"
 import { deadLetters } from "./deadLetters.ts"
 import { flow } from "./flow.ts"
@@ -50,5 +51,5 @@ export const conformance = (
       databaseClock,
       exactlyOnceMessages: options.exactlyOnceMessages
     }
-    for (const group of [lease, send, complete, operator, deadLetters, maintenance, schedules, flow, input]) group(suite)
+    for (const group of [lease, send, complete, commit, operator, deadLetters, maintenance, schedules, flow, input]) group(suite)
   })
