@@ -190,3 +190,34 @@ describe("the commit step on the memory store (real consumers, real time)", () =
       assert.isTrue(Option.isNone(yield* store.get(sent!.id)))
     }).pipe(Effect.provide(MemoryQueueStore.layer())), 40_000)
 })
+
+describe("the commit step's rules in a consumer (memory store, real time)", () => {
+  const runOnce = (handler: Consumer.Handler) =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const stop = yield* start(handler, store, { consumerId: "rules" })
+      const [sent] = yield* store.send(QUEUE, [{ task: "t", payload: 1 }])
+      yield* waitFor("the message to be finished", Effect.map(store.get(sent!.id), (m) => Option.isNone(m) ? Option.some(true) : Option.none()), 10_000)
+      yield* stop
+      return (yield* store.attempts(sent!.id)).map((a) => a.outcome)
+    }).pipe(Effect.provide(MemoryQueueStore.layer()))
+
+  it.live("a run commits once: a second commit fails with already-committed, and the first stands", () =>
+    Effect.gen(function*() {
+      const reasons: Array<string> = []
+      const history = yield* runOnce((_message, context) =>
+        Effect.gen(function*() {
+          yield* context.commit(Effect.void)
+          const again = yield* Effect.flip(context.commit(Effect.void))
+          reasons.push(again._tag === "CommitFenced" ? again.reason : again._tag)
+        }))
+      assert.deepStrictEqual(reasons, ["already-committed"])
+      assert.deepStrictEqual(history, ["acked"])
+    }), 20_000)
+
+  it.live("a handler that fails after its commit committed is not retried: the commit stands", () =>
+    Effect.gen(function*() {
+      const history = yield* runOnce((_message, context) => Effect.andThen(context.commit(Effect.void), Effect.fail("after the commit")))
+      assert.deepStrictEqual(history, ["acked"])
+    }), 20_000)
+})

@@ -8,7 +8,7 @@
  *
  * @since 0.5.0
  */
-import { Clock, Effect, Metric } from "effect"
+import { Clock, Effect, Exit, Metric } from "effect"
 import type { Claim } from "../Message.ts"
 import { CommitFenced, type InvalidInput, type StoreError } from "../QueueError.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
@@ -46,6 +46,16 @@ const ackOf = (run: Committing, consumerId: string): Completion => ({
   error: null
 })
 
+/** A commit step that committed: the run writes nothing more; counted as a commit and an ack. */
+const committed = (run: Committing): Effect.Effect<void> => {
+  run.commit = "committed"
+  const { queue, task } = run.claim
+  return Effect.andThen(
+    Effect.andThen(Metric.update(QueueMetrics.commits, 1), Metric.update(QueueMetrics.acked, 1)),
+    Metric.update(QueueMetrics.forTask(queue, task).acked, 1)
+  )
+}
+
 /** A commit step that failed: refused by the fence (a double run prevented), or free to be tried again. */
 const failed = (run: Committing, error: unknown): Effect.Effect<void> => {
   if (error instanceof CommitFenced && error.reason === "lease-lost") {
@@ -81,12 +91,10 @@ export const make = (store: QueueStoreShape, consumerId: string) =>
         Effect.timeoutOrElse({
           duration: boundMs,
           orElse: () => Effect.fail(refused(claim, "timed-out", `commit of message ${claim.id} ran past the ${boundMs} ms its lease had left; rolled back`))
-        })
+        }),
+        // On the step's own exit, so an interruption arriving just after the COMMIT still sees it committed.
+        Effect.onExit((exit) => Exit.isSuccess(exit) ? committed(run) : Effect.void)
       )
-      run.commit = "committed"
-      yield* Metric.update(QueueMetrics.commits, 1)
-      yield* Metric.update(QueueMetrics.acked, 1)
-      yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).acked, 1)
       return value
     }).pipe(Effect.tapError((error) => failed(run, error)))
   })
