@@ -153,7 +153,8 @@ export const make = <R>(
       ).pipe(Effect.annotateLogs({ ...annotations, module: "Consumer" }), Effect.provideContext(context)))
 
     // Warn when the event loop stalls for half a renewal interval (of the shortest lease): renewals would be late.
-    const leaseMs = Math.min(...settings.queues.map((q) => QueueConfig.forQueue(settings, q).leaseMs))
+    const taskLeasesMs = dispatcher.leasesMs ?? []
+    const leaseMs = Math.min(...settings.queues.map((q) => QueueConfig.forQueue(settings, q).leaseMs), ...taskLeasesMs)
     yield* Effect.forkScoped(
       EventLoopLag.watch({ intervalMs: Math.floor(leaseMs / 3), warnAboveMs: Math.floor(leaseMs / 6) }).pipe(
         Effect.annotateLogs(annotations)
@@ -176,7 +177,7 @@ export const make = <R>(
     yield* Maintenance.fork(Prune.uniqueKeys(store)).pipe(Effect.annotateLogs(annotations))
     yield* Maintenance.fork(Prune.flow(store)).pipe(Effect.annotateLogs(annotations))
 
-    yield* Effect.addFinalizer(() => shutdown({ settings, lanes, handlers, loopFibers }).pipe(Effect.annotateLogs(annotations)))
+    yield* Effect.addFinalizer(() => shutdown({ settings, lanes, handlers, loopFibers, taskLeasesMs }).pipe(Effect.annotateLogs(annotations)))
 
     // The queue-depth collector of this process (`QueueDepth.layer`) samples these queues.
     yield* QueueDepth.track(settings.queues)
@@ -275,6 +276,8 @@ const shutdown = (parts: {
   readonly lanes: ReadonlyArray<Lanes.Running>
   readonly handlers: Scope.Closeable
   readonly loopFibers: ReadonlyArray<Fiber.Fiber<unknown, unknown>>
+  /** The leases the dispatcher's tasks declare: a finishing write is retried while its message's lease lasts. */
+  readonly taskLeasesMs: ReadonlyArray<number>
 }) =>
   Effect.gen(function*() {
     const { settings, lanes, handlers, loopFibers } = parts
@@ -293,7 +296,7 @@ const shutdown = (parts: {
     yield* Scope.close(handlers, Exit.void)
     // The interrupted handlers' releases (and any completion still queued) are written before the
     // completer stops: each is bounded by its lease plus one attempt.
-    const completed = yield* Effect.timeoutOption(Lanes.drained(lanes), longestLeaseMs(settings) + settings.renewerStopTimeoutMs)
+    const completed = yield* Effect.timeoutOption(Lanes.drained(lanes), Math.max(longestLeaseMs(settings), ...parts.taskLeasesMs) + settings.renewerStopTimeoutMs)
     if (completed._tag === "None") {
       yield* Effect.logWarning(`${Lanes.inFlight(lanes)} finishing write(s) still pending at shutdown; those messages run again after their leases`)
     }

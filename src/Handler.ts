@@ -82,6 +82,11 @@ export interface Dispatcher<R = never> {
    * it writes them (source `code`) before its first claim.
    */
   readonly limits?: ReadonlyArray<{ readonly queue: string; readonly task: string; readonly limits: TaskLimits }> | undefined
+  /**
+   * The leases its tasks declare (ms): the consumer's event-loop lag watch and its last wait at
+   * shutdown count them beside the queues' leases.
+   */
+  readonly leasesMs?: ReadonlyArray<number> | undefined
 }
 
 /** A bare handler as a dispatcher with no per-message policies. */

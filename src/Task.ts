@@ -418,6 +418,7 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
     queues: [...new Set(tasks.map((task) => task.queue))],
     tasks: tasks.map((task) => ({ queue: task.queue, task: task.name })),
     limits,
+    leasesMs: [...policies.values()].flatMap((policy) => policy.leaseMs === undefined ? [] : [policy.leaseMs]),
     policy: (message) => policies.get(message.task),
     handle: (message, context) =>
       Effect.gen(function*() {

@@ -418,3 +418,14 @@ describe("Task (memory store, TestClock)", () => {
     assert.throws(() => Task.dispatcher(a, a), /defined twice/)
   })
 })
+
+describe("Task.dispatcher: the leases its tasks declare", () => {
+  it("are listed in milliseconds for the consumer's lag watch and shutdown wait", () => {
+    const dispatcher = Task.dispatcher(
+      Task.make({ name: "long", payload: Schema.Number, lease: "2 minutes", handler: () => Effect.void }),
+      Task.make({ name: "plain", payload: Schema.Number, handler: () => Effect.void }),
+      Task.make({ name: "short", payload: Schema.Number, lease: "1 second", handler: () => Effect.void })
+    )
+    assert.deepStrictEqual(dispatcher.leasesMs, [120_000, 1_000])
+  })
+})
