@@ -32,7 +32,8 @@
  *   BENCH_KEYS          counter rows (default 1000)
  *   BENCH_CONCURRENCY   list of C (default "10,50")
  *   BENCH_REPS          repetitions (default 3)
- *   BENCH_VARIANTS      the variants and their order (default "noop,plain,commit")
+ *   BENCH_VARIANTS      the variants and their order (default "noop,plain,commit"); `<variant>@<n>` runs one with a
+ *                       main pool of n connections (e.g. "plain,commit,plain@50,commit@50")
  *   BENCH_POOL          the worker's main pool size (default: QueueConfig's, 10)
  *   BENCH_LEASEHOLD_<NAME>  passed to the worker as LEASEHOLD_<NAME>
  *   BENCH_RUN_BUDGET    time budget of one run after its warm-up (default 90s; 0: none): then measured on the messages acked
@@ -61,6 +62,12 @@ import { QUEUE, wallMs } from "../throughput/protocol.ts"
 // ---------------------------------------------------------------------------------------------
 
 type Variant = "noop" | "plain" | "commit"
+/** A variant as BENCH_VARIANTS names it: `commit`, or `commit@50` (a main pool of 50). */
+interface RunKind {
+  readonly label: string
+  readonly variant: Variant
+  readonly pool: string | undefined
+}
 
 const quick = process.env["BENCH_QUICK"] === "1"
 const list = (name: string, fallback: string) => (process.env[name] ?? fallback).split(",").map((s) => s.trim()).filter((s) => s !== "")
@@ -74,9 +81,10 @@ const config = {
     return Number(c)
   }),
   reps: Math.max(1, envInt("BENCH_REPS", quick ? 1 : 3)),
-  variants: list("BENCH_VARIANTS", "noop,plain,commit").map((v) => {
-    if (v !== "noop" && v !== "plain" && v !== "commit") throw new Error(`BENCH_VARIANTS: expected noop, plain, commit, got ${JSON.stringify(v)}`)
-    return v as Variant
+  variants: list("BENCH_VARIANTS", "noop,plain,commit").map((label): RunKind => {
+    const m = /^(noop|plain|commit)(?:@(\d+))?$/.exec(label)
+    if (m === null) throw new Error(`BENCH_VARIANTS: expected noop, plain, commit (each with an optional @<pool size>), got ${JSON.stringify(label)}`)
+    return { label, variant: m[1] as Variant, pool: m[2] }
   }),
   pool: process.env["BENCH_POOL"] ?? "",
   runBudgetMs: envMs("BENCH_RUN_BUDGET", 90_000),
@@ -370,6 +378,7 @@ const statsAfter = async (admin: Admin, before: StatsBefore, messages: number): 
 
 interface Result {
   readonly variant: Variant
+  readonly label: string
   readonly c: number
   readonly rep: number
   readonly done: number
@@ -387,9 +396,10 @@ interface Result {
   readonly server: ServerSide | undefined
 }
 
-const run = async (admin: Admin, url: string, variant: Variant, c: number, rep: number): Promise<Result> => {
-  const tag = `${variant}-c${c}-r${rep}`
-  const schema = `bench_commit_${runId}_${variant}_c${c}_r${rep}`
+const run = async (admin: Admin, url: string, kind: RunKind, c: number, rep: number): Promise<Result> => {
+  const { label, variant } = kind
+  const tag = `${label.replace("@", "-pool")}-c${c}-r${rep}`
+  const schema = `bench_commit_${runId}_${label.replace("@", "_p")}_c${c}_r${rep}`
   await prepareSchema(admin, schema, perRun)
   const profiled = config.cpuProf && variant === "commit" && rep === 1 && c === Math.max(...config.concurrencies)
   const nodeArgs = profiled ? ["--cpu-prof", `--cpu-prof-dir=${join(config.logDir, "profile")}`] : []
@@ -401,7 +411,7 @@ const run = async (admin: Admin, url: string, variant: Variant, c: number, rep: 
     BENCH_WARMUP: String(config.warmup),
     BENCH_CONCURRENCY: String(c),
     BENCH_VARIANT: variant,
-    BENCH_POOL: config.pool,
+    BENCH_POOL: kind.pool ?? config.pool,
     LEASEHOLD_DATABASE_URL: url,
     LEASEHOLD_SCHEMA: schema,
     LEASEHOLD_QUEUES: QUEUE,
@@ -448,6 +458,7 @@ const run = async (admin: Admin, url: string, variant: Variant, c: number, rep: 
     const ms = end - start
     const result: Result = {
       variant,
+      label,
       c,
       rep,
       done,
@@ -552,7 +563,7 @@ const main = async (): Promise<number> => {
         `serial commits ${Math.round(probe.perSecond)}/s (p50 ${probe.p50Ms.toFixed(2)} ms)`,
         `at start: ${loadLine()}`,
         `workload: ${perRun.toLocaleString("en-US")} messages per run (${config.warmup.toLocaleString("en-US")} warm-up), counters over ${config.keys} keys; ` +
-        `variants ${config.variants.join(", ")}; C = ${config.concurrencies.join(", ")}; ${config.reps} repetition(s), alternating` +
+        `variants ${config.variants.map((k) => k.label).join(", ")}; C = ${config.concurrencies.join(", ")}; ${config.reps} repetition(s), alternating` +
         (config.runBudgetMs > 0 ? `; run budget ${Math.round(config.runBudgetMs / 1000)} s after the warm-up` : ""),
         `worker: Consumer.layerFromEnv + ConsumerPresence.layerFromEnv() + PgQueueStore.layer() + QueueConfig.pgLayerFromEnv(), compiled ` +
         `(tsc -p bench/commit/tsconfig.json${typeErrors > 0 ? `, ${typeErrors} type error(s)` : ""}); main pool ${config.pool === "" ? "default (10)" : config.pool}` +
@@ -566,7 +577,7 @@ const main = async (): Promise<number> => {
       for (let rep = 1; rep <= config.reps; rep++) {
         const shift = (rep - 1) % config.variants.length
         const order = [...config.variants.slice(shift), ...config.variants.slice(0, shift)]
-        for (const variant of order) results.push(await run(admin, url, variant, c, rep))
+        for (const kind of order) results.push(await run(admin, url, kind, c, rep))
       }
     }
 
@@ -587,7 +598,7 @@ const main = async (): Promise<number> => {
       "counters"
     ]]
     for (const c of config.concurrencies) {
-      const of = (v: Variant) => results.filter((r) => r.variant === v && r.c === c)
+      const of = (v: Variant) => results.filter((r) => r.label === v && r.c === c)
       const med = (v: Variant, f: (r: Result) => number | undefined) => median(of(v).map(f).filter((x): x is number => x !== undefined))
       const partial = (v: Variant) => (of(v).some((r) => r.done < config.messages) ? " +" : "")
       const rate = (v: Variant) => med(v, (r) => r.rate)
@@ -617,9 +628,38 @@ const main = async (): Promise<number> => {
         `${perRun.toLocaleString("en-US")} from the first handler start; ${config.reps > 1 ? `median of ${config.reps}` : "one run each"})`
     )
     console.log(table(rows))
+    // Every variant, with its ratio to the plain (and noop) run of the same repetition: the median of those ratios.
+    const krows: Array<Array<string>> = [["C", "variant", "steady msg/s", "cold msg/s", "/ plain, same rep (median)", "/ noop, same rep (median)", "db part mean", "commit: to effect / UPDATE / to committed (means)"]]
+    for (const c of config.concurrencies) {
+      for (const { label } of config.variants) {
+        const rs = results.filter((r) => r.c === c && r.label === label)
+        const same = (base: string) =>
+          median(rs.flatMap((r) => {
+            const b = results.find((x) => x.c === c && x.rep === r.rep && x.label === base)
+            return b === undefined || b.rate === 0 ? [] : [r.rate / b.rate]
+          }))
+        const med = (f: (r: Result) => number | undefined) => median(rs.map(f).filter((x): x is number => x !== undefined))
+        const f2 = (x: number | undefined, unit = "") => (x === undefined ? "-" : `${x.toFixed(2)}${unit}`)
+        krows.push([
+          String(c),
+          label,
+          fmtRate(med((r) => r.rate)),
+          fmtRate(med((r) => r.coldRate)),
+          f2(same("plain")),
+          f2(same("noop")),
+          f2(med((r) => r.db?.mean), " ms"),
+          rs.some((r) => r.parts !== undefined)
+            ? `${f2(med((r) => r.parts?.before))} / ${f2(med((r) => r.parts?.update))} / ${f2(med((r) => r.parts?.after))} ms`
+            : "-"
+        ])
+      }
+    }
+    console.log("")
+    console.log("by variant (medians; ratios: median over the repetitions of the ratio to the same repetition's run)")
+    console.log(table(krows))
     console.log("per run (steady msg/s, in run order):")
     for (const c of config.concurrencies) {
-      console.log(`  C=${c}: ${results.filter((r) => r.c === c).map((r) => `${r.variant} ${fmtRate(r.rate)}`).join(", ")}`)
+      console.log(`  C=${c}: ${results.filter((r) => r.c === c).map((r) => `${r.label} ${fmtRate(r.rate)}`).join(", ")}`)
     }
     if (results.some((r) => r.parts !== undefined)) {
       console.log("")
@@ -627,20 +667,20 @@ const main = async (): Promise<number> => {
       const prow: Array<Array<string>> = [["C", "plain: UPDATE (autocommit)", "commit step", "call -> effect start (renewer, connection, BEGIN, lock)", "UPDATE", "effect end -> committed (finishing write, COMMIT, flush)"]]
       for (const c of config.concurrencies) {
         const med = (v: Variant, f: (r: Result) => number | undefined) =>
-          median(results.filter((r) => r.variant === v && r.c === c).map(f).filter((x): x is number => x !== undefined))
+          median(results.filter((r) => r.label === v && r.c === c).map(f).filter((x): x is number => x !== undefined))
         const f = (x: number | undefined) => (x === undefined ? "-" : x.toFixed(2))
         prow.push([String(c), f(med("plain", (r) => r.db?.mean)), f(med("commit", (r) => r.db?.mean)), f(med("commit", (r) => r.parts?.before)), f(med("commit", (r) => r.parts?.update)), f(med("commit", (r) => r.parts?.after))])
       }
       console.log(table(prow))
     }
-    for (const r of results.filter((r) => r.done < config.messages)) console.log(`+ ${r.variant} at C=${r.c} rep ${r.rep}: budget spent, ${r.done} of ${config.messages} acked`)
+    for (const r of results.filter((r) => r.done < config.messages)) console.log(`+ ${r.label} at C=${r.c} rep ${r.rep}: budget spent, ${r.done} of ${config.messages} acked`)
     if (results.some((r) => r.profiled)) console.log("* one of these runs was profiled (node --cpu-prof): slower than usual")
     if (config.pgStats) {
       console.log("")
       console.log("on the server, per message acked (medians; statement execution time excludes the commits' WAL flushes):")
       for (const c of config.concurrencies) {
-        for (const v of config.variants) {
-          const rs = results.filter((r) => r.c === c && r.variant === v && r.server !== undefined)
+        for (const { label: v } of config.variants) {
+          const rs = results.filter((r) => r.c === c && r.label === v && r.server !== undefined)
           if (rs.length === 0) continue
           const mid = [...rs].sort((a, b) => a.rate - b.rate)[Math.floor(rs.length / 2)]!
           console.log(`  C=${c} ${v} (the run of median rate, ${fmtRate(mid.rate)} msg/s): ${formatServer(mid.server!)}`)
@@ -660,7 +700,7 @@ const main = async (): Promise<number> => {
     console.log("")
     console.log(`at end: ${loadLine()}`)
     const dishonest = results.filter((r) => !r.honest)
-    for (const r of dishonest) console.log(`counter check failed: ${r.variant} C=${r.c} rep ${r.rep}: counters sum ${r.sum}, messages acked ${r.acked}`)
+    for (const r of dishonest) console.log(`counter check failed: ${r.label} C=${r.c} rep ${r.rep}: counters sum ${r.sum}, messages acked ${r.acked}`)
     console.log(dishonest.length === 0 ? "DONE" : "FAIL")
     return dishonest.length === 0 ? 0 : 1
   } finally {
