@@ -15,8 +15,9 @@
  *     limited claim count real leases, as in a busy worker fleet; `BENCH_WARM` claims (50)
  *     unmeasured, then `BENCH_CLAIMS` (200) measured.
  * Variants: `preflow` (the plain claim of the code before flow control, from the checkout at
- * `BENCH_PREFLOW`, messages without keys: its schema has no key column), `none` (no limits: the
- * plain claim of this code), `key` (keyConcurrency 5), `fair`, `fifo`, `rate` (10,000 starts a
+ * `BENCH_PREFLOW`, messages without keys: its schema has no key column), `nokey` (this code, no
+ * limits, messages without keys: the same claim on the same rows as `preflow`), `none` (no limits,
+ * keyed messages: the plain claim of this code), `key` (keyConcurrency 5), `fair`, `fifo`, `rate` (10,000 starts a
  * second, the most a rate may allow: not reached here, the window holding the last second's starts), `keyrate` (5 a
  * second per key), `keyfair` (keyConcurrency 5 and fair).
  *
@@ -46,6 +47,7 @@ const envList = (name: string, fallback: string) =>
 
 const LIMITS: Record<string, FlowLimits | null> = {
   preflow: null,
+  nokey: null,
   none: null,
   key: { keyConcurrency: 5 },
   fair: { fair: true },
@@ -77,6 +79,9 @@ for (const v of config.variants) {
 for (const n of config.batches) if (!Number.isInteger(n) || n < 1) throw new Error(`BENCH_BATCH: expected positive whole numbers`)
 
 const QUEUE = "q"
+
+/** Variants whose messages carry no key: the pre-flow code (no key column) and `nokey`, its like on this code. */
+const unkeyed = (variant: string) => variant === "preflow" || variant === "nokey"
 
 /** The key of message i: a fixed pseudo-random draw among `keys` (the same in every schema). */
 const keyOf = (i: number) => `k${(Math.imul(i + 1, 2654435761) >>> 0) % config.keys}`
@@ -154,7 +159,7 @@ const program = (makePreflow: Make | undefined) =>
             Array.from({ length: Math.min(CHUNK, config.backlog - from) }, (_, k) => ({
               task: "t",
               payload: { i: from + k },
-              ...(variant === "preflow" ? {} : { key: keyOf(from + k) })
+              ...(unkeyed(variant) ? {} : { key: keyOf(from + k) })
             }))
           )
         }
