@@ -9,6 +9,8 @@
  * (default 100,000) over `BENCH_KEYS` distinct keys (default 10,000; each message's key drawn
  * from a fixed pseudo-random sequence), the limits set before the sends (fair turns are given at
  * send), then VACUUM ANALYZE and CHECKPOINT:
+ * All variants of one N are prepared first; then their claims are interleaved, one claim of each in
+ * turn (the first of a turn rotating), so the machine's drift (it is shared) falls on all alike:
  *   - cold: the first `BENCH_COLD` claims (default 20) on that fresh backlog, nothing in flight;
  *   - steady: claims with `BENCH_INFLIGHT` leases (default 1,000) in flight: after each claim the
  *     oldest claims beyond that are acked (`complete`, not timed), so the live-slot probes of a
@@ -25,7 +27,7 @@
  * variant at the largest N with EXPLAIN (ANALYZE, BUFFERS), into the log folder.
  *
  * Knobs: BENCH_BATCH, BENCH_FLOW_VARIANTS, BENCH_BACKLOG, BENCH_KEYS, BENCH_COLD, BENCH_INFLIGHT,
- * BENCH_WARM, BENCH_CLAIMS, BENCH_REPS (default 1: variants in turn, medians of the runs' medians),
+ * BENCH_WARM, BENCH_CLAIMS, BENCH_REPS (default 1; more: rounds repeated, medians of the rounds' p50/p95),
  * BENCH_PREFLOW, BENCH_EXPLAIN, BENCH_FAST_PG, BENCH_LOG_DIR.
  */
 import { execFileSync } from "node:child_process"
@@ -143,8 +145,9 @@ const program = (makePreflow: Make | undefined) =>
         return result
       })
 
-    const runOne = (variant: string, n: number, rep: number, explain: boolean) =>
-      Effect.scoped(Effect.gen(function*() {
+    /** A fresh schema for one variant: its limits, the backlog, VACUUM ANALYZE, CHECKPOINT. */
+    const prepare = (variant: string, n: number, rep: number) =>
+      Effect.gen(function*() {
         const schema = `flow_${variant}_${n}_${rep}`
         yield* sql.unsafe(`DROP SCHEMA IF EXISTS ${schema} CASCADE`)
         const make = variant === "preflow" ? makePreflow! : PgQueueStore.make
@@ -165,8 +168,6 @@ const program = (makePreflow: Make | undefined) =>
         }
         const sendMs = performance.now() - t0
         yield* sql.unsafe(`VACUUM ANALYZE ${schema}.messages`)
-        yield* sql.unsafe("CHECKPOINT")
-
         const inFlight: Array<Claim> = []
         const claimTimed = Effect.gen(function*() {
           const s = performance.now()
@@ -179,55 +180,77 @@ const program = (makePreflow: Make | undefined) =>
           const extra = inFlight.length - config.inflight
           if (extra > 0) yield* store.complete(inFlight.splice(0, extra).map(ack))
         })
+        return { variant, n, schema, limits, sendMs, inFlight, claimTimed, settle }
+      })
 
-        const cold: Array<number> = []
-        const coldGot: Array<number> = []
+    /**
+     * One round at batch N: every variant's schema prepared, then the claims of the variants
+     * interleaved (one claim of each in turn, the first of the turn rotating), so the machine's
+     * drift falls on all of them alike: cold claims, the fill up to the leases in flight, the
+     * warm-up, the measured steady claims.
+     */
+    const round = (n: number, rep: number, explain: boolean) =>
+      Effect.scoped(Effect.gen(function*() {
+        const states = []
+        for (const variant of config.variants) states.push(yield* prepare(variant, n, rep))
+        yield* sql.unsafe("CHECKPOINT")
+        const results = states.map((st) => ({
+          st,
+          cold: [] as Array<number>,
+          coldGot: [] as Array<number>,
+          steady: [] as Array<number>,
+          steadyGot: [] as Array<number>
+        }))
+        const turn = (i: number) => results.map((_, k) => results[(i + k) % results.length]!)
         for (let i = 0; i < config.cold; i++) {
-          const r = yield* claimTimed
-          cold.push(r.ms)
-          coldGot.push(r.got)
+          for (const r of turn(i)) {
+            const c = yield* r.st.claimTimed
+            r.cold.push(c.ms)
+            r.coldGot.push(c.got)
+          }
         }
-        // Fill up to the leases in flight, then warm up at steady state.
-        for (let i = 0; inFlight.length < config.inflight && i < 10_000; i++) {
-          const r = yield* claimTimed
-          if (r.got === 0) break
+        for (const r of results) {
+          for (let i = 0; r.st.inFlight.length < config.inflight && i < 10_000; i++) {
+            if ((yield* r.st.claimTimed).got === 0) break
+          }
         }
         for (let i = 0; i < config.warm; i++) {
-          yield* claimTimed
-          yield* settle
+          for (const r of turn(i)) {
+            yield* r.st.claimTimed
+            yield* r.st.settle
+          }
         }
-        const steady: Array<number> = []
-        const steadyGot: Array<number> = []
         for (let i = 0; i < config.claims; i++) {
-          const r = yield* claimTimed
-          steady.push(r.ms)
-          steadyGot.push(r.got)
-          yield* settle
+          for (const r of turn(i)) {
+            const c = yield* r.st.claimTimed
+            r.steady.push(c.ms)
+            r.steadyGot.push(c.got)
+            yield* r.st.settle
+          }
         }
-        const window = limits !== null && (limits.rate != null || limits.keyRate != null)
-          ? (yield* sql.unsafe<{ n: number | null }>(`SELECT max(cardinality(starts))::int AS n FROM ${schema}.flow_rates`))[0]?.n ?? 0
-          : undefined
-        if (window !== undefined) console.log(`  largest rate window at the end: ${window} starts`)
-        if (explain) yield* explainOnce(`${variant}-${n}`, Effect.andThen(claimTimed, settle))
-        yield* sql.unsafe(`DROP SCHEMA IF EXISTS ${schema} CASCADE`)
-        const run: Run = { variant, n, cold, steady, steadyGot, coldGot, sendMs }
         const f = (v: number | undefined) => (v === undefined ? "-" : v.toFixed(2))
-        console.log(
-          `[+${((performance.now() - started) / 1000).toFixed(0)}s] ${variant} N=${n} rep ${rep}: cold p50 ${f(percentile(cold, 50))} ms, ` +
-            `steady p50 ${f(percentile(steady, 50))} p95 ${f(percentile(steady, 95))} ms, claimed/claim ${f(percentile(steadyGot, 50))} ` +
-            `(backlog sent in ${(sendMs / 1000).toFixed(1)} s)`
-        )
-        return run
+        const runs: Array<Run> = []
+        for (const r of results) {
+          const { limits, schema, sendMs, variant } = r.st
+          const window = limits !== null && (limits.rate != null || limits.keyRate != null)
+            ? (yield* sql.unsafe<{ n: number | null }>(`SELECT max(cardinality(starts))::int AS n FROM ${schema}.flow_rates`))[0]?.n ?? 0
+            : undefined
+          console.log(
+            `[+${((performance.now() - started) / 1000).toFixed(0)}s] ${variant} N=${n} rep ${rep}: cold p50 ${f(percentile(r.cold, 50))} ms, ` +
+              `steady p50 ${f(percentile(r.steady, 50))} p95 ${f(percentile(r.steady, 95))} ms, claimed/claim ${f(percentile(r.steadyGot, 50))} ` +
+              `(backlog sent in ${(sendMs / 1000).toFixed(1)} s${window === undefined ? "" : `; largest rate window at the end: ${window} starts`})`
+          )
+          if (explain) yield* explainOnce(`${variant}-${n}`, Effect.andThen(r.st.claimTimed, r.st.settle))
+          runs.push({ variant, n, cold: r.cold, coldGot: r.coldGot, steady: r.steady, steadyGot: r.steadyGot, sendMs })
+        }
+        for (const r of results) yield* sql.unsafe(`DROP SCHEMA IF EXISTS ${r.st.schema} CASCADE`)
+        return runs
       }))
 
     const runs: Array<Run> = []
     const maxN = Math.max(...config.batches)
     for (let rep = 1; rep <= config.reps; rep++) {
-      for (const [bi, n] of config.batches.entries()) {
-        // The order flips from one batch size (and repetition) to the next: no variant always runs first.
-        const order = (bi + rep) % 2 === 1 ? config.variants : [...config.variants].reverse()
-        for (const variant of order) runs.push(yield* runOne(variant, n, rep, config.explain && rep === 1 && n === maxN))
-      }
+      for (const n of config.batches) runs.push(...(yield* round(n, rep, config.explain && rep === 1 && n === maxN)))
     }
     return runs
   })
@@ -248,9 +271,18 @@ const server = await startPostgres({
     "auto_explain.log_analyze=on",
     "auto_explain.log_buffers=on",
     "auto_explain.log_timing=on",
-    "auto_explain.log_nested_statements=off"
+    "auto_explain.log_nested_statements=off",
+    // Every variant's schema of one N stays in shared buffers (the default 128 MB holds about three).
+    "shared_buffers=1GB"
   ]
 })
+// A signal stops the server too (it runs detached: it would outlive this process).
+let stopping: Promise<void> | undefined
+const onSignal = () => {
+  stopping ??= server.destroy().finally(() => process.exit(130))
+}
+process.once("SIGINT", onSignal)
+process.once("SIGTERM", onSignal)
 try {
   const makePreflow = config.variants.includes("preflow")
     ? ((await import(join(preflowDir, "src", "PgQueueStore.ts"))) as { make: Make }).make
@@ -268,7 +300,7 @@ try {
   console.log(
     `per schema: ${config.backlog.toLocaleString("en-US")} messages over ${config.keys.toLocaleString("en-US")} keys; cold: first ${config.cold} claims; ` +
       `steady: ${config.inflight.toLocaleString("en-US")} leases in flight, ${config.warm} claims warm-up, ${config.claims} measured; ` +
-      `PostgreSQL ${config.fastPg ? "non-durable" : "durable"}; ${config.reps} repetition(s)`
+      `the variants of one N interleaved, one claim each in turn; PostgreSQL ${config.fastPg ? "non-durable" : "durable"}, shared_buffers 1 GB; ${config.reps} round(s)`
   )
   console.log(`logs: ${config.logDir}`)
   const Pg = PgClient.layer({ url: Redacted.make(server.url), maxConnections: 4, applicationName: "bench-flow-claim" })
