@@ -64,6 +64,12 @@
  *   BENCH_STRICT=1             exit 1 when a target of issue 9 is missed (by default only a failed measurement does)
  *   BENCH_NODE_ARGS            extra node flags for the workers and the producer, e.g. "--max-semi-space-size=1"
  *   BENCH_LOG_DIR              where worker output (and profiles) go (default .tmp/bench/<time>)
+ *   BENCH_KEYS                 give the messages flow keys, this many distinct ones (default 0: no keys)
+ *   BENCH_KEY_LAYOUT           how keys follow one another in send order: "runs" (default: each key's messages sent
+ *                              together, as a tenant's bulk), "spread" (round-robin) or "random" (a fixed pseudo-random draw)
+ *   BENCH_FLOW_LIMITS          flow limits as JSON (e.g. '{"keyConcurrency":5}'): adds a third worker, "limited", the
+ *                              leasehold worker on a queue with these limits set (before the sends); "leasehold" and
+ *                              "raw" run the same keyed messages without limits. Its columns: msg/s and ratios to both
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync, type WriteStream } from "node:fs"
@@ -73,6 +79,7 @@ import { PgClient } from "@effect/sql-pg"
 import { Effect, ManagedRuntime, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { type PostgresServer, startPostgres } from "../../dev/EmbeddedPostgres.ts"
+import type { FlowLimits } from "../../src/FlowControl.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
 import { envInt, envMs, nodeBinary, percentile, repoRoot, sleep, table } from "../chaos/lib.ts"
 import { format as formatProfile, hottest } from "./profile.ts"
@@ -84,8 +91,25 @@ import { QUEUE, wallMs } from "./protocol.ts"
 
 const quick = process.env["BENCH_QUICK"] === "1"
 const only = process.env["BENCH_ONLY"]
-if (only !== undefined && only !== "" && only !== "leasehold" && only !== "raw") {
-  console.error(`BENCH_ONLY: expected "leasehold" or "raw", got ${JSON.stringify(only)}`)
+if (only !== undefined && only !== "" && only !== "leasehold" && only !== "raw" && only !== "limited") {
+  console.error(`BENCH_ONLY: expected "leasehold", "raw" or "limited", got ${JSON.stringify(only)}`)
+  process.exit(2)
+}
+
+/** BENCH_FLOW_LIMITS: the limits of the "limited" worker's queue (FlowControl.FlowLimits), or none. */
+const flowLimits: FlowLimits | undefined = (() => {
+  const text = process.env["BENCH_FLOW_LIMITS"]
+  if (text === undefined || text.trim() === "") return undefined
+  try {
+    return JSON.parse(text) as FlowLimits
+  } catch (error) {
+    console.error(`BENCH_FLOW_LIMITS: expected JSON limits such as '{"keyConcurrency":5}': ${String(error)}`)
+    return process.exit(2)
+  }
+})()
+const keyLayout = process.env["BENCH_KEY_LAYOUT"] ?? "runs"
+if (keyLayout !== "runs" && keyLayout !== "spread" && keyLayout !== "random") {
+  console.error(`BENCH_KEY_LAYOUT: expected "runs", "spread" or "random", got ${JSON.stringify(keyLayout)}`)
   process.exit(2)
 }
 
@@ -97,7 +121,10 @@ const config = {
     return Number(c)
   }),
   reps: Math.max(1, envInt("BENCH_REPS", 1)),
-  kinds: (only === "leasehold" ? ["leasehold"] : only === "raw" ? ["raw"] : ["raw", "leasehold"]) as ReadonlyArray<Kind>,
+  kinds: (only === "leasehold" || only === "raw" || only === "limited"
+    ? [only]
+    : flowLimits === undefined ? ["raw", "leasehold"] : ["raw", "leasehold", "limited"]) as ReadonlyArray<Kind>,
+  keys: envInt("BENCH_KEYS", 0),
   latency: process.env["BENCH_LATENCY"] !== "0",
   latencySends: envInt("BENCH_LATENCY_SENDS", quick ? 50 : 200),
   latencyIntervalMs: envMs("BENCH_LATENCY_INTERVAL", 20),
@@ -135,7 +162,8 @@ const targets = {
   rssMb: 120
 }
 
-type Kind = "leasehold" | "raw"
+/** The leasehold worker, the raw baseline, and (BENCH_FLOW_LIMITS) the leasehold worker on a queue with limits. */
+type Kind = "leasehold" | "raw" | "limited"
 
 const t0 = Date.now()
 const log = (text: string) => console.log(`[bench +${((Date.now() - t0) / 1000).toFixed(1)}s] ${text}`)
@@ -368,15 +396,32 @@ const query = <A extends object>(admin: Admin, text: string, params: ReadonlyArr
     return yield* sql.unsafe<A>(text, params)
   }))
 
-/** A fresh schema with leasehold's tables, holding `count` no-op messages on the bench queue. */
-const prepareSchema = async (admin: Admin, schema: string, count: number): Promise<number> => {
+/** The flow key of message i of `count` (BENCH_KEYS, BENCH_KEY_LAYOUT), or none. */
+const keyOf = (i: number, count: number): string | undefined => {
+  const keys = config.keys
+  if (keys <= 0) return undefined
+  const k = keyLayout === "spread" ? i % keys
+    : keyLayout === "random" ? (Math.imul(i + 1, 2654435761) >>> 0) % keys
+    : Math.min(keys - 1, Math.floor(i / Math.ceil(count / keys)))
+  return `k${k}`
+}
+
+/**
+ * A fresh schema with leasehold's tables, holding `count` no-op messages on the bench queue
+ * (keyed with BENCH_KEYS); `limits`: the queue's flow limits, set before the sends.
+ */
+const prepareSchema = async (admin: Admin, schema: string, count: number, limits?: FlowLimits): Promise<number> => {
   await query(admin, `DROP SCHEMA IF EXISTS ${schema} CASCADE`)
   const started = wallMs()
   await admin.runPromise(Effect.scoped(Effect.gen(function*() {
     const store = yield* PgQueueStore.make({ schema, leasePool: false })
+    if (limits !== undefined) yield* store.setLimits({ queue: QUEUE }, limits)
     const CHUNK = 5_000
     for (let from = 0; from < count; from += CHUNK) {
-      const batch = Array.from({ length: Math.min(CHUNK, count - from) }, (_, k) => ({ task: "noop", payload: { i: from + k } }))
+      const batch = Array.from({ length: Math.min(CHUNK, count - from) }, (_, k) => {
+        const key = keyOf(from + k, count)
+        return { task: "noop", payload: { i: from + k }, ...(key === undefined ? {} : { key }) }
+      })
       yield* store.send(QUEUE, batch)
     }
   })))
@@ -519,6 +564,7 @@ interface ThroughputResult {
 }
 
 const workerScript = (kind: Kind) => (kind === "raw" ? "raw-worker" : "leasehold-worker")
+const schemaTag = (kind: Kind) => (kind === "raw" ? "raw" : kind === "limited" ? "fl" : "lh")
 
 const workerEnvFor = (kind: Kind, url: string, schema: string, c: number, mode: "throughput" | "latency", expect: number) => {
   const common = { BENCH_SCHEMA: schema, BENCH_MODE: mode, BENCH_EXPECT: String(expect), BENCH_WARMUP: String(mode === "throughput" ? config.warmup : 0), BENCH_CONCURRENCY: String(c) }
@@ -534,14 +580,14 @@ const workerEnvFor = (kind: Kind, url: string, schema: string, c: number, mode: 
     }
 }
 
-const profileDir = () => join(config.logDir, "profile")
+const profileDir = (kind: Kind = "leasehold") => join(config.logDir, kind === "limited" ? "profile-limited" : "profile")
 
 const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, rep: number): Promise<ThroughputResult> => {
   const tag = `${kind}-c${c}-r${rep}`
-  const schema = `bench_${runId}_${kind === "raw" ? "raw" : "lh"}_c${c}_r${rep}`
-  const enqueueMs = await prepareSchema(admin, schema, perRun)
-  const profiled = config.cpuProf && kind === "leasehold" && rep === 1 && c === Math.max(...config.concurrencies)
-  const nodeArgs = profiled ? ["--cpu-prof", `--cpu-prof-dir=${profileDir()}`] : []
+  const schema = `bench_${runId}_${schemaTag(kind)}_c${c}_r${rep}`
+  const enqueueMs = await prepareSchema(admin, schema, perRun, kind === "limited" ? flowLimits : undefined)
+  const profiled = config.cpuProf && kind !== "raw" && rep === 1 && c === Math.max(...config.concurrencies)
+  const nodeArgs = profiled ? ["--cpu-prof", `--cpu-prof-dir=${profileDir(kind)}`] : []
   if (config.pgStats) await query(admin, "SELECT pg_stat_statements_reset()")
   const w = startProc(tag, workerScript(kind), workerEnvFor(kind, url, schema, c, "throughput", perRun), nodeArgs)
   try {
@@ -670,8 +716,8 @@ const redactUrl = (url: string): string => {
   }
 }
 
-const newestProfile = (): string | undefined => {
-  const dir = profileDir()
+const newestProfile = (kind: Kind): string | undefined => {
+  const dir = profileDir(kind)
   if (!existsSync(dir)) return undefined
   return readdirSync(dir)
     .filter((f) => f.endsWith(".cpuprofile"))
@@ -739,6 +785,10 @@ const main = async (): Promise<number> => {
           ? "every other setting the consumer's default"
           : `also ${Object.entries(leaseholdExtraEnv).map(([k, v]) => `${k}=${v}`).join(" ")}, the rest the consumer's default`),
       `raw worker: claim up to C rows FOR UPDATE SKIP LOCKED, run them, DELETE ... WHERE id = ANY(...)`,
+      config.keys > 0
+        ? `messages keyed: ${config.keys.toLocaleString("en-US")} keys, layout ${keyLayout}` +
+          (flowLimits === undefined ? "" : `; "limited" worker: the leasehold worker on a queue with limits ${JSON.stringify(flowLimits)}`)
+        : flowLimits === undefined ? "messages without keys" : `"limited" worker: limits ${JSON.stringify(flowLimits)}, messages without keys`,
       `workers${config.latency ? " and producer" : ""}: compiled JavaScript, as an application runs leasehold: src/ and bench/throughput/ built fresh by ` +
         `tsc -p bench/throughput/tsconfig.json at start (${(build.ms / 1000).toFixed(1)} s` +
         `${build.typeErrors > 0 ? `; ${build.typeErrors} type error(s), emitted anyway` : ""}) into ${relative(repoRoot, buildDir)}, ` +
@@ -766,6 +816,17 @@ const main = async (): Promise<number> => {
 
     // The table.
     const misses: Array<string> = []
+    const flowRows: Array<Array<string>> = [[
+      "C",
+      "limited msg/s",
+      "/ leasehold",
+      "/ baseline",
+      "cold: limited",
+      "/ leasehold",
+      "/ baseline",
+      "limited RSS",
+      "limited CPU"
+    ]]
     const rows: Array<Array<string>> = [["C", "leasehold msg/s", "baseline msg/s", "ratio", "cold: leasehold", "baseline", "ratio", "leasehold RSS", "leasehold CPU", "baseline RSS", "baseline CPU"]]
     for (const c of config.concurrencies) {
       const of = (kind: Kind) => results.filter((r) => r.kind === kind && r.c === c)
@@ -797,6 +858,22 @@ const main = async (): Promise<number> => {
       const lhHandled = of("leasehold").filter((r) => r.done === config.messages).map((r) => r.handled)
         .filter((h) => h !== undefined && h !== perRun)
       if (lhHandled.length > 0) console.log(`note: leasehold at C=${c} ran handlers ${lhHandled.join(", ")} times for ${perRun} messages (warm-up included)`)
+      if (flowLimits !== undefined) {
+        const fl = med("limited", (r) => r.rate)
+        const flCold = med("limited", (r) => r.coldRate)
+        const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? "-" : (a / b).toFixed(2))
+        flowRows.push([
+          String(c),
+          `${fmtRate(fl)}${partial("limited")}${of("limited").some((r) => r.profiled) ? " *" : ""}`,
+          ratio(fl, lh),
+          ratio(fl, raw),
+          fmtRate(flCold),
+          ratio(flCold, lhCold),
+          ratio(flCold, rawCold),
+          fmtMb(med("limited", (r) => r.rssKb)),
+          fmtPct(med("limited", (r) => r.cpuShare))
+        ])
+      }
     }
     console.log("")
     console.log(
@@ -804,6 +881,11 @@ const main = async (): Promise<number> => {
         `cold: all ${perRun.toLocaleString("en-US")} from the first handler start; ${config.reps > 1 ? `median of ${config.reps}` : "one run each"})`
     )
     console.log(table(rows))
+    if (flowLimits !== undefined) {
+      console.log("")
+      console.log(`with flow limits ${JSON.stringify(flowLimits)} (the same keyed messages; ratios to the unlimited leasehold worker and to the baseline of this run)`)
+      console.log(table(flowRows))
+    }
     for (const r of results.filter((r) => r.done < config.messages)) {
       console.log(`+ ${r.kind} at C=${r.c}: the ${formatBudget()} budget ran out with ${r.done.toLocaleString("en-US")} of ${config.messages.toLocaleString("en-US")} messages acked; the rate is theirs`)
     }
@@ -863,11 +945,13 @@ const main = async (): Promise<number> => {
     }
 
     const failures = latencies.filter((l) => l.values.length < l.expected).map((l) => `${l.kind}: ${l.values.length}/${l.expected} latency samples`)
-    const profile = config.cpuProf ? newestProfile() : undefined
-    if (profile !== undefined) {
-      console.log("")
-      console.log(`leasehold worker at C=${Math.max(...config.concurrencies)}, ${profile}`)
-      console.log(formatProfile(hottest(profile, 10)))
+    for (const kind of ["leasehold", "limited"] as const) {
+      const profile = config.cpuProf ? newestProfile(kind) : undefined
+      if (profile !== undefined) {
+        console.log("")
+        console.log(`${kind === "limited" ? "limited " : ""}leasehold worker at C=${Math.max(...config.concurrencies)}, ${profile}`)
+        console.log(formatProfile(hottest(profile, 10)))
+      }
     }
 
     console.log("")
