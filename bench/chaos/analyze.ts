@@ -610,8 +610,8 @@ export interface RateCheck {
   readonly limit: FlowRate
   /** The most starts in any window of the period (of the busiest scope), on the claims' recorded times (`leased_at`). */
   readonly maxRecorded: number
-  /** Windows over the count on the recorded times: scope, the window's last start, its starts. */
-  readonly over: ReadonlyArray<{ readonly scope: string; readonly at: number; readonly starts: number }>
+  /** Windows over the count on the recorded times: scope, the window's last start, its starts, the claims in it. */
+  readonly over: ReadonlyArray<{ readonly scope: string; readonly at: number; readonly starts: number; readonly claims: ReadonlyArray<LeaseRecord> }>
   /** The same on `clock_timestamp()` in the claim statement (informative). */
   readonly maxClock: number
   /** The same on the ledger's handler starts (informative: a handler starts after its claim committed). */
@@ -721,12 +721,16 @@ const rateCheck = (
   let maxClock = 0
   let maxLedger = 0
   let scopesAtLimit = 0
-  const over: Array<{ scope: string; at: number; starts: number }> = []
+  const over: Array<{ scope: string; at: number; starts: number; claims: ReadonlyArray<LeaseRecord> }> = []
   for (const [scope, list] of leasesBy) {
     const recorded = windowCounts(list.map((l) => l.leasedMs), limit.periodMs, limit.count)
     maxRecorded = Math.max(maxRecorded, recorded.max)
     if (recorded.max >= limit.count) scopesAtLimit++
-    over.push(...recorded.over.map((o) => ({ scope, ...o })))
+    over.push(...recorded.over.map((o) => ({
+      scope,
+      ...o,
+      claims: list.filter((l) => l.leasedMs > o.at - limit.periodMs && l.leasedMs <= o.at).sort((a, b) => a.claimedMs - b.claimedMs)
+    })))
     maxClock = Math.max(maxClock, windowCounts(list.map((l) => l.claimedMs), limit.periodMs, limit.count).max)
   }
   for (const list of execsBy.values()) {
