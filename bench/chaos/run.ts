@@ -20,7 +20,7 @@
  *
  *   npm run chaos -- --pooler transaction    the same through PgBouncer (or --pooler session)
  *
- *   npm run chaos -- --flow          the same with flow limits on the queue (full: 20,000 messages)
+ *   npm run chaos -- --flow          the same with flow limits on the queue (full: 10,000 messages)
  *   node bench/chaos/run.ts --ci --flow   its short form (1,000 messages), also run by chaos:ci
  *
  * sends every message with a key (CHAOS_FLOW_KEYS keys, default 100 short / 200 full, sizes
@@ -80,7 +80,7 @@ if (pooler !== undefined && pooler !== "transaction" && pooler !== "session") {
   process.exit(2)
 }
 const profile = flowRun
-  ? (ci ? { messages: 1_000, rate: 100, drainTimeoutMs: 60_000 } : { messages: 20_000, rate: 250, drainTimeoutMs: 300_000 })
+  ? (ci ? { messages: 1_000, rate: 100, drainTimeoutMs: 60_000 } : { messages: 10_000, rate: 150, drainTimeoutMs: 300_000 })
   : ci
   ? { messages: 1_000, rate: 75, drainTimeoutMs: 40_000 }
   : { messages: 20_000, rate: 250, drainTimeoutMs: 240_000 }
@@ -95,15 +95,16 @@ const envRate = (name: string, fallback: FlowRate): FlowRate => {
 }
 
 /**
- * The limits of a flow run, chosen to bind: the short run sends 100/s against 300 starts per 5 s
- * (60/s), the full one 250/s against 1,000 per 5 s (200/s); the biggest keys get more than their
- * key rate and key concurrency would let through, and the 2 s messages (and the slots of killed
- * workers, held until the reaper frees them) fill the queue's concurrency.
+ * The limits of a flow run, chosen to bind: the short run sends 100/s against 120 starts per 5 s
+ * (24/s), the full one (10,000 messages: 20,000 would take long under the rate) 150/s against 500
+ * per 5 s (100/s); the biggest keys get more than their key rate and key concurrency let through,
+ * and the 2 s messages (and the slots of killed workers, held until the reaper frees them) fill
+ * the queue's concurrency.
  */
 const flowLimits = {
   concurrency: envInt("CHAOS_FLOW_CONCURRENCY", ci ? 16 : 24),
   keyConcurrency: envInt("CHAOS_KEY_CONCURRENCY", 2),
-  rate: envRate("CHAOS_FLOW_RATE", ci ? { count: 200, periodMs: 5_000 } : { count: 1_000, periodMs: 5_000 }),
+  rate: envRate("CHAOS_FLOW_RATE", ci ? { count: 120, periodMs: 5_000 } : { count: 500, periodMs: 5_000 }),
   keyRate: envRate("CHAOS_KEY_RATE", ci ? { count: 5, periodMs: 1_000 } : { count: 10, periodMs: 1_000 })
 }
 const flowKeys = envInt("CHAOS_FLOW_KEYS", ci ? 100 : 200)
