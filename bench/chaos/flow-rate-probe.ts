@@ -10,6 +10,16 @@
  *   node bench/chaos/flow-rate-probe.ts
  *
  * Prints both maxima and the worst window on the clock; exits 0 (a measurement, not a test).
+ *
+ *   node bench/chaos/flow-rate-probe.ts --prune
+ *
+ * The same stale time, step by step, with a rate of 2 per second: claims A and B; one second
+ * later claim X's transaction begins (its `now()` puts A and B in its window) and, before X
+ * claims, claim Y, a little later, prunes A and B from the stored window (they are out of Y's);
+ * X then counts only Y and claims: A, B and X are 3 starts in X's window on the recorded times.
+ * X runs in a transaction of the caller's (the store's claim takes a savepoint there): the
+ * deterministic form of a claim that began, then waited on the claim lock behind a claim that
+ * began after it.
  */
 import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
@@ -30,6 +40,46 @@ const everyMs = envInt("PROBE_EVERY_MS", 700)
 const runMs = envInt("PROBE_RUN_MS", 8_000)
 const keyed = process.env["PROBE_KEY_RATE"] === "1"
 
+/** The --prune steps (see the header), with a period of 2 s: enough room for a loaded machine. */
+const prune = async (
+  runtime: ManagedRuntime.ManagedRuntime<SqlClient.SqlClient | QueueStore, unknown>,
+  store: QueueStore["Service"],
+  db: Awaited<ReturnType<typeof openDb>>
+) => {
+  const P = 2_000
+  await runtime.runPromise(store.setLimits({ queue: QUEUE }, { rate: { count: 2, periodMs: P } }))
+  await runtime.runPromise(store.send(QUEUE, Array.from({ length: 10 }, (_, n) => ({ task: "t", payload: { n } }))))
+  const claim = (consumer: string) => store.claim(QUEUE, { consumer, limit: 1, lease: "60 seconds" })
+  const a = await runtime.runPromise(claim("A"))
+  const b = await runtime.runPromise(claim("B"))
+  const [aRec, bRec] = (await readLeases(db, SCHEMA)).map((l) => l.leasedMs)
+  // X begins before A leaves the window (its now() keeps A and B in), then waits for Y.
+  await sleep(aRec! + P - 300 - Date.now())
+  let yDone!: () => void
+  const afterY = new Promise<void>((r) => (yDone = r))
+  const x = runtime.runPromise(Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql.withTransaction(Effect.gen(function*() {
+      yield* sql`SELECT now()`
+      yield* Effect.promise(() => afterY)
+      return yield* claim("X")
+    }))
+  ))
+  // Y begins after B left the window: it prunes A and B.
+  await sleep(bRec! + P + 100 - Date.now())
+  const y = await runtime.runPromise(claim("Y"))
+  yDone()
+  const xs = await x
+  const leases = await readLeases(db, SCHEMA)
+  const t0 = leases[0]!.leasedMs
+  console.log(`flow rate probe --prune: rate 2/${P} ms; claimed A ${a.length}, B ${b.length}, Y ${y.length}, X ${xs.length}`)
+  for (const l of leases) {
+    console.log(`  ${l.consumer}: recorded (leased_at) +${(l.leasedMs - t0).toFixed(1)} ms, claim statement +${(l.claimedMs - t0).toFixed(1)} ms`)
+  }
+  const recorded = windowCounts(leases.map((l) => l.leasedMs), P, 2)
+  const clock = windowCounts(leases.map((l) => l.claimedMs), P, 2)
+  console.log(`most claims in a ${P} ms window: recorded (leased_at) ${recorded.max}, claim statement's clock ${clock.max} (count 2)`)
+}
+
 const main = async () => {
   const server = await startPostgres({ forTests: true })
   try {
@@ -40,6 +90,12 @@ const main = async () => {
     const store = await runtime.runPromise(Effect.gen(function*() {
       return yield* QueueStore
     }))
+    if (process.argv.includes("--prune")) {
+      await prune(runtime, store, db)
+      await runtime.dispose()
+      await db.dispose()
+      return
+    }
     const rate = { count, periodMs }
     await runtime.runPromise(store.setLimits({ queue: QUEUE }, keyed ? { keyRate: rate } : { rate }))
     const messages = Math.ceil((runMs / periodMs) * count * 2 + 100)
