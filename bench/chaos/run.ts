@@ -20,7 +20,7 @@
  *
  *   npm run chaos -- --pooler transaction    the same through PgBouncer (or --pooler session)
  *
- *   npm run chaos -- --flow          the same with flow limits on the queue (full: 10,000 messages)
+ *   npm run chaos -- --flow          the same with flow limits on the queue (full: 5,000 messages)
  *   node bench/chaos/run.ts --ci --flow   its short form (1,000 messages), also run by chaos:ci
  *
  * sends every message with a key (CHAOS_FLOW_KEYS keys, default 100 short / 200 full, sizes
@@ -80,7 +80,7 @@ if (pooler !== undefined && pooler !== "transaction" && pooler !== "session") {
   process.exit(2)
 }
 const profile = flowRun
-  ? (ci ? { messages: 1_000, rate: 100, drainTimeoutMs: 60_000 } : { messages: 10_000, rate: 150, drainTimeoutMs: 300_000 })
+  ? (ci ? { messages: 1_000, rate: 100, drainTimeoutMs: 60_000 } : { messages: 5_000, rate: 100, drainTimeoutMs: 300_000 })
   : ci
   ? { messages: 1_000, rate: 75, drainTimeoutMs: 40_000 }
   : { messages: 20_000, rate: 250, drainTimeoutMs: 240_000 }
@@ -96,15 +96,15 @@ const envRate = (name: string, fallback: FlowRate): FlowRate => {
 
 /**
  * The limits of a flow run, chosen to bind: the short run sends 100/s against 120 starts per 5 s
- * (24/s), the full one (10,000 messages: 20,000 would take long under the rate) 150/s against 500
- * per 5 s (100/s); the biggest keys get more than their key rate and key concurrency let through,
+ * (24/s), the full one (5,000 messages: 20,000 would take long under the rate) 100/s against 250
+ * per 5 s (50/s); the biggest keys get more than their key rate and key concurrency let through,
  * and the 2 s messages (and the slots of killed workers, held until the reaper frees them) fill
  * the queue's concurrency.
  */
 const flowLimits = {
-  concurrency: envInt("CHAOS_FLOW_CONCURRENCY", ci ? 16 : 24),
+  concurrency: envInt("CHAOS_FLOW_CONCURRENCY", ci ? 16 : 32),
   keyConcurrency: envInt("CHAOS_KEY_CONCURRENCY", 2),
-  rate: envRate("CHAOS_FLOW_RATE", ci ? { count: 120, periodMs: 5_000 } : { count: 500, periodMs: 5_000 }),
+  rate: envRate("CHAOS_FLOW_RATE", ci ? { count: 120, periodMs: 5_000 } : { count: 250, periodMs: 5_000 }),
   keyRate: envRate("CHAOS_KEY_RATE", ci ? { count: 5, periodMs: 1_000 } : { count: 10, periodMs: 1_000 })
 }
 const flowKeys = envInt("CHAOS_FLOW_KEYS", ci ? 100 : 200)
@@ -675,7 +675,7 @@ const flowRows = (
     rows.push(
       [`${label} ${formatRate(r.limit)}: claims in a sliding window, max (leased_at)`, reached(r.maxRecorded, r.limit.count), check(r.over.length === 0, `${label}: ${r.over.length} windows above ${r.limit.count} claims on the recorded claim times (max ${r.maxRecorded})`)],
       ...(perKey ? [[`  keys that reached the count`, String(r.scopesAtLimit), ""]] : []),
-      [`  same on the claim statement's clock`, String(r.maxClock), "shown, not judged"],
+      [`  same on the claim statement's clock`, String(r.maxClock), r.maxClock > r.limit.count ? "above the count: claims are recorded at their transaction's start (docs/benchmarks.md)" : "shown, not judged"],
       [`  same on the ledger's handler starts`, String(r.maxLedger), "shown, not judged"]
     )
   }
