@@ -127,7 +127,7 @@ const main = async () => {
     const recorded = windowCounts(leases.map((l) => l.leasedMs), periodMs, count)
     const clock = windowCounts(leases.map((l) => l.claimedMs), periodMs, count)
     const waits = leases.map((l) => l.claimedMs - l.leasedMs).sort((a, b) => a - b)
-    console.log(`claims: ${leases.length}; claim statement after its transaction began: median ${waits[Math.floor(waits.length / 2)]?.toFixed(1)} ms, max ${waits[waits.length - 1]?.toFixed(1)} ms`)
+    console.log(`claims: ${leases.length}; claim statement's clock after the recorded start: median ${waits[Math.floor(waits.length / 2)]?.toFixed(1)} ms, max ${waits[waits.length - 1]?.toFixed(1)} ms`)
     console.log(`most claims in a ${periodMs} ms window on the recorded starts (leased_at): ${recorded.max} (count ${count}; ${recorded.over.length} windows over)`)
     console.log(`most claims in a ${periodMs} ms window on the claim statement's clock:      ${clock.max} (count ${count}; ${clock.over.length} windows over)`)
     const worst = clock.over.sort((a, b) => b.starts - a.starts)[0]
