@@ -1,7 +1,8 @@
 /**
- * A probe of the rate limit's clock (found by the flow chaos run, run.ts --flow): a limited claim
- * records its start at `now()`, the start of its transaction, which is before it waited on the
- * queue's claim lock. This makes claims wait on the lock on purpose (another session holds the
+ * A probe of the rate limit's clock (found by the flow chaos run, run.ts --flow): before 0f8352a a
+ * limited claim recorded its start at `now()`, the start of its transaction, which is before it
+ * waited on the queue's claim lock; it now records the time of its claim statement, which runs
+ * once the lock is held. This makes claims wait on the lock on purpose (another session holds the
  * lock for `PROBE_HOLD_MS` every `PROBE_EVERY_MS`) while `PROBE_CLAIMERS` claimers take one
  * message at a time from a queue with `rate: { count: PROBE_COUNT, periodMs: PROBE_PERIOD_MS }`,
  * and counts, with the lease recorder of the chaos run (lib.ts), the claims in every sliding window

@@ -675,7 +675,7 @@ const flowRows = (
     rows.push(
       [`${label} ${formatRate(r.limit)}: claims in a sliding window, max (leased_at)`, reached(r.maxRecorded, r.limit.count), check(r.over.length === 0, `${label}: ${r.over.length} windows above ${r.limit.count} claims on the recorded claim times (max ${r.maxRecorded})`)],
       ...(perKey ? [[`  keys that reached the count`, String(r.scopesAtLimit), ""]] : []),
-      [`  same on the claim statement's clock`, String(r.maxClock), r.maxClock > r.limit.count ? "above the count: claims are recorded at their transaction's start (docs/benchmarks.md)" : "shown, not judged"],
+      [`  same on the claim statement's clock`, String(r.maxClock), r.maxClock > r.limit.count ? "shown, not judged: above the count (bench/README.md)" : "shown, not judged"],
       [`  same on the ledger's handler starts`, String(r.maxLedger), "shown, not judged"]
     )
   }
