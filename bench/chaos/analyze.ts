@@ -626,8 +626,8 @@ export interface FlowAnalysis {
   readonly redeliveryClaims: number
   /** Leases never ended by the end of the run. */
   readonly leasesOpen: number
-  /** Executions matched to no recorded lease of their message and worker. */
-  readonly unmatched: number
+  /** Executions matched to no recorded lease of their message and worker (claimed at or before their start). */
+  readonly unmatched: ReadonlyArray<Execution>
   readonly keys: number
   readonly keyConcurrency: ConcurrencyCheck | undefined
   readonly concurrency: ConcurrencyCheck | undefined
@@ -758,17 +758,18 @@ const rateCheck = (
 export const analyzeFlow = (flow: FlowInput, perMessage: ReadonlyMap<number, ReadonlyArray<Execution>>): FlowAnalysis => {
   const { limits } = flow
   const leasesOf = groupBy(flow.leases, (l) => l.messageId)
-  let unmatched = 0
+  const unmatched: Array<Execution> = []
   const leaseOf = new Map<Execution, LeaseRecord>()
   for (const list of perMessage.values()) {
     for (const e of list) {
-      const candidates = (leasesOf.get(e.messageId) ?? []).filter((l) => l.claimedMs <= e.startedMs)
+      // The ledger's start is a whole millisecond (Date.now() in the worker), the claim's clock a microsecond one.
+      const candidates = (leasesOf.get(e.messageId) ?? []).filter((l) => Math.floor(l.claimedMs) <= e.startedMs)
       const mine = candidates.filter((l) => l.consumer === e.consumer)
       const lease = (mine.length > 0 ? mine : candidates).reduce<LeaseRecord | undefined>(
         (best, l) => (best === undefined || l.claimedMs > best.claimedMs ? l : best),
         undefined
       )
-      if (lease === undefined || mine.length === 0) unmatched++
+      if (lease === undefined || mine.length === 0) unmatched.push(e)
       if (lease !== undefined) leaseOf.set(e, lease)
     }
   }

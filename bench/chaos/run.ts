@@ -49,6 +49,7 @@ import { analyze, type BackendTermination, finishBound, type FlowAnalysis, flowE
 import {
   closeLogs,
   createLeaseRecorder,
+  type LeaseRecord,
   createLedger,
   type Db,
   envInt,
@@ -467,6 +468,7 @@ const main = async (): Promise<number> => {
 
     // ---- checks ----------------------------------------------------------------------------
     const ledger = await readLedger(database, SCHEMA)
+    const flowLeases = flowRun ? await readLeases(database, SCHEMA) : []
     const remaining = await database.queryRetrying<{ n: number; state: string }>(
       `SELECT (payload->>'n')::int AS n, state FROM ${SCHEMA}.messages`
     )
@@ -493,7 +495,7 @@ const main = async (): Promise<number> => {
       terminations: terminated,
       origin: t0,
       poisoned,
-      flow: flowRun ? { limits: flowLimits, keyOf, leases: await readLeases(database, SCHEMA) } : undefined
+      flow: flowRun ? { limits: flowLimits, keyOf, leases: flowLeases } : undefined
     })
     // Poison: each dead letter with a readable reason (the NUL shown as the escape \u0000), each unstorable result marked.
     const poisonDeadReadable = await database.queryRetrying<{ n: number }>(
@@ -604,7 +606,7 @@ const main = async (): Promise<number> => {
         )
       }
     }
-    if (result.flow !== undefined) printFlowDetails(result.flow)
+    if (result.flow !== undefined) printFlowDetails(result.flow, flowLeases)
     if (result.logs.length > 0) {
       console.log("\njudged worker log lines (first 10 unexplained, then first 5 explained):")
       const shown = [...result.logs.filter((x) => !x.explained).slice(0, 10), ...result.logs.filter((x) => x.explained).slice(0, 5)]
@@ -655,7 +657,7 @@ const flowRows = (
     ["flow: keys (messages of the biggest / median key)", `${sizes.size} (${sorted[0] ?? 0} / ${sorted[Math.floor(sorted.length / 2)] ?? 0})`, ""],
     ["flow: claims the database recorded (leases)", `${f.claims} (${f.redeliveryClaims} redeliveries)`, ""],
     ["  leases still open after the drain", String(f.leasesOpen), check(f.leasesOpen === 0, `${f.leasesOpen} leases never ended`)],
-    ["  executions matched to no lease of their worker", String(f.unmatched), check(f.unmatched === 0, `${f.unmatched} executions with no recorded lease of their worker`)]
+    ["  executions matched to no lease of their worker", String(f.unmatched.length), check(f.unmatched.length === 0, `${f.unmatched.length} executions with no recorded lease of their worker (see below)`)]
   ]
   const concurrency = (label: string, c: FlowAnalysis["concurrency"], l: FlowAnalysis["leases"], perKey: boolean) => {
     if (c === undefined || l === undefined) return
@@ -684,8 +686,17 @@ const flowRows = (
   return rows
 }
 
-const printFlowDetails = (f: FlowAnalysis) => {
+const printFlowDetails = (f: FlowAnalysis, leases: ReadonlyArray<LeaseRecord>) => {
   const rel = (t: number) => `${Math.round(t - t0)} ms`
+  if (f.unmatched.length > 0) {
+    console.log("\nexecutions matched to no lease of their worker (first 5), with the leases of their message:")
+    for (const e of f.unmatched.slice(0, 5)) {
+      console.log(`  n=${e.n} (message ${e.messageId}) on ${e.consumer} started ${(e.startedMs - t0).toFixed(3)} ms`)
+      for (const l of leases.filter((l) => l.messageId === e.messageId)) {
+        console.log(`      lease of ${l.consumer ?? "?"} attempt ${l.attempt}: claimed ${(l.claimedMs - t0).toFixed(3)} ms, ended ${l.endedMs === null ? "-" : (l.endedMs - t0).toFixed(3)} ms`)
+      }
+    }
+  }
   for (const [label, c] of [["per key", f.keyConcurrency], ["queue", f.concurrency]] as const) {
     if (c === undefined) continue
     const shown = [...c.unexplained.slice(0, 5), ...c.explained.slice(0, 3)]
