@@ -210,3 +210,34 @@ layer(storeLayer({ maxConnections: 12 }), { timeout: 60_000 })("flow claim on Po
       assert.deepStrictEqual(yield* rowsOf, [["live", "weighted"], []], "day-old windows go; a key with a live message stays")
     }))
 })
+
+layer(storeLayer({ clock: "database", maxConnections: 4 }), { timeout: 60_000 })("flow claim on the database clock", (it) => {
+  // Found by the flow chaos run (bench/chaos/run.ts --flow): a claim recorded its start at its
+  // transaction's start, before it waited on the queue's claim lock.
+  it.effect("a claim records its start when it holds the claim lock: one that began first but claims second starts later", () =>
+    TestClock.withLive(Effect.gen(function*() {
+      const store = yield* QueueStore
+      const sql = yield* SqlClient.SqlClient
+      yield* store.setLimits({ queue: "lk" }, { rate: { count: 2, periodMs: 2_000 } })
+      yield* store.send("lk", [{ task: "t", payload: 1 }, { task: "t", payload: 2 }])
+      const claim = (consumer: string) => store.claim("lk", { lease: "30 seconds", limit: 1, consumer })
+      // X's transaction begins first (its now() is fixed); Y claims 100 ms later; then X claims.
+      let yDone!: () => void
+      const afterY = new Promise<void>((resolve) => (yDone = resolve))
+      const x = yield* Effect.forkChild(sql.withTransaction(Effect.gen(function*() {
+        yield* sql`SELECT now()`
+        yield* Effect.promise(() => afterY)
+        return yield* claim("x")
+      })))
+      yield* Effect.sleep("100 millis")
+      const y = yield* claim("y")
+      yDone()
+      const xs = yield* Fiber.join(x)
+      assert.lengthOf(y, 1)
+      assert.lengthOf(xs, 1)
+      const rows = yield* sql<{ leased_by: string; ms: number }>`
+        SELECT leased_by, extract(epoch FROM leased_at)::float8 * 1000 AS ms FROM ${sql(`${(yield* StoreSettings).schema}.messages`)}
+        WHERE queue = 'lk' ORDER BY leased_at`
+      assert.deepStrictEqual(rows.map((r) => r.leased_by), ["y", "x"], "starts recorded in the order the claims took the lock")
+    })))
+})

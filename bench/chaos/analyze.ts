@@ -24,7 +24,7 @@
  *   after the ack bound cannot be why the message ran again: its ack had
  *   landed or had been given up long before.
  */
-import type { JournalEvent, LedgerRow, LogEvent, LogKind } from "./lib.ts"
+import type { JournalEvent, LeaseRecord, LedgerRow, LogEvent, LogKind } from "./lib.ts"
 
 /** worker.ts bounds the ledger write of an interruption by 1.5 s; the handler returns after it. */
 export const INTERRUPTED_WRITE_BOUND_MS = 1_500
@@ -79,6 +79,8 @@ export interface AnalysisInput {
   readonly origin?: number | undefined
   /** Messages whose every run fails on purpose (poison, CHAOS_POISON): expected in dead letters, not completed. */
   readonly poisoned?: ReadonlySet<number> | undefined
+  /** A flow run (run.ts --flow): the limits set, each message's key, the leases the database recorded. */
+  readonly flow?: FlowInput | undefined
 }
 
 export interface Execution {
@@ -100,6 +102,10 @@ export interface Execution {
   doneMs: number | undefined
   /** A poisoned run failed on purpose at this time (its handler returned the failure). */
   poisonFailedMs?: number | undefined
+  /** An interrupted handler's finalizer was done at this time (journal `interrupt-returned`): the handler returned. */
+  interruptReturnedMs?: number | undefined
+  /** The end write was given up at this time (journal `end-write-failed`): the handler returned the failure. */
+  endWriteGaveUpMs?: number | undefined
 }
 
 /** When the handler of an execution returned (see the header); undefined: it never did (cut short, or unknown). */
@@ -192,6 +198,8 @@ export interface Analysis {
   readonly logs: ReadonlyArray<JudgedLog>
   readonly unexplainedLogs: Record<LogKind, number>
   readonly explainedLogs: Record<LogKind, number>
+  /** The flow checks (a flow run only). */
+  readonly flow: FlowAnalysis | undefined
 }
 
 /** The end of an execution as far as overlap goes: work finished, interrupted, or holder killed. Infinity: unknown. */
@@ -252,9 +260,17 @@ export const analyze = (input: AnalysisInput): Analysis => {
   }
   for (const j of input.journal) {
     if (j.ev === "abandoned") continue
+    if (j.ev === "interrupt-returned") {
+      const known = byExec.get(j.exec)
+      if (known !== undefined) known.interruptReturnedMs = j.at
+      continue
+    }
     const e = ensure({ exec: j.exec, n: j.n, messageId: j.id, consumer: j.consumer, pid: j.pid, startedMs: j.startedMs })
     if (j.ev === "interrupted") e.interruptedMs = Math.min(e.interruptedMs ?? Infinity, j.at)
-    if (j.ev === "end-write-failed") e.endWriteFailedMs = j.endedMs ?? j.at
+    if (j.ev === "end-write-failed") {
+      e.endWriteFailedMs = j.endedMs ?? j.at
+      e.endWriteGaveUpMs = j.at
+    }
     if (j.ev === "poison-failed") e.poisonFailedMs = j.at
   }
 
@@ -399,7 +415,8 @@ export const analyze = (input: AnalysisInput): Analysis => {
     killsWithWork: killsWithWork.size,
     logs,
     explainedLogs,
-    unexplainedLogs
+    unexplainedLogs,
+    flow: input.flow === undefined ? undefined : analyzeFlow(input.flow, perMessage)
   }
 }
 
@@ -508,4 +525,303 @@ const judgeLogs = (
     logs.push({ event, execution: verdict.execution, explained: verdict.explained, why: verdict.why })
   }
   return { logs, explainedLogs, unexplainedLogs }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flow limits (run.ts --flow)
+// ---------------------------------------------------------------------------------------------
+
+export interface FlowRate {
+  readonly count: number
+  readonly periodMs: number
+}
+
+/** The limits a flow run set on its queue (the queue level: no task limits). */
+export interface FlowLimitsSet {
+  readonly concurrency?: number | undefined
+  readonly keyConcurrency?: number | undefined
+  readonly rate?: FlowRate | undefined
+  readonly keyRate?: FlowRate | undefined
+}
+
+export interface FlowInput {
+  readonly limits: FlowLimitsSet
+  /** The key message n was sent with (every message of a flow run has one). */
+  readonly keyOf: (n: number) => string
+  /** Every lease the database gave, with its end (lib.ts, createLeaseRecorder). */
+  readonly leases: ReadonlyArray<LeaseRecord>
+}
+
+/**
+ * The end of an execution for the flow checks: when its handler returned (the ledger end write
+ * committed, the interrupted handler's finalizer done, the end write given up, the poisoned
+ * failure), or when its process was SIGKILLed (nothing runs after that), whichever came first.
+ * An interruption without its `interrupt-returned` line counts up to its bound
+ * (INTERRUPTED_WRITE_BOUND_MS). Infinity: never ended as far as the records go.
+ */
+export const flowEnd = (e: Execution): number =>
+  Math.min(
+    e.okMs === undefined ? Infinity : Math.max(e.okMs, e.doneMs ?? e.okMs),
+    e.interruptedMs === undefined ? Infinity : e.interruptReturnedMs ?? e.interruptedMs + INTERRUPTED_WRITE_BOUND_MS,
+    e.endWriteGaveUpMs ?? e.endWriteFailedMs ?? Infinity,
+    e.poisonFailedMs ?? Infinity,
+    e.killedMs ?? Infinity
+  )
+
+/** When a recorded lease stopped counting as a slot: ended by a write, or expired before that. */
+export const leaseEnd = (l: LeaseRecord): number => Math.min(l.endedMs ?? Infinity, l.expiresMs ?? Infinity)
+
+/** One instant (an execution's start) at which more executions of a scope ran than its limit. */
+export interface FlowExcess {
+  /** `queue`, or the key. */
+  readonly scope: string
+  readonly at: number
+  readonly inFlight: number
+  readonly limit: number
+  /** The executions in flight then whose lease the database had already ended (lost, reaped, expired). */
+  readonly pastLease: ReadonlyArray<Execution>
+  /** Explained: without the executions past their lease, all being interrupted, the scope was within its limit. */
+  readonly explained: boolean
+  readonly why: string
+}
+
+export interface ConcurrencyCheck {
+  readonly limit: number
+  /** Executions in flight at once at the busiest instant (of the busiest scope), as the ledger shows them. */
+  readonly maxObserved: number
+  /** The same, counting only executions whose lease was live (the database's record): what the limit counts. */
+  readonly maxWithinLease: number
+  /** Scopes (keys) whose executions reached the limit at some instant. */
+  readonly scopesAtLimit: number
+  readonly scopes: number
+  readonly explained: ReadonlyArray<FlowExcess>
+  readonly unexplained: ReadonlyArray<FlowExcess>
+}
+
+export interface LeaseCheck {
+  readonly limit: number
+  /** Live leases at once (of the busiest scope), from the database's own record. */
+  readonly max: number
+  /** Instants (lease starts) at which a scope held more live leases than its limit. */
+  readonly over: ReadonlyArray<{ readonly scope: string; readonly at: number; readonly live: number }>
+}
+
+export interface RateCheck {
+  readonly limit: FlowRate
+  /** The most starts in any window of the period (of the busiest scope), on the claims' recorded times (`leased_at`). */
+  readonly maxRecorded: number
+  /** Windows over the count on the recorded times: scope, the window's last start, its starts, the claims in it. */
+  readonly over: ReadonlyArray<{ readonly scope: string; readonly at: number; readonly starts: number; readonly claims: ReadonlyArray<LeaseRecord> }>
+  /** The same on `clock_timestamp()` in the claim statement (informative). */
+  readonly maxClock: number
+  /** The same on the ledger's handler starts (informative: a handler starts after its claim committed). */
+  readonly maxLedger: number
+  /** Scopes whose recorded windows reached the count. */
+  readonly scopesAtLimit: number
+}
+
+export interface FlowAnalysis {
+  /** Leases recorded (claims), and how many of them were redeliveries (attempt > 1). */
+  readonly claims: number
+  readonly redeliveryClaims: number
+  /** Leases never ended by the end of the run. */
+  readonly leasesOpen: number
+  /** Executions matched to no recorded lease of their message and worker (claimed at or before their start). */
+  readonly unmatched: ReadonlyArray<Execution>
+  readonly keys: number
+  readonly keyConcurrency: ConcurrencyCheck | undefined
+  readonly concurrency: ConcurrencyCheck | undefined
+  readonly keyLeases: LeaseCheck | undefined
+  readonly leases: LeaseCheck | undefined
+  readonly rate: RateCheck | undefined
+  readonly keyRate: RateCheck | undefined
+}
+
+/** Sweep one scope's executions in start order; at each start, what is in flight. */
+const sweepExecutions = (
+  scope: string,
+  list: ReadonlyArray<Execution>,
+  limit: number,
+  leaseEndOf: (e: Execution) => number
+) => {
+  const sorted = [...list].sort((a, b) => a.startedMs - b.startedMs)
+  let active: Array<Execution> = []
+  let maxObserved = 0
+  let maxWithinLease = 0
+  const explained: Array<FlowExcess> = []
+  const unexplained: Array<FlowExcess> = []
+  for (const e of sorted) {
+    const t = e.startedMs
+    active = active.filter((x) => flowEnd(x) > t)
+    active.push(e)
+    const pastLease = active.filter((x) => leaseEndOf(x) <= t)
+    const within = active.length - pastLease.length
+    maxObserved = Math.max(maxObserved, active.length)
+    maxWithinLease = Math.max(maxWithinLease, within)
+    if (active.length <= limit) continue
+    const interrupted = pastLease.filter((x) => x.interruptedMs !== undefined)
+    const ok = within <= limit && interrupted.length === pastLease.length
+    const why = within > limit
+      ? `${within} executions with a live lease, limit ${limit}`
+      : `${pastLease.length} past their lease, ${pastLease.length - interrupted.length} of them not interrupted`
+    ;(ok ? explained : unexplained).push({ scope, at: t, inFlight: active.length, limit, pastLease, explained: ok, why: ok ? "past their lease, being interrupted" : why })
+  }
+  return { maxObserved, maxWithinLease, explained, unexplained }
+}
+
+/** Max live leases of one scope at once, checked at every lease start: [claimed_ms, leaseEnd). */
+const sweepLeases = (scope: string, list: ReadonlyArray<LeaseRecord>, limit: number) => {
+  const sorted = [...list].sort((a, b) => a.claimedMs - b.claimedMs)
+  let active: Array<LeaseRecord> = []
+  let max = 0
+  const over: Array<{ scope: string; at: number; live: number }> = []
+  for (const l of sorted) {
+    active = active.filter((x) => leaseEnd(x) > l.claimedMs)
+    active.push(l)
+    max = Math.max(max, active.length)
+    if (active.length > limit) over.push({ scope, at: l.claimedMs, live: active.length })
+  }
+  return { max, over }
+}
+
+/** The most starts in any window (t - period, t] of sorted times, and the windows over `count`. */
+export const windowCounts = (times: ReadonlyArray<number>, periodMs: number, count: number) => {
+  const s = [...times].sort((a, b) => a - b)
+  let max = 0
+  const over: Array<{ at: number; starts: number }> = []
+  let lo = 0
+  for (let j = 0; j < s.length; j++) {
+    if (j + 1 < s.length && s[j + 1] === s[j]) continue // the last of equal times closes the window
+    while (s[lo]! <= s[j]! - periodMs) lo++
+    const n = j - lo + 1
+    max = Math.max(max, n)
+    if (n > count) over.push({ at: s[j]!, starts: n })
+  }
+  return { max, over }
+}
+
+const groupBy = <A>(items: ReadonlyArray<A>, key: (a: A) => string | null): Map<string, Array<A>> => {
+  const map = new Map<string, Array<A>>()
+  for (const item of items) {
+    const k = key(item)
+    if (k === null) continue
+    const list = map.get(k)
+    if (list === undefined) map.set(k, [item])
+    else list.push(item)
+  }
+  return map
+}
+
+const rateCheck = (
+  limit: FlowRate,
+  leasesBy: ReadonlyMap<string, ReadonlyArray<LeaseRecord>>,
+  execsBy: ReadonlyMap<string, ReadonlyArray<Execution>>
+): RateCheck => {
+  let maxRecorded = 0
+  let maxClock = 0
+  let maxLedger = 0
+  let scopesAtLimit = 0
+  const over: Array<{ scope: string; at: number; starts: number; claims: ReadonlyArray<LeaseRecord> }> = []
+  for (const [scope, list] of leasesBy) {
+    const recorded = windowCounts(list.map((l) => l.leasedMs), limit.periodMs, limit.count)
+    maxRecorded = Math.max(maxRecorded, recorded.max)
+    if (recorded.max >= limit.count) scopesAtLimit++
+    over.push(...recorded.over.map((o) => ({
+      scope,
+      ...o,
+      claims: list.filter((l) => l.leasedMs > o.at - limit.periodMs && l.leasedMs <= o.at).sort((a, b) => a.claimedMs - b.claimedMs)
+    })))
+    maxClock = Math.max(maxClock, windowCounts(list.map((l) => l.claimedMs), limit.periodMs, limit.count).max)
+  }
+  for (const list of execsBy.values()) {
+    maxLedger = Math.max(maxLedger, windowCounts(list.map((e) => e.startedMs), limit.periodMs, limit.count).max)
+  }
+  return { limit, maxRecorded, over, maxClock, maxLedger, scopesAtLimit }
+}
+
+/**
+ * The flow checks. What is measured:
+ * - concurrency (queue, per key) on the ledger: an execution is in flight from its handler's start
+ *   to its end (flowEnd: handler return, or the SIGKILL). At each start, the executions in flight
+ *   of the scope are counted; above the limit, those whose lease the database had already ended
+ *   (lost: reaped, expired, replaced; leaseEnd of the lease the execution ran under) are set
+ *   apart: if what is left is within the limit and every one set apart was interrupted (the
+ *   consumer was stopping a handler whose lease it had lost), the excess is explained; any other
+ *   excess is unexplained;
+ * - live leases (queue, per key) on the database's own record: a lease from its claim statement's
+ *   clock to its end (leaseEnd); this is what the limits count, so it must never be above them;
+ * - rate (queue, per key): the starts in every sliding window (t - period, t] on the claims'
+ *   recorded `leased_at` (the start each claim wrote into the rate window, the claim
+ *   transaction's time; redeliveries consume a start too), must be <= count; the same on the
+ *   claim statement's clock and on the ledger's handler starts is shown, not judged.
+ */
+export const analyzeFlow = (flow: FlowInput, perMessage: ReadonlyMap<number, ReadonlyArray<Execution>>): FlowAnalysis => {
+  const { limits } = flow
+  const leasesOf = groupBy(flow.leases, (l) => l.messageId)
+  const unmatched: Array<Execution> = []
+  const leaseOf = new Map<Execution, LeaseRecord>()
+  for (const list of perMessage.values()) {
+    for (const e of list) {
+      // The ledger's start is a whole millisecond (Date.now() in the worker), the claim's clock a microsecond one.
+      const candidates = (leasesOf.get(e.messageId) ?? []).filter((l) => Math.floor(l.claimedMs) <= e.startedMs)
+      const mine = candidates.filter((l) => l.consumer === e.consumer)
+      const lease = (mine.length > 0 ? mine : candidates).reduce<LeaseRecord | undefined>(
+        (best, l) => (best === undefined || l.claimedMs > best.claimedMs ? l : best),
+        undefined
+      )
+      if (lease === undefined || mine.length === 0) unmatched.push(e)
+      if (lease !== undefined) leaseOf.set(e, lease)
+    }
+  }
+  // An execution matched to no lease: as if its lease were live throughout (no excess is explained by it).
+  const leaseEndOf = (e: Execution) => {
+    const l = leaseOf.get(e)
+    return l === undefined ? Infinity : leaseEnd(l)
+  }
+  const executions = [...perMessage.values()].flat()
+  const execsByKey = groupBy(executions, (e) => flow.keyOf(e.n))
+  const keyOfLease = (l: LeaseRecord) => l.key
+  const leasesByKey = groupBy(flow.leases, keyOfLease)
+
+  const concurrencyOver = (groups: ReadonlyMap<string, ReadonlyArray<Execution>>, limit: number): ConcurrencyCheck => {
+    let maxObserved = 0
+    let maxWithinLease = 0
+    let scopesAtLimit = 0
+    const explained: Array<FlowExcess> = []
+    const unexplained: Array<FlowExcess> = []
+    for (const [scope, list] of groups) {
+      const r = sweepExecutions(scope, list, limit, leaseEndOf)
+      maxObserved = Math.max(maxObserved, r.maxObserved)
+      maxWithinLease = Math.max(maxWithinLease, r.maxWithinLease)
+      if (r.maxWithinLease >= limit) scopesAtLimit++
+      explained.push(...r.explained)
+      unexplained.push(...r.unexplained)
+    }
+    return { limit, maxObserved, maxWithinLease, scopesAtLimit, scopes: groups.size, explained, unexplained }
+  }
+  const leasesOver = (groups: ReadonlyMap<string, ReadonlyArray<LeaseRecord>>, limit: number): LeaseCheck => {
+    let max = 0
+    const over: Array<{ scope: string; at: number; live: number }> = []
+    for (const [scope, list] of groups) {
+      const r = sweepLeases(scope, list, limit)
+      max = Math.max(max, r.max)
+      over.push(...r.over)
+    }
+    return { limit, max, over }
+  }
+  const all = new Map([["queue", executions]])
+  const allLeases = new Map([["queue", [...flow.leases]]])
+  return {
+    claims: flow.leases.length,
+    redeliveryClaims: flow.leases.filter((l) => l.attempt > 1).length,
+    leasesOpen: flow.leases.filter((l) => l.endedMs === null).length,
+    unmatched,
+    keys: execsByKey.size,
+    keyConcurrency: limits.keyConcurrency === undefined ? undefined : concurrencyOver(execsByKey, limits.keyConcurrency),
+    concurrency: limits.concurrency === undefined ? undefined : concurrencyOver(all, limits.concurrency),
+    keyLeases: limits.keyConcurrency === undefined ? undefined : leasesOver(leasesByKey, limits.keyConcurrency),
+    leases: limits.concurrency === undefined ? undefined : leasesOver(allLeases, limits.concurrency),
+    rate: limits.rate === undefined ? undefined : rateCheck(limits.rate, allLeases, all),
+    keyRate: limits.keyRate === undefined ? undefined : rateCheck(limits.keyRate, leasesByKey, execsByKey)
+  }
 }

@@ -122,7 +122,8 @@ export const readLedger = (db: Db, schema: string) =>
 
 /** A journal line of a worker about one execution (see worker.ts). */
 export interface JournalEvent {
-  readonly ev: "interrupted" | "abandoned" | "end-write-failed" | "poison-failed"
+  /** `interrupt-returned`: the interrupted handler's finalizer (its ledger write, bounded) is done: the handler returns. */
+  readonly ev: "interrupted" | "interrupt-returned" | "abandoned" | "end-write-failed" | "poison-failed"
   readonly exec: string
   readonly id: string
   readonly n: number
@@ -380,4 +381,108 @@ export const envInt = (name: string, fallback: number): number => {
   if (text === undefined || text.trim() === "") return fallback
   if (!/^\s*\d+\s*$/.test(text)) throw new Error(`${name}: expected a whole number, got ${JSON.stringify(text)}`)
   return Number(text)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flow runs: the leases the database gave, as it recorded them
+// ---------------------------------------------------------------------------------------------
+
+/**
+ * A row trigger on `<schema>.messages` that records every lease the store gives and when it
+ * ended, in `<schema>.leases`, inside the transaction of the write (so only committed claims and
+ * ends are there). The flow chaos run (run.ts --flow) judges the limits on it:
+ * - a claim (a new `lease_token`) inserts a row: `leased_ms` is the claim's own `leased_at`, the
+ *   very time the claim wrote into the rate window (`flow_rates`: the claim transaction's `now()`),
+ *   and `claimed_ms` is `clock_timestamp()` in the claim statement (after the queue's claim lock
+ *   and the statement's snapshot: every lease end the claim saw had been written before it);
+ * - the write that ends a lease (ack: delete; retry, release, dead letter, cancel: token cleared;
+ *   reaper: token cleared; a new claim after expiry: token replaced) sets `ended_ms`
+ *   (`clock_timestamp()`) and `expires_ms` (`visible_at` as it was: the lease's expiry then). The
+ *   lease ended at the earlier of the two: a lease that had expired was a free slot from its expiry.
+ * Times are epoch milliseconds of the server's clock (the same machine as the workers').
+ */
+export const createLeaseRecorder = async (db: Db, schema: string): Promise<void> => {
+  await db.query(`CREATE TABLE ${schema}.leases (
+    token      uuid PRIMARY KEY,
+    message_id bigint NOT NULL,
+    flow_key   text,
+    consumer   text,
+    attempt    integer NOT NULL,
+    leased_ms  float8 NOT NULL,
+    claimed_ms float8 NOT NULL,
+    ended_ms   float8,
+    expires_ms float8,
+    end_kind   text
+  )`)
+  await db.query(`CREATE FUNCTION ${schema}.record_lease() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+      clock float8 := extract(epoch FROM clock_timestamp())::float8 * 1000;
+    BEGIN
+      IF TG_OP = 'DELETE' THEN
+        IF OLD.lease_token IS NOT NULL THEN
+          UPDATE ${schema}.leases SET ended_ms = clock, expires_ms = extract(epoch FROM OLD.visible_at)::float8 * 1000,
+            end_kind = 'deleted' WHERE token = OLD.lease_token AND ended_ms IS NULL;
+        END IF;
+        RETURN OLD;
+      END IF;
+      IF NEW.lease_token IS NOT DISTINCT FROM OLD.lease_token THEN
+        RETURN NEW;
+      END IF;
+      IF OLD.lease_token IS NOT NULL THEN
+        UPDATE ${schema}.leases SET ended_ms = clock, expires_ms = extract(epoch FROM OLD.visible_at)::float8 * 1000,
+          end_kind = CASE WHEN NEW.lease_token IS NULL THEN 'cleared' ELSE 'replaced' END
+        WHERE token = OLD.lease_token AND ended_ms IS NULL;
+      END IF;
+      IF NEW.lease_token IS NOT NULL THEN
+        INSERT INTO ${schema}.leases (token, message_id, flow_key, consumer, attempt, leased_ms, claimed_ms)
+        VALUES (NEW.lease_token, NEW.id, NEW.flow_key, NEW.leased_by, NEW.attempts,
+                extract(epoch FROM NEW.leased_at)::float8 * 1000, clock);
+      END IF;
+      RETURN NEW;
+    END $$`)
+  await db.query(`CREATE TRIGGER record_lease AFTER UPDATE OR DELETE ON ${schema}.messages
+    FOR EACH ROW EXECUTE FUNCTION ${schema}.record_lease()`)
+}
+
+/** A lease as `createLeaseRecorder` recorded it (times: epoch ms, the server's clock). */
+export interface LeaseRecord {
+  readonly token: string
+  readonly messageId: string
+  readonly key: string | null
+  readonly consumer: string | null
+  readonly attempt: number
+  /** The claim's `leased_at`: the start it wrote into the rate windows. */
+  readonly leasedMs: number
+  /** `clock_timestamp()` in the claim statement. */
+  readonly claimedMs: number
+  readonly endedMs: number | null
+  readonly expiresMs: number | null
+}
+
+export const readLeases = async (db: Db, schema: string): Promise<Array<LeaseRecord>> => {
+  const rows = await db.queryRetrying<{
+    token: string
+    message_id: string
+    flow_key: string | null
+    consumer: string | null
+    attempt: number
+    leased_ms: number
+    claimed_ms: number
+    ended_ms: number | null
+    expires_ms: number | null
+  }>(
+    `SELECT token::text, message_id::text, flow_key, consumer, attempt, leased_ms, claimed_ms, ended_ms, expires_ms
+     FROM ${schema}.leases ORDER BY claimed_ms`
+  )
+  return rows.map((r) => ({
+    token: r.token,
+    messageId: r.message_id,
+    key: r.flow_key,
+    consumer: r.consumer,
+    attempt: Number(r.attempt),
+    leasedMs: Number(r.leased_ms),
+    claimedMs: Number(r.claimed_ms),
+    endedMs: r.ended_ms === null ? null : Number(r.ended_ms),
+    expiresMs: r.expires_ms === null ? null : Number(r.expires_ms)
+  }))
 }

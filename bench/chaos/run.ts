@@ -20,6 +20,17 @@
  *
  *   npm run chaos -- --pooler transaction    the same through PgBouncer (or --pooler session)
  *
+ *   npm run chaos -- --flow          the same with flow limits on the queue (full: 5,000 messages)
+ *   node bench/chaos/run.ts --ci --flow   its short form (1,000 messages), also run by chaos:ci
+ *
+ * sends every message with a key (CHAOS_FLOW_KEYS keys, default 100 short / 200 full, sizes
+ * skewed: log-uniform, the biggest key about 15%), sets limits on the queue through the store
+ * (CHAOS_FLOW_CONCURRENCY, CHAOS_KEY_CONCURRENCY, CHAOS_FLOW_RATE and CHAOS_KEY_RATE as
+ * COUNT/PERIOD, e.g. 300/5s; defaults below), records every lease the database gives with a
+ * trigger (lib.ts, createLeaseRecorder) and checks the limits on the ledger and on that record
+ * (analyze.ts, analyzeFlow): executions per key and per queue at any instant, live leases, and
+ * claims in every sliding window of each rate.
+ *
  * puts a real PgBouncer (CHAOS_POOL_SIZE server connections, default 10) between the
  * workers and the server (LEASEHOLD_POOLER set to match); CHAOS_DIRECT=1 also gives them
  * the server as LEASEHOLD_DIRECT_DATABASE_URL (presence and LISTEN); without it, through
@@ -34,9 +45,11 @@ import { startPostgres } from "../../dev/EmbeddedPostgres.ts"
 import type { NewMessage } from "../../src/Message.ts"
 import { QueueStore } from "../../src/QueueStore.ts"
 import * as PgBouncer from "../../test/support/PgBouncer.ts"
-import { analyze, type BackendTermination, finishBound, type Kill } from "./analyze.ts"
+import { analyze, type BackendTermination, finishBound, type FlowAnalysis, flowEnd, type FlowRate, type Kill } from "./analyze.ts"
 import {
   closeLogs,
+  createLeaseRecorder,
+  type LeaseRecord,
   createLedger,
   type Db,
   envInt,
@@ -49,6 +62,7 @@ import {
   openDb,
   percentile,
   poll,
+  readLeases,
   readLedger,
   repoRoot,
   sleep,
@@ -59,15 +73,52 @@ import {
 } from "./lib.ts"
 
 const ci = process.argv.includes("--ci")
+const flowRun = process.argv.includes("--flow")
 const poolerArg = process.argv.indexOf("--pooler")
 const pooler = poolerArg === -1 ? undefined : process.argv[poolerArg + 1]
 if (pooler !== undefined && pooler !== "transaction" && pooler !== "session") {
   console.error(`chaos: --pooler takes transaction or session, not ${JSON.stringify(pooler)}`)
   process.exit(2)
 }
-const profile = ci
+const profile = flowRun
+  ? (ci ? { messages: 1_000, rate: 100, drainTimeoutMs: 60_000 } : { messages: 5_000, rate: 100, drainTimeoutMs: 300_000 })
+  : ci
   ? { messages: 1_000, rate: 75, drainTimeoutMs: 40_000 }
   : { messages: 20_000, rate: 250, drainTimeoutMs: 240_000 }
+
+/** COUNT/PERIOD (`300/5s`, `20/2000ms`) from the environment. */
+const envRate = (name: string, fallback: FlowRate): FlowRate => {
+  const text = process.env[name]
+  if (text === undefined || text.trim() === "") return fallback
+  const m = /^\s*(\d+)\s*\/\s*(\d+)\s*(ms|s|m)\s*$/.exec(text)
+  if (m === null) throw new Error(`${name}: expected COUNT/PERIOD such as 300/5s, got ${JSON.stringify(text)}`)
+  return { count: Number(m[1]), periodMs: Number(m[2]) * (m[3] === "m" ? 60_000 : m[3] === "s" ? 1_000 : 1) }
+}
+
+/**
+ * The limits of a flow run, chosen to bind: the short run sends 100/s against 120 starts per 5 s
+ * (24/s), the full one (5,000 messages: 20,000 would take long under the rate) 100/s against 250
+ * per 5 s (50/s); the biggest keys get more than their key rate and key concurrency let through,
+ * and the 2 s messages (and the slots of killed workers, held until the reaper frees them) fill
+ * the queue's concurrency.
+ */
+const flowLimits = {
+  concurrency: envInt("CHAOS_FLOW_CONCURRENCY", ci ? 16 : 32),
+  keyConcurrency: envInt("CHAOS_KEY_CONCURRENCY", 2),
+  rate: envRate("CHAOS_FLOW_RATE", ci ? { count: 120, periodMs: 5_000 } : { count: 250, periodMs: 5_000 }),
+  keyRate: envRate("CHAOS_KEY_RATE", ci ? { count: 5, periodMs: 1_000 } : { count: 10, periodMs: 1_000 })
+}
+const flowKeys = envInt("CHAOS_FLOW_KEYS", ci ? 100 : 200)
+
+/**
+ * The key of message n in a flow run: log-uniform over the keys (key i with probability
+ * ln((i+2)/(i+1)) / ln(keys+1)), from a fixed hash of n, so the sizes are skewed and every run
+ * sends the same keys.
+ */
+const keyOf = (n: number): string => {
+  const u = (Math.imul(n + 1, 2654435761) >>> 0) / 2 ** 32
+  return `k${Math.min(flowKeys - 1, Math.floor(Math.exp(u * Math.log(flowKeys + 1))) - 1)}`
+}
 
 const config = {
   messages: envInt("CHAOS_MESSAGES", profile.messages),
@@ -146,7 +197,7 @@ let t0 = Date.now()
 
 const main = async (): Promise<number> => {
   console.log(
-    `chaos ${ci ? "(short, CI)" : "(full)"}: ${config.messages} messages at ${config.rate}/s, ${config.workers} workers ` +
+    `chaos ${ci ? "(short, CI)" : "(full)"}${flowRun ? " with flow limits" : ""}: ${config.messages} messages at ${config.rate}/s, ${config.workers} workers ` +
       `(concurrency ${config.concurrency}, batch ${config.batch}, lease ${formatMs(config.leaseMs)}, poll ${config.pollMs} ms), ` +
       `SIGKILL every ~${formatMs(config.killEveryMs)}, backend terminations every ~${formatMs(config.terminateEveryMs)}, ` +
       `one server restart (${formatMs(config.restartDownMs)} down); session liveness: ${config.liveness ?? "(unset: consumer default)"}` +
@@ -154,6 +205,12 @@ const main = async (): Promise<number> => {
         ? ""
         : `; through PgBouncer ${pooler} mode (pool ${config.poolSize})${config.direct ? ", direct URL for presence and LISTEN" : ", no direct URL"}`)
   )
+  if (flowRun) {
+    console.log(
+      `flow limits on queue ${QUEUE}: concurrency ${flowLimits.concurrency}, key concurrency ${flowLimits.keyConcurrency}, ` +
+        `rate ${formatRate(flowLimits.rate)}, key rate ${formatRate(flowLimits.keyRate)}; ${flowKeys} keys (log-uniform sizes)`
+    )
+  }
   console.log(`worker logs: ${config.logDir}`)
   t0 = Date.now()
   const server = await startPostgres({ forTests: true })
@@ -192,6 +249,11 @@ const main = async (): Promise<number> => {
     await createLedger(db, SCHEMA)
     const database = db
     log(`PostgreSQL ready on port ${server.port}; schema ${SCHEMA} migrated, ledger created`)
+    if (flowRun) {
+      await createLeaseRecorder(database, SCHEMA)
+      await database.runtime.runPromise(Effect.flatMap(QueueStore, (store) => store.setLimits({ queue: QUEUE }, flowLimits)))
+      log(`flow limits set; lease recorder on`)
+    }
 
     // ---- workers --------------------------------------------------------------------------
     const slots: Array<Worker | undefined> = []
@@ -249,9 +311,10 @@ const main = async (): Promise<number> => {
         const messages: Array<NewMessage> = todo.map((n) => {
           const { task, ms } = taskOf(n)
           const poison = poisonOf(n)
+          const key = flowRun ? { key: keyOf(n) } : {}
           return poison === undefined
-            ? { task, payload: { n, ms }, maxAttempts: MAX_ATTEMPTS }
-            : { task, payload: { n, ms, poison }, maxAttempts: poison === "error" ? POISON_ATTEMPTS : MAX_ATTEMPTS }
+            ? { task, payload: { n, ms }, maxAttempts: MAX_ATTEMPTS, ...key }
+            : { task, payload: { n, ms, poison }, maxAttempts: poison === "error" ? POISON_ATTEMPTS : MAX_ATTEMPTS, ...key }
         })
         try {
           await lock(() => database.runtime.runPromise(store.send(QUEUE, messages)))
@@ -405,6 +468,7 @@ const main = async (): Promise<number> => {
 
     // ---- checks ----------------------------------------------------------------------------
     const ledger = await readLedger(database, SCHEMA)
+    const flowLeases = flowRun ? await readLeases(database, SCHEMA) : []
     const remaining = await database.queryRetrying<{ n: number; state: string }>(
       `SELECT (payload->>'n')::int AS n, state FROM ${SCHEMA}.messages`
     )
@@ -430,7 +494,8 @@ const main = async (): Promise<number> => {
       logEvents: workers.flatMap((w) => w.logEvents),
       terminations: terminated,
       origin: t0,
-      poisoned
+      poisoned,
+      flow: flowRun ? { limits: flowLimits, keyOf, leases: flowLeases } : undefined
     })
     // Poison: each dead letter with a readable reason (the NUL shown as the escape \u0000), each unstorable result marked.
     const poisonDeadReadable = await database.queryRetrying<{ n: number }>(
@@ -498,7 +563,8 @@ const main = async (): Promise<number> => {
       ["workers crashed (not killed)", String(crashes.length), check(crashes.length === 0, `${crashes.length} running workers exited on their own: ${crashes.map((w) => `${w.name} code ${w.exit?.code}`).join(", ")}`)],
       ["workers unclean on SIGTERM", String(uncleanExits.length + stuck.length), check(uncleanExits.length + stuck.length === 0, `${uncleanExits.length} workers exited non-zero and ${stuck.length} did not exit on SIGTERM`)],
       ["workers not started 30 s after the drain", String(notStarted.length), check(notStarted.length === 0, `${notStarted.length} workers never printed READY: ${notStarted.map((w) => w.name).join(", ")}`)],
-      ...logRows
+      ...logRows,
+      ...(result.flow === undefined ? [] : flowRows(result.flow, check, sentCount))
     ]
     console.log("")
     console.log(table(rows))
@@ -540,6 +606,7 @@ const main = async (): Promise<number> => {
         )
       }
     }
+    if (result.flow !== undefined) printFlowDetails(result.flow, flowLeases)
     if (result.logs.length > 0) {
       console.log("\njudged worker log lines (first 10 unexplained, then first 5 explained):")
       const shown = [...result.logs.filter((x) => !x.explained).slice(0, 10), ...result.logs.filter((x) => x.explained).slice(0, 5)]
@@ -565,11 +632,106 @@ const main = async (): Promise<number> => {
       for (const v of violations) console.log(`  - ${v}`)
       for (const w of crashes) console.log(`\n${w.name} last output:\n  ${w.tail.join("\n  ")}`)
     }
-    console.log(`\n${violations.length === 0 ? "PASS" : "FAIL"}: chaos ${ci ? "short" : "full"} run${pooler === undefined ? "" : ` through PgBouncer ${pooler} mode`}, ${result.sent} messages, ${kills.length} kills, ${violations.length} violation(s)`)
+    console.log(`\n${violations.length === 0 ? "PASS" : "FAIL"}: chaos ${ci ? "short" : "full"} run${flowRun ? " with flow limits" : ""}${pooler === undefined ? "" : ` through PgBouncer ${pooler} mode`}, ${result.sent} messages, ${kills.length} kills, ${violations.length} violation(s)`)
     return violations.length === 0 ? 0 : 1
   } finally {
     await cleanup()
   }
+}
+
+const formatRate = (r: FlowRate) => `${r.count}/${formatMs(r.periodMs)}`
+
+/** Whether an observed maximum reached its limit (the run is not trivially under it). */
+const reached = (max: number, limit: number) => (max >= limit ? `${max} (limit ${limit}: reached)` : `${max} (limit ${limit}: NOT reached)`)
+
+/** The rows of the flow checks (a flow run). */
+const flowRows = (
+  f: FlowAnalysis,
+  check: (ok: boolean, what: string) => string,
+  sent: number
+): Array<Array<string>> => {
+  const sizes = new Map<string, number>()
+  for (let n = 0; n < sent; n++) sizes.set(keyOf(n), (sizes.get(keyOf(n)) ?? 0) + 1)
+  const sorted = [...sizes.values()].sort((a, b) => b - a)
+  const rows: Array<Array<string>> = [
+    ["flow: keys (messages of the biggest / median key)", `${sizes.size} (${sorted[0] ?? 0} / ${sorted[Math.floor(sorted.length / 2)] ?? 0})`, ""],
+    ["flow: claims the database recorded (leases)", `${f.claims} (${f.redeliveryClaims} redeliveries)`, ""],
+    ["  leases still open after the drain", String(f.leasesOpen), check(f.leasesOpen === 0, `${f.leasesOpen} leases never ended`)],
+    ["  executions matched to no lease of their worker", String(f.unmatched.length), check(f.unmatched.length === 0, `${f.unmatched.length} executions with no recorded lease of their worker (see below)`)]
+  ]
+  const concurrency = (label: string, c: FlowAnalysis["concurrency"], l: FlowAnalysis["leases"], perKey: boolean) => {
+    if (c === undefined || l === undefined) return
+    rows.push(
+      [`${label}: executions in flight at an instant, max (lease live)`, reached(c.maxWithinLease, c.limit), check(c.maxWithinLease <= c.limit, `${label}: ${c.maxWithinLease} executions with a live lease at once, limit ${c.limit}`)],
+      ...(perKey ? [[`  keys that reached the limit`, `${c.scopesAtLimit} of ${c.scopes}`, ""]] : []),
+      [`  max counting every execution still running`, String(c.maxObserved), ""],
+      [`  instants above the limit, unexplained`, String(c.unexplained.length), check(c.unexplained.length === 0, `${label}: ${c.unexplained.length} instants above the limit not explained by a lost lease (see below)`)],
+      [`  above, explained: lease lost, handler being interrupted`, String(c.explained.length), c.explained.length === 0 ? "" : "allowed (limits count leases)"],
+      [`  live leases at an instant, max (database record)`, reached(l.max, l.limit), check(l.over.length === 0, `${label}: ${l.over.length} lease starts above the limit on the database's own record (max ${l.max})`)]
+    )
+  }
+  concurrency("per key", f.keyConcurrency, f.keyLeases, true)
+  concurrency("queue", f.concurrency, f.leases, false)
+  const rate = (label: string, r: FlowAnalysis["rate"], perKey: boolean) => {
+    if (r === undefined) return
+    rows.push(
+      [`${label} ${formatRate(r.limit)}: claims in a sliding window, max (leased_at)`, reached(r.maxRecorded, r.limit.count), check(r.over.length === 0, `${label}: ${r.over.length} windows above ${r.limit.count} claims on the recorded claim times (max ${r.maxRecorded})`)],
+      ...(perKey ? [[`  keys that reached the count`, String(r.scopesAtLimit), ""]] : []),
+      [`  same on the claim statement's clock`, String(r.maxClock), r.maxClock > r.limit.count ? "shown, not judged: above the count (bench/README.md)" : "shown, not judged"],
+      [`  same on the ledger's handler starts`, String(r.maxLedger), "shown, not judged"]
+    )
+  }
+  rate("queue rate", f.rate, false)
+  rate("key rate", f.keyRate, true)
+  return rows
+}
+
+const printFlowDetails = (f: FlowAnalysis, leases: ReadonlyArray<LeaseRecord>) => {
+  const rel = (t: number) => `${Math.round(t - t0)} ms`
+  if (f.unmatched.length > 0) {
+    console.log("\nexecutions matched to no lease of their worker (first 5), with the leases of their message:")
+    for (const e of f.unmatched.slice(0, 5)) {
+      console.log(`  n=${e.n} (message ${e.messageId}) on ${e.consumer} started ${(e.startedMs - t0).toFixed(3)} ms`)
+      for (const l of leases.filter((l) => l.messageId === e.messageId)) {
+        console.log(`      lease of ${l.consumer ?? "?"} attempt ${l.attempt}: claimed ${(l.claimedMs - t0).toFixed(3)} ms, ended ${l.endedMs === null ? "-" : (l.endedMs - t0).toFixed(3)} ms`)
+      }
+    }
+  }
+  for (const [label, c] of [["per key", f.keyConcurrency], ["queue", f.concurrency]] as const) {
+    if (c === undefined) continue
+    const shown = [...c.unexplained.slice(0, 5), ...c.explained.slice(0, 3)]
+    if (shown.length === 0) continue
+    console.log(`\n${label} concurrency above the limit (first 5 unexplained, first 3 explained):`)
+    for (const x of shown) {
+      console.log(
+        `  ${x.explained ? "explained  " : "UNEXPLAINED"} ${x.scope} at ${rel(x.at)}: ${x.inFlight} in flight, limit ${x.limit}: ${x.why}` +
+          x.pastLease.map((e) => `\n      n=${e.n} on ${e.consumer} from ${rel(e.startedMs)}, interrupted ${e.interruptedMs === undefined ? "no" : rel(e.interruptedMs)}, ended ${rel(flowEnd(e))}`).join("")
+      )
+    }
+  }
+  for (const [label, l] of [["per key", f.keyLeases], ["queue", f.leases]] as const) {
+    if (l === undefined || l.over.length === 0) continue
+    console.log(`\n${label}: live leases above the limit on the database's record (first 5):`)
+    for (const o of l.over.slice(0, 5)) console.log(`  ${o.scope} at ${rel(o.at)}: ${o.live} live, limit ${l.limit}`)
+  }
+  for (const [label, r] of [["queue rate", f.rate], ["key rate", f.keyRate]] as const) {
+    if (r === undefined || r.over.length === 0) continue
+    console.log(`\n${label}: windows above the count (first 5):`)
+    for (const o of r.over.slice(0, 5)) {
+      console.log(`  ${o.scope}: ${o.starts} claims in the ${formatMs(r.limit.periodMs)} up to ${rel(o.at)} (leased_at), in claim order:`)
+      for (const c of o.claims.slice(0, 12)) {
+        console.log(
+          `      message ${c.messageId} attempt ${c.attempt} by ${c.consumer ?? "?"}: leased_at ${(c.leasedMs - t0).toFixed(3)} ms, ` +
+            `claim statement ${(c.claimedMs - t0).toFixed(3)} ms (+${(c.claimedMs - c.leasedMs).toFixed(1)} ms after its transaction began)`
+        )
+      }
+    }
+  }
+  console.log(
+    "\nflow checks, what is measured: executions from the ledger's start to the handler's return (or the SIGKILL); " +
+      "leases from the database's record (claim statement to the write that ended them, or their expiry); " +
+      "rate windows on each claim's leased_at, the start the claim wrote into flow_rates (redeliveries included)."
+  )
 }
 
 main().then(

@@ -7,8 +7,8 @@
  * `npm run chaos` and `npm run chaos:ci` run it first.
  */
 import assert from "node:assert/strict"
-import { analyze, type AnalysisInput, finishBound } from "./analyze.ts"
-import type { JournalEvent, LedgerRow, LogEvent, LogKind } from "./lib.ts"
+import { analyze, type AnalysisInput, finishBound, type FlowLimitsSet, windowCounts } from "./analyze.ts"
+import type { JournalEvent, LeaseRecord, LedgerRow, LogEvent, LogKind } from "./lib.ts"
 
 let execs = 0
 const row = (n: number, consumer: string, started: number, ended: number | null, outcome: string | null = ended === null ? null : "ok"): LedgerRow => ({
@@ -436,6 +436,198 @@ check("a judged log line about a message its worker never ran: unexplained", () 
     terminations: [{ consumer: "b", pool: "lease", at: 150 }]
   })
   assert.equal(r.unexplainedLogs["finish-failed"], 1)
+})
+
+// ---- flow limits (run.ts --flow) ------------------------------------------------------------
+
+/** The lease message n ran under on `consumer` (message id 1000 + n, as `row` makes them), claimed at `claimed`. */
+let tokens = 0
+const lease = (n: number, consumer: string, claimed: number, ended: number | null, options: { key?: string; expires?: number; leased?: number; attempt?: number } = {}): LeaseRecord => ({
+  token: `t${++tokens}`,
+  messageId: String(1000 + n),
+  key: options.key ?? "k",
+  consumer,
+  attempt: options.attempt ?? 1,
+  leasedMs: options.leased ?? claimed,
+  claimedMs: claimed,
+  endedMs: ended,
+  expiresMs: options.expires ?? (ended === null ? null : ended + 3_000)
+})
+const flowInput = (limits: FlowLimitsSet, leases: ReadonlyArray<LeaseRecord>, keyOf: (n: number) => string = () => "k") => ({ limits, keyOf, leases })
+/** The journal of an interrupted run (its ledger row `r`): interrupted at `at`, its handler returned at `returned`. */
+const interrupted = (r: LedgerRow, at: number, returned?: number): Array<JournalEvent> => {
+  const facts = { exec: r.exec_id, id: r.message_id, n: r.n, attempt: 1, consumer: r.consumer, pid: 1, task: "t", startedMs: r.started_ms }
+  return [
+    { ev: "interrupted", ...facts, at },
+    ...(returned === undefined ? [] : [{ ev: "interrupt-returned" as const, ...facts, at: returned }])
+  ]
+}
+
+check("flow: two runs of a key at once under key concurrency 2, a third after one ended: within, and the limit reached", () => {
+  const r = analyze({
+    ...base,
+    sent: 3,
+    ledger: [row(0, "a", 10, 500), row(1, "b", 20, 600), row(2, "a", 700, 800)],
+    flow: flowInput({ keyConcurrency: 2, concurrency: 2 }, [lease(0, "a", 5, 510), lease(1, "b", 15, 610), lease(2, "a", 690, 810)])
+  })
+  const f = r.flow!
+  assert.equal(f.keyConcurrency!.maxWithinLease, 2)
+  assert.equal(f.keyConcurrency!.scopesAtLimit, 1)
+  assert.equal(f.keyConcurrency!.unexplained.length, 0)
+  assert.equal(f.keyConcurrency!.explained.length, 0)
+  assert.equal(f.keyLeases!.over.length, 0)
+  assert.equal(f.leases!.max, 2)
+  assert.equal(f.unmatched.length, 0)
+})
+
+check("flow: three runs of a key at once, all with live leases, key concurrency 2: an unexplained excess, in the leases too", () => {
+  const r = analyze({
+    ...base,
+    sent: 3,
+    ledger: [row(0, "a", 10, 500), row(1, "b", 20, 600), row(2, "c", 30, 700)],
+    flow: flowInput({ keyConcurrency: 2 }, [lease(0, "a", 5, 510), lease(1, "b", 15, 610), lease(2, "c", 25, 710)])
+  })
+  const c = r.flow!.keyConcurrency!
+  assert.equal(c.maxWithinLease, 3)
+  assert.equal(c.unexplained.length, 1)
+  assert.equal(r.flow!.keyLeases!.over.length, 1)
+})
+
+check("flow: keys are counted apart: two runs each of two keys at once, key concurrency 2, queue concurrency 4: within", () => {
+  const r = analyze({
+    ...base,
+    sent: 4,
+    ledger: [row(0, "a", 10, 500), row(1, "b", 20, 600), row(2, "c", 30, 700), row(3, "d", 40, 800)],
+    flow: flowInput({ keyConcurrency: 2, concurrency: 4 }, [lease(0, "a", 5, 510), lease(1, "b", 15, 610), lease(2, "c", 25, 710), lease(3, "d", 35, 810)], (n) => (n < 2 ? "x" : "y"))
+  })
+  assert.equal(r.flow!.keyConcurrency!.unexplained.length, 0)
+  assert.equal(r.flow!.concurrency!.maxWithinLease, 4)
+  assert.equal(r.flow!.concurrency!.unexplained.length, 0)
+  assert.equal(r.flow!.keys, 2)
+})
+
+check("flow: a run still being interrupted after the reaper gave its lease back, overlapping the next holder of the key: explained", () => {
+  // n=0 on a: lease reaped at 1,000 (presence lost), interrupted at 1,100, returned at 1,300; n=2 claimed at 1,050 on c.
+  const cut = row(0, "a", 10, 1_100, "interrupted")
+  const r = analyze({
+    ...base,
+    sent: 3,
+    ledger: [cut, row(1, "b", 20, 2_000), row(2, "c", 1_060, 1_500), row(0, "d", 1_600, 1_650)],
+    journal: interrupted(cut, 1_100, 1_300),
+    flow: flowInput({ keyConcurrency: 2 }, [
+      lease(0, "a", 5, 1_000), lease(1, "b", 15, 2_010), lease(2, "c", 1_050, 1_510), lease(0, "d", 1_550, 1_660, { attempt: 2 })
+    ])
+  })
+  const c = r.flow!.keyConcurrency!
+  assert.equal(c.maxObserved, 3)
+  assert.equal(c.maxWithinLease, 2)
+  assert.equal(c.explained.length, 1)
+  assert.equal(c.unexplained.length, 0)
+  assert.equal(r.flow!.keyLeases!.over.length, 0)
+  assert.equal(r.flow!.redeliveryClaims, 1)
+})
+
+check("flow: the interrupted run ends at its interrupt-returned line, not at the bound: a start after it is no excess", () => {
+  const cut = row(0, "a", 10, 1_100, "interrupted")
+  const r = analyze({
+    ...base,
+    sent: 3,
+    ledger: [cut, row(1, "b", 20, 3_000), row(2, "c", 1_400, 1_500)],
+    journal: interrupted(cut, 1_100, 1_200),
+    flow: flowInput({ keyConcurrency: 2 }, [lease(0, "a", 5, 1_000), lease(1, "b", 15, 3_010), lease(2, "c", 1_350, 1_510)])
+  })
+  assert.equal(r.flow!.keyConcurrency!.maxObserved, 2)
+  assert.equal(r.flow!.keyConcurrency!.explained.length, 0)
+})
+
+check("flow: a run past its lease that was not interrupted (ran on to its end) over the limit: unexplained", () => {
+  const r = analyze({
+    ...base,
+    sent: 3,
+    ledger: [row(0, "a", 10, 1_500), row(1, "b", 20, 2_000), row(2, "c", 1_060, 1_400)],
+    flow: flowInput({ keyConcurrency: 2 }, [lease(0, "a", 5, 1_000), lease(1, "b", 15, 2_010), lease(2, "c", 1_050, 1_410)])
+  })
+  assert.equal(r.flow!.keyConcurrency!.unexplained.length, 1)
+  assert.equal(r.flow!.keyConcurrency!.explained.length, 0)
+})
+
+check("flow: a SIGKILLed run ends at the kill; its lease, held until reaped, still counts in the leases", () => {
+  // a killed at 100 (lease reaped at 2,000); b and c claimed after the reap: within on both counts.
+  const ok = analyze({
+    ...base,
+    sent: 4,
+    ledger: [row(0, "a", 10, null), row(1, "b", 20, 3_000), row(2, "c", 2_100, 2_500), row(0, "d", 2_600, 2_700)],
+    kills: [{ consumer: "a", pid: 1, at: 100 }],
+    flow: flowInput({ keyConcurrency: 2 }, [lease(0, "a", 5, 2_000), lease(1, "b", 15, 3_010), lease(2, "c", 2_050, 2_510), lease(0, "d", 2_550, 2_710, { attempt: 2 })])
+  })
+  assert.equal(ok.flow!.keyConcurrency!.unexplained.length, 0)
+  assert.equal(ok.flow!.keyLeases!.over.length, 0)
+  // c claimed while the killed holder's lease was still live: the executions are within (a is gone), the leases are not.
+  const over = analyze({
+    ...base,
+    sent: 3,
+    ledger: [row(0, "a", 10, null), row(1, "b", 20, 3_000), row(2, "c", 500, 800)],
+    kills: [{ consumer: "a", pid: 1, at: 100 }],
+    flow: flowInput({ keyConcurrency: 2 }, [lease(0, "a", 5, 2_000), lease(1, "b", 15, 3_010), lease(2, "c", 450, 810)])
+  })
+  assert.equal(over.flow!.keyConcurrency!.unexplained.length, 0)
+  assert.equal(over.flow!.keyLeases!.over.length, 1)
+})
+
+check("flow: an expired lease is a free slot from its expiry, even if the write that ended it came later", () => {
+  const r = analyze({
+    ...base,
+    sent: 3,
+    ledger: [row(1, "b", 20, 9_000), row(2, "c", 3_100, 3_200)],
+    flow: flowInput({ keyConcurrency: 2 }, [lease(0, "a", 5, 6_000, { expires: 3_005 }), lease(1, "b", 15, 9_010), lease(2, "c", 3_050, 3_210)])
+  })
+  assert.equal(r.flow!.keyLeases!.over.length, 0)
+})
+
+check("flow: sliding windows (t - period, t]: count starts are within, one more is caught, the window's edge is outside", () => {
+  assert.equal(windowCounts([0, 100, 200, 300, 999], 1_000, 5).over.length, 0)
+  assert.equal(windowCounts([0, 100, 200, 300, 999], 1_000, 5).max, 5)
+  const over = windowCounts([0, 100, 200, 300, 400, 999], 1_000, 5)
+  assert.equal(over.max, 6)
+  assert.equal(over.over.length, 1)
+  // a start exactly one period after another is in a window of its own
+  assert.equal(windowCounts([0, 1_000, 2_000, 3_000], 1_000, 1).over.length, 0)
+  // starts of one claim statement share a time: all in the window
+  assert.equal(windowCounts([0, 500, 500, 500], 1_000, 3).max, 4)
+})
+
+check("flow: the queue rate is judged on the claims' recorded leased_at, redeliveries included; a key rate per key", () => {
+  const leases = [0, 1, 2].map((n) => lease(n, "a", 100 + n * 10, 200 + n * 10, { key: "x" }))
+  const redelivery = lease(0, "b", 400, 450, { key: "x", attempt: 2 })
+  const r = analyze({
+    ...base,
+    sent: 4,
+    ledger: [row(0, "a", 105, 150), row(1, "a", 115, 160), row(2, "a", 125, 170), row(0, "b", 405, 440), row(3, "c", 2_000, 2_100)],
+    flow: flowInput({ rate: { count: 3, periodMs: 1_000 }, keyRate: { count: 3, periodMs: 1_000 } }, [...leases, redelivery, lease(3, "c", 1_990, 2_110, { key: "y" })], (n) => (n === 3 ? "y" : "x"))
+  })
+  assert.equal(r.flow!.rate!.maxRecorded, 4)
+  assert.equal(r.flow!.rate!.over.length, 1)
+  assert.equal(r.flow!.keyRate!.over.length, 1)
+  assert.equal(r.flow!.keyRate!.over[0]!.scope, "x")
+  // judged on leased_at: a claim that waited for the lock is recorded at its transaction's start
+  const late = analyze({
+    ...base,
+    sent: 3,
+    ledger: [],
+    flow: flowInput({ rate: { count: 2, periodMs: 1_000 } }, [lease(0, "a", 150, 200, { leased: 50 }), lease(1, "a", 1_100, 1_200), lease(2, "a", 1_120, 1_300)])
+  })
+  assert.equal(late.flow!.rate!.over.length, 0)
+  assert.equal(late.flow!.rate!.maxClock, 3)
+})
+
+check("flow: an execution with no lease of its worker recorded is counted as unmatched", () => {
+  const r = analyze({ ...base, sent: 1, ledger: [row(0, "a", 10, 20)], flow: flowInput({ keyConcurrency: 2 }, [lease(0, "b", 5, 30)]) })
+  assert.equal(r.flow!.unmatched.length, 1)
+})
+
+check("flow: a lease claimed within the ledger start's millisecond matches (the ledger's start is a whole ms)", () => {
+  const r = analyze({ ...base, sent: 1, ledger: [row(0, "a", 10, 20)], flow: flowInput({ keyConcurrency: 2 }, [lease(0, "a", 10.6, 30)]) })
+  assert.equal(r.flow!.unmatched.length, 0)
 })
 
 let failed = 0

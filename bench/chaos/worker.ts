@@ -18,7 +18,7 @@
  * Stdout protocol (read by the orchestrator; stdout to a pipe is synchronous,
  * so lines written before a SIGKILL are not lost):
  *   READY <consumerId> <pid> liveness=<on|off|unset>
- *   CHAOS {"ev":"interrupted"|"abandoned"|"end-write-failed"|"poison-failed", ...}   journal of what the ledger may miss
+ *   CHAOS {"ev":"interrupted"|"interrupt-returned"|"abandoned"|"end-write-failed"|"poison-failed", ...}   journal of what the ledger may miss
  *   CHAOS {"ev":"log","kind":"double-run-at-ack"|"finish-failed"|"renewer-wedged", ...}   consumer log lines to explain
  *
  * Payload of every message: `{ n, ms, thenMs? }`: sleep `ms` on the first
@@ -185,6 +185,8 @@ const handler: Consumer.Handler<SqlClient.SqlClient> = (message, context) =>
                 WHERE exec_id = ${exec}::uuid AND ended_ms IS NULL`,
             1_000
           ).pipe(Effect.timeoutOption(1_500), Effect.ignore)
+          // The handler returns now: the end of this execution for the flow checks (analyze.ts, flow).
+          journal({ ev: "interrupt-returned", ...facts, at: Date.now() })
         })
       )
     )

@@ -12,7 +12,7 @@ import { Statement } from "effect/sql"
 import type { FlowLimitStage } from "../QueueMetrics.ts"
 import { historyErrors } from "../QueueStore.ts"
 import type { PgContext } from "./context.ts"
-import { attemptNumber, historyInsert, storeTime } from "./fragments.ts"
+import { attemptNumber, historyInsert } from "./fragments.ts"
 import type { ClaimRow } from "./rows.ts"
 
 /** The limits of a queue as the claim reads them (statement 1). */
@@ -86,6 +86,19 @@ interface Step {
   readonly keyConcurrency: number | null
   readonly own: Partial<LimitsRow>
 }
+
+/**
+ * The time a limited claim runs at, `coalesce($now::timestamptz, statement_timestamp())`: the
+ * store's clock (`clock: "effect"`), or the start of the claim statement itself, which the server
+ * receives once statement 1 was granted the queue's claim lock. Not `now()`, the transaction's
+ * start: a claim that waited on the lock behind others would record its start (in `leased_at` and
+ * in the rate windows) up to the wait in the past, so a window counted later missed it (more than
+ * `count` starts in a real window), and it counted a window that a claim which began after it but
+ * got the lock first had already pruned (more than `count` on the recorded starts). With the
+ * statement's time the starts are recorded in lock order, as the claims commit.
+ */
+const claimTime = (now: Date | null): Statement.Fragment =>
+  Statement.fragment([Statement.literal("coalesce("), Statement.parameter(now), Statement.literal("::timestamptz, statement_timestamp())")])
 
 /** `now - period`: where a window of `period` milliseconds starts. */
 const windowStart = (step: Step, period: Statement.Fragment) =>
@@ -313,7 +326,7 @@ export const limitedClaim = (ctx: PgContext, input: FlowClaimInput) => {
   const step: Step = {
     ctx,
     input,
-    at: storeTime(input.now),
+    at: claimTime(input.now),
     fair: input.own?.fair === true,
     fifo,
     keyConcurrency: fifo ? 1 : input.own?.key_concurrency ?? null,
