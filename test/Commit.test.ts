@@ -125,6 +125,21 @@ describe("the commit step on PostgreSQL (real consumers, real time)", () => {
       assert.include(keys[0]!, id)
     }).pipe(Effect.provide(PgTest.storeLayer({ clock: "database" }))), 60_000)
 
+  it.live("a send inside the commit step commits with it, or rolls back with it", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      yield* store.send(QUEUE, [{ task: "t", payload: 1 }, { task: "t", payload: 2 }])
+      const [first, second] = yield* store.claim(QUEUE, { lease: "30 seconds", limit: 2, consumer: "c" })
+      const followUp = (n: number) => store.send("follow-ups", [{ task: "next", payload: n }])
+      const failed = yield* Effect.flip(store.completeWith(ackOf(first!), Effect.andThen(followUp(1), Effect.fail("after the send" as const))))
+      assert.strictEqual(failed, "after the send")
+      yield* store.completeWith(ackOf(second!), followUp(2))
+      const sent = yield* store.messages("follow-ups")
+      assert.deepStrictEqual(sent.map((m) => m.payload), [2], "only the committed step's follow-up exists")
+      assert.isTrue(Option.isSome(yield* store.get(first!.id)), "the failed step's message is still there")
+      assert.isTrue(Option.isNone(yield* store.get(second!.id)))
+    }).pipe(Effect.provide(PgTest.storeLayer({ clock: "database" }))), 30_000)
+
   it.live("a commit refuses a handler whose SqlClient is another pool's, before anything runs", () =>
     Effect.gen(function*() {
       const store = yield* QueueStore
