@@ -44,16 +44,33 @@
  *   BENCH_QUICK=1       500 warm-up + 2,000 measured messages, one repetition (a smoke check)
  *   BENCH_LOG_DIR       worker output (default .tmp/bench-commit/<time>)
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process"
-import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync, type WriteStream } from "node:fs"
+import { execFileSync } from "node:child_process"
+import { existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { availableParallelism, cpus, loadavg } from "node:os"
 import { isAbsolute, join, relative } from "node:path"
-import { PgClient } from "@effect/sql-pg"
-import { Effect, ManagedRuntime, Redacted } from "effect"
-import { SqlClient } from "effect/sql"
+import { Effect } from "effect"
 import { type PostgresServer, startPostgres } from "../../dev/EmbeddedPostgres.ts"
+import {
+  type Admin,
+  commitProbe,
+  countOf,
+  cpuSeconds,
+  dropSchema,
+  endLogs,
+  fmtPct,
+  fmtRate,
+  live,
+  median,
+  openAdmin,
+  type Proc,
+  query,
+  ratio,
+  startProcess,
+  stopProcess,
+  whenEmpty
+} from "../support/orchestrator.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
-import { envInt, envMs, nodeBinary, percentile, repoRoot, sleep, table } from "../chaos/lib.ts"
+import { envInt, envMs, nodeBinary, repoRoot, sleep, table } from "../chaos/lib.ts"
 import { format as formatProfile, hottest } from "../throughput/profile.ts"
 import { QUEUE, wallMs } from "../throughput/protocol.ts"
 
@@ -137,122 +154,13 @@ const compileWorker = (): number => {
   return typeErrors
 }
 
-interface Proc {
-  readonly child: ChildProcess
-  readonly pid: number
-  readonly lines: Array<string>
-  exit: { readonly code: number | null; readonly signal: NodeJS.Signals | null } | undefined
-  readonly closed: Promise<void>
-  readonly waitLine: (prefix: string, timeoutMs: number) => Promise<string>
-}
-
-const live = new Set<Proc>()
-process.on("exit", () => {
-  for (const p of live) if (p.exit === undefined) p.child.kill("SIGKILL")
-})
-const logStreams: Array<WriteStream> = []
-
-const startWorker = (name: string, env: Record<string, string>, nodeArgs: ReadonlyArray<string>): Proc => {
-  mkdirSync(config.logDir, { recursive: true })
-  const out = createWriteStream(join(config.logDir, `${name}.log`))
-  logStreams.push(out)
-  const base: Record<string, string> = {}
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("LEASEHOLD_") && !k.startsWith("BENCH_")) base[k] = v
-  const child = spawn(nodeBinary, ["--no-experimental-strip-types", ...nodeArgs, workerJs], { cwd: repoRoot, env: { ...base, ...env }, stdio: ["ignore", "pipe", "pipe"] })
-  const lines: Array<string> = []
-  const waiters = new Set<() => void>()
-  let resolveClosed!: () => void
-  const proc: Proc = {
-    child,
-    pid: child.pid ?? -1,
-    lines,
-    exit: undefined,
-    closed: new Promise<void>((r) => (resolveClosed = r)),
-    waitLine: (prefix, timeoutMs) =>
-      new Promise((resolve, reject) => {
-        const timer = setTimeout(() => {
-          waiters.delete(check)
-          reject(new Error(`${name}: no "${prefix}" line within ${timeoutMs} ms; last output:\n${lines.slice(-30).join("\n")}`))
-        }, timeoutMs)
-        const check = () => {
-          const found = lines.find((l) => l.startsWith(prefix))
-          if (found === undefined && proc.exit === undefined) return
-          clearTimeout(timer)
-          waiters.delete(check)
-          if (found !== undefined) resolve(found)
-          else reject(new Error(`${name} exited (${JSON.stringify(proc.exit)}) before "${prefix}"; last output:\n${lines.slice(-30).join("\n")}`))
-        }
-        waiters.add(check)
-        check()
-      })
-  }
-  const reader = (stream: string) => {
-    let pending = ""
-    return (chunk: Buffer) => {
-      pending += chunk.toString("utf8")
-      const parts = pending.split("\n")
-      pending = parts.pop() ?? ""
-      for (const l of parts) {
-        lines.push(l)
-        out.write(`[${stream}] ${l}\n`)
-      }
-      for (const w of [...waiters]) w()
-    }
-  }
-  child.stdout!.on("data", reader("out"))
-  child.stderr!.on("data", reader("err"))
-  child.on("exit", (code, signal) => {
-    proc.exit = { code, signal }
-    for (const w of [...waiters]) w()
-  })
-  child.on("close", () => {
-    live.delete(proc)
-    for (const w of [...waiters]) w()
-    resolveClosed()
-  })
-  live.add(proc)
-  return proc
-}
-
-const stopWorker = async (p: Proc, graceMs = 20_000): Promise<void> => {
-  if (p.exit === undefined) p.child.kill("SIGTERM")
-  if (!(await Promise.race([p.closed.then(() => true), sleep(graceMs).then(() => false)]))) {
-    p.child.kill("SIGKILL")
-    await Promise.race([p.closed, sleep(5_000)])
-  }
-}
-
-const clockTicks = (() => {
-  try {
-    return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100
-  } catch {
-    return 100
-  }
-})()
-
-const cpuSeconds = (pid: number): number | undefined => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    return (Number(fields[11]) + Number(fields[12])) / clockTicks
-  } catch {
-    return undefined
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Database
 // ---------------------------------------------------------------------------------------------
 
-type Admin = ManagedRuntime.ManagedRuntime<SqlClient.SqlClient, unknown>
-
-const query = <A extends object>(admin: Admin, text: string, params: ReadonlyArray<unknown> = []) =>
-  admin.runPromise(Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    return yield* sql.unsafe<A>(text, params)
-  }))
-
-const dropSchema = (admin: Admin, schema: string) => query(admin, `DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined)
+/** Start the compiled commit worker as `name`, with type stripping off. */
+const startWorker = (name: string, env: Record<string, string>, nodeArgs: ReadonlyArray<string>): Proc =>
+  startProcess({ name, script: workerJs, logDir: config.logDir, env, nodeArgs: ["--no-experimental-strip-types", ...nodeArgs] })
 
 /** A fresh schema: leasehold's tables holding `count` messages on the bench queue, and the counters at 0. */
 const prepareSchema = async (admin: Admin, schema: string, count: number): Promise<void> => {
@@ -270,35 +178,6 @@ const prepareSchema = async (admin: Admin, schema: string, count: number): Promi
   await query(admin, `VACUUM ANALYZE ${schema}.messages`)
   await query(admin, `VACUUM ANALYZE ${schema}.counters`)
   await query(admin, "CHECKPOINT").catch(() => undefined)
-}
-
-const count = async (admin: Admin, text: string): Promise<number> => Number((await query<{ n: unknown }>(admin, text))[0]?.n ?? 0)
-
-const whenEmpty = async (admin: Admin, schema: string, timeoutMs: number): Promise<number> => {
-  const deadline = Date.now() + timeoutMs
-  while (true) {
-    const n = await count(admin, `SELECT count(*)::int AS n FROM ${schema}.messages`)
-    if (n === 0) return wallMs()
-    if (Date.now() > deadline) throw new Error(`${schema}.messages still holds ${n} messages ${timeoutMs} ms after the worker ran them all`)
-    await sleep(2)
-  }
-}
-
-const commitProbe = async (admin: Admin): Promise<{ readonly perSecond: number; readonly p50Ms: number }> => {
-  const schema = `bench_commit_${runId}_probe`
-  await dropSchema(admin, schema)
-  await query(admin, `CREATE SCHEMA ${schema}`)
-  await query(admin, `CREATE TABLE ${schema}.probe (x integer)`)
-  const times: Array<number> = []
-  const started = wallMs()
-  for (let i = 0; i < 200; i++) {
-    const t = wallMs()
-    await query(admin, `INSERT INTO ${schema}.probe VALUES ($1)`, [i])
-    times.push(wallMs() - t)
-  }
-  const perSecond = 200 / ((wallMs() - started) / 1000)
-  await dropSchema(admin, schema)
-  return { perSecond, p50Ms: percentile(times, 50) ?? 0 }
 }
 
 /** BENCH_PG_STATS=1: what the server saw of one run, per message acked. */
@@ -333,10 +212,10 @@ const ioWal = async (admin: Admin) =>
   query<{ fsyncs: unknown; ms: unknown }>(admin, `SELECT coalesce(sum(fsyncs), 0) AS fsyncs, coalesce(sum(fsync_time), 0) AS ms FROM pg_stat_io WHERE object = 'wal'`)
     .then((r) => ({ fsyncs: Number(r[0]?.fsyncs ?? 0), fsyncMs: Number(r[0]?.ms ?? 0) }))
     .catch(() => undefined)
-const walBytes = async (admin: Admin) => count(admin, "SELECT wal_bytes AS n FROM pg_stat_wal").catch(() => undefined)
+const walBytes = async (admin: Admin) => countOf(admin, "SELECT wal_bytes AS n FROM pg_stat_wal").catch(() => undefined)
 const commitsSoFar = async (admin: Admin) => {
   await query(admin, "SELECT pg_stat_clear_snapshot()")
-  return count(admin, "SELECT xact_commit AS n FROM pg_stat_database WHERE datname = current_database()")
+  return countOf(admin, "SELECT xact_commit AS n FROM pg_stat_database WHERE datname = current_database()")
 }
 
 const statsBefore = async (admin: Admin): Promise<StatsBefore> => {
@@ -438,15 +317,15 @@ const run = async (admin: Admin, url: string, kind: RunKind, c: number, rep: num
       done = config.messages
     } else {
       end = wallMs()
-      done = Math.max(0, config.messages - (await count(admin, `SELECT count(*)::int AS n FROM ${schema}.messages`)))
+      done = Math.max(0, config.messages - (await countOf(admin, `SELECT count(*)::int AS n FROM ${schema}.messages`)))
     }
     const cpu1 = cpuSeconds(w.pid)
-    await stopWorker(w)
+    await stopProcess(w)
     if (w.exit?.code !== 0) log(`${tag}: the worker exited with ${JSON.stringify(w.exit)}`)
     // The honesty check, with the worker gone: counters against the messages acked.
-    const left = await count(admin, `SELECT count(*)::int AS n FROM ${schema}.messages`)
+    const left = await countOf(admin, `SELECT count(*)::int AS n FROM ${schema}.messages`)
     const acked = perRun - left
-    const sum = await count(admin, `SELECT coalesce(sum(n), 0)::bigint AS n FROM ${schema}.counters`)
+    const sum = await countOf(admin, `SELECT coalesce(sum(n), 0)::bigint AS n FROM ${schema}.counters`)
     const honest = variant === "commit" ? sum === acked : variant === "plain" ? sum >= acked : sum === 0
     const server = before === undefined ? undefined : await statsAfter(admin, before, acked)
     const dbLine = w.lines.find((l) => l.startsWith("DBTIME "))?.split(" ")
@@ -483,7 +362,7 @@ const run = async (admin: Admin, url: string, kind: RunKind, c: number, rep: num
     if (server !== undefined) log(`${tag} on the server, per message: ${formatServer(server)}`)
     return result
   } finally {
-    await stopWorker(w)
+    await stopProcess(w)
     await dropSchema(admin, schema)
   }
 }
@@ -492,15 +371,6 @@ const run = async (admin: Admin, url: string, kind: RunKind, c: number, rep: num
 // Printing
 // ---------------------------------------------------------------------------------------------
 
-const fmtPct = (share: number | undefined) => (share === undefined ? "-" : `${Math.round(share * 100)} %`)
-const fmtRate = (rate: number | undefined) => (rate === undefined ? "-" : Math.round(rate).toLocaleString("en-US"))
-const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined || b === 0 ? "-" : (a / b).toFixed(2))
-const median = (values: ReadonlyArray<number>): number | undefined => {
-  if (values.length === 0) return undefined
-  const s = [...values].sort((a, b) => a - b)
-  const mid = Math.floor(s.length / 2)
-  return s.length % 2 === 1 ? s[mid] : (s[mid - 1]! + s[mid]!) / 2
-}
 const formatServer = (s: ServerSide) =>
   `${s.commits.toFixed(2)} transactions committed, ` +
   (s.walFsyncs === undefined ? "" : `${s.walFsyncs.toFixed(3)} WAL fsyncs (${s.walFsyncUs!.toFixed(0)} us), `) +
@@ -535,7 +405,7 @@ const main = async (): Promise<number> => {
       })
     }
     const url = server?.url ?? externalUrl!
-    admin = ManagedRuntime.make(PgClient.layer({ url: Redacted.make(url), maxConnections: 2, applicationName: "bench-commit-orchestrator" }))
+    admin = await openAdmin(url, "bench-commit-orchestrator")
     if (config.pgStats) await query(admin, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     const settings = await query<{ name: string; setting: string }>(
       admin,
@@ -543,7 +413,7 @@ const main = async (): Promise<number> => {
     )
     const setting = (name: string) => settings.find((s) => s.name === name)?.setting ?? "?"
     const version = (await query<{ v: string }>(admin, "SELECT current_setting('server_version') AS v"))[0]?.v ?? "?"
-    const probe = await commitProbe(admin)
+    const probe = await commitProbe(admin, `bench_commit_${runId}_probe`)
     const code = (() => {
       try {
         const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: repoRoot, encoding: "utf8" }).trim()
@@ -704,10 +574,10 @@ const main = async (): Promise<number> => {
     console.log(dishonest.length === 0 ? "DONE" : "FAIL")
     return dishonest.length === 0 ? 0 : 1
   } finally {
-    for (const p of [...live]) await stopWorker(p, 5_000)
+    for (const p of [...live]) await stopProcess(p, 5_000)
     await admin?.dispose().catch(() => undefined)
     await server?.destroy().catch(() => undefined)
-    await Promise.all(logStreams.map((s) => new Promise<void>((r) => s.end(r))))
+    await endLogs()
   }
 }
 

@@ -71,17 +71,35 @@
  *                              leasehold worker on a queue with these limits set (before the sends); "leasehold" and
  *                              "raw" run the same keyed messages without limits. Its columns: msg/s and ratios to both
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process"
-import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync, type WriteStream } from "node:fs"
+import { execFileSync } from "node:child_process"
+import { existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { availableParallelism, cpus, loadavg, totalmem } from "node:os"
 import { isAbsolute, join, relative } from "node:path"
-import { PgClient } from "@effect/sql-pg"
-import { Effect, ManagedRuntime, Redacted } from "effect"
-import { SqlClient } from "effect/sql"
+import { Effect } from "effect"
 import { type PostgresServer, startPostgres } from "../../dev/EmbeddedPostgres.ts"
 import type { FlowLimits } from "../../src/FlowControl.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
 import { envInt, envMs, nodeBinary, percentile, repoRoot, sleep, table } from "../chaos/lib.ts"
+import {
+  type Admin,
+  commitProbe,
+  cpuSeconds,
+  dropSchema,
+  endLogs,
+  fmtMb,
+  fmtMs,
+  fmtPct,
+  fmtRate,
+  live,
+  median,
+  openAdmin,
+  type Proc,
+  query,
+  startProcess,
+  stopProcess,
+  vmHwmKb,
+  whenEmpty
+} from "../support/orchestrator.ts"
 import { format as formatProfile, hottest } from "./profile.ts"
 import { QUEUE, wallMs } from "./protocol.ts"
 
@@ -170,38 +188,6 @@ const log = (text: string) => console.log(`[bench +${((Date.now() - t0) / 1000).
 const runId = `${process.pid}_${Math.random().toString(36).slice(2, 6)}`
 
 // ---------------------------------------------------------------------------------------------
-// Processes
-// ---------------------------------------------------------------------------------------------
-
-interface Proc {
-  readonly name: string
-  readonly child: ChildProcess
-  readonly pid: number
-  readonly lines: Array<string>
-  exit: { readonly code: number | null; readonly signal: NodeJS.Signals | null } | undefined
-  readonly closed: Promise<void>
-  /** The first line starting with `prefix` (seen already or to come); rejects on timeout or exit. */
-  readonly waitLine: (prefix: string, timeoutMs: number) => Promise<string>
-  readonly linesWith: (prefix: string) => Array<string>
-}
-
-const live = new Set<Proc>()
-process.on("exit", () => {
-  for (const p of live) if (p.exit === undefined) p.child.kill("SIGKILL")
-})
-
-const logStreams: Array<WriteStream> = []
-
-/** Worker environment: ours minus every LEASEHOLD_* variable (the worker gets only what we set). */
-const baseEnv = (): Record<string, string> => {
-  const env: Record<string, string> = {}
-  for (const [key, value] of Object.entries(process.env)) {
-    if (value !== undefined && !key.startsWith("LEASEHOLD_") && !key.startsWith("BENCH_")) env[key] = value
-  }
-  return env
-}
-
-// ---------------------------------------------------------------------------------------------
 // Compiled workers
 // ---------------------------------------------------------------------------------------------
 
@@ -257,144 +243,12 @@ const compileWorkers = (): { readonly ms: number; readonly typeErrors: number } 
   return { ms: Date.now() - started, typeErrors }
 }
 
-const startProc = (name: string, script: string, env: Record<string, string>, nodeArgs: ReadonlyArray<string> = []): Proc => {
-  mkdirSync(config.logDir, { recursive: true })
-  const out = createWriteStream(join(config.logDir, `${name}.log`))
-  logStreams.push(out)
-  const child = spawn(nodeBinary, [...workerNodeArgs, ...nodeArgs, compiledScript(script)], {
-    cwd: repoRoot,
-    env: { ...baseEnv(), ...env },
-    stdio: ["ignore", "pipe", "pipe"]
-  })
-  const lines: Array<string> = []
-  const waiters = new Set<() => void>()
-  let resolveClosed!: () => void
-  const closed = new Promise<void>((r) => (resolveClosed = r))
-  const proc: Proc = {
-    name,
-    child,
-    pid: child.pid ?? -1,
-    lines,
-    exit: undefined,
-    closed,
-    waitLine: (prefix, timeoutMs) =>
-      new Promise((resolve, reject) => {
-        const check = (): boolean => {
-          const found = lines.find((l) => l.startsWith(prefix))
-          if (found !== undefined) {
-            done()
-            resolve(found)
-            return true
-          }
-          if (proc.exit !== undefined) {
-            done()
-            reject(new Error(`${name} exited (code ${proc.exit.code}, signal ${proc.exit.signal}) before "${prefix}"; last output:\n${lines.slice(-30).join("\n")}`))
-            return true
-          }
-          return false
-        }
-        const timer = setTimeout(() => {
-          done()
-          reject(new Error(`${name}: no "${prefix}" line within ${timeoutMs} ms; last output:\n${lines.slice(-30).join("\n")}`))
-        }, timeoutMs)
-        const done = () => {
-          clearTimeout(timer)
-          waiters.delete(waiter)
-        }
-        const waiter = () => void check()
-        if (!check()) waiters.add(waiter)
-      }),
-    linesWith: (prefix) => lines.filter((l) => l.startsWith(prefix))
-  }
-  const reader = (stream: string) => {
-    let pending = ""
-    return (chunk: Buffer) => {
-      pending += chunk.toString("utf8")
-      const parts = pending.split("\n")
-      pending = parts.pop() ?? ""
-      for (const l of parts) {
-        lines.push(l)
-        out.write(`[${stream}] ${l}\n`)
-      }
-      for (const w of [...waiters]) w()
-    }
-  }
-  child.stdout!.on("data", reader("out"))
-  child.stderr!.on("data", reader("err"))
-  child.on("exit", (code, signal) => {
-    proc.exit = { code, signal }
-    for (const w of [...waiters]) w()
-  })
-  child.on("close", () => {
-    live.delete(proc)
-    for (const w of [...waiters]) w()
-    resolveClosed()
-  })
-  child.on("error", (error) => {
-    lines.push(`spawn error: ${error.message}`)
-    proc.exit ??= { code: null, signal: null }
-    resolveClosed()
-  })
-  live.add(proc)
-  return proc
-}
-
-/** SIGTERM, then SIGKILL after `graceMs`; resolves once its output was read to the end. */
-const stopProc = async (p: Proc, graceMs = 20_000): Promise<void> => {
-  if (p.exit === undefined) p.child.kill("SIGTERM")
-  const done = await Promise.race([p.closed.then(() => true), sleep(graceMs).then(() => false)])
-  if (!done) {
-    p.child.kill("SIGKILL")
-    await Promise.race([p.closed, sleep(5_000)])
-  }
-}
-
-const clockTicks = (() => {
-  try {
-    return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100
-  } catch {
-    return 100
-  }
-})()
-
-/** Peak resident set (VmHWM) of a live process, in kB; undefined without /proc. */
-const vmHwmKb = (pid: number): number | undefined => {
-  try {
-    const m = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))
-    return m === null ? undefined : Number(m[1])
-  } catch {
-    return undefined
-  }
-}
-
-/** User + system CPU seconds of a live process; undefined without /proc. */
-const cpuSeconds = (pid: number): number | undefined => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    return (Number(fields[11]) + Number(fields[12])) / clockTicks
-  } catch {
-    return undefined
-  }
-}
+const startProc = (name: string, script: string, env: Record<string, string>, nodeArgs: ReadonlyArray<string> = []): Proc =>
+  startProcess({ name, script: compiledScript(script), logDir: config.logDir, env, nodeArgs: [...workerNodeArgs, ...nodeArgs] })
 
 // ---------------------------------------------------------------------------------------------
 // Database
 // ---------------------------------------------------------------------------------------------
-
-type Admin = ManagedRuntime.ManagedRuntime<SqlClient.SqlClient, unknown>
-
-const openAdmin = async (url: string): Promise<Admin> => {
-  const runtime = ManagedRuntime.make(PgClient.layer({ url: Redacted.make(url), maxConnections: 2, applicationName: "bench-orchestrator" }))
-  await runtime.runPromise(Effect.void)
-  return runtime
-}
-
-const query = <A extends object>(admin: Admin, text: string, params: ReadonlyArray<unknown> = []) =>
-  admin.runPromise(Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    return yield* sql.unsafe<A>(text, params)
-  }))
 
 /** The flow key of message i of `count` (BENCH_KEYS, BENCH_KEY_LAYOUT), or none. */
 const keyOf = (i: number, count: number): string | undefined => {
@@ -431,28 +285,6 @@ const prepareSchema = async (admin: Admin, schema: string, count: number, limits
   return enqueueMs
 }
 
-/**
- * How fast this server commits, one transaction after another (200 single-row
- * INSERTs): with fsync on, the disk's flush latency, which bounds every worker
- * that commits per message. Printed so runs on different disks can be compared.
- */
-const commitProbe = async (admin: Admin): Promise<{ readonly perSecond: number; readonly p50Ms: number }> => {
-  const schema = `bench_${runId}_probe`
-  await query(admin, `DROP SCHEMA IF EXISTS ${schema} CASCADE`)
-  await query(admin, `CREATE SCHEMA ${schema}`)
-  await query(admin, `CREATE TABLE ${schema}.probe (x integer)`)
-  const times: Array<number> = []
-  const started = wallMs()
-  for (let i = 0; i < 200; i++) {
-    const t = wallMs()
-    await query(admin, `INSERT INTO ${schema}.probe VALUES ($1)`, [i])
-    times.push(wallMs() - t)
-  }
-  const perSecond = 200 / ((wallMs() - started) / 1000)
-  await dropSchema(admin, schema)
-  return { perSecond, p50Ms: percentile(times, 50) ?? 0 }
-}
-
 /** The code measured: the commit, and whether src/ differs from it. */
 const codeLine = (): string => {
   try {
@@ -466,20 +298,6 @@ const codeLine = (): string => {
 
 const loadLine = () => `load average ${loadavg().map((l) => l.toFixed(2)).join(", ")} (1, 5, 15 min) on ${availableParallelism()} cores`
 
-const dropSchema = (admin: Admin, schema: string) => query(admin, `DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined)
-
-/** Polls until the messages table is empty; the wall time it was first seen so. */
-const whenEmpty = async (admin: Admin, schema: string, timeoutMs: number): Promise<number> => {
-  const deadline = Date.now() + timeoutMs
-  while (true) {
-    const rows = await query<{ n: number }>(admin, `SELECT count(*)::int AS n FROM ${schema}.messages`)
-    if (rows[0]?.n === 0) return wallMs()
-    if (Date.now() > deadline) throw new Error(`${schema}.messages still holds ${rows[0]?.n} messages ${timeoutMs} ms after the worker ran them all`)
-    await sleep(2)
-  }
-}
-
-/** What the server spent on one worker's statements during a run (`pg_stat_statements`), per message. */
 interface ServerStatements {
   /** Per kind of statement: calls, execution and planning microseconds and WAL bytes per message acked. */
   readonly kinds: ReadonlyArray<
@@ -617,7 +435,7 @@ const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, r
     }
     const cpu1 = cpuSeconds(w.pid)
     const hwm = vmHwmKb(w.pid)
-    await stopProc(w)
+    await stopProcess(w)
     const server = config.pgStats ? await serverStatements(admin, schema, config.warmup + done) : undefined
     const countLine = w.linesWith("COUNT ")[0]?.split(" ")
     const handled = countLine === undefined ? undefined : Number(countLine[1])
@@ -646,7 +464,7 @@ const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, r
     if (server !== undefined) log(`${tag} on the server: ${formatServer(server)}`)
     return result
   } finally {
-    await stopProc(w)
+    await stopProcess(w)
     await dropSchema(admin, schema)
   }
 }
@@ -673,7 +491,7 @@ const latencyRun = async (admin: Admin, url: string, kind: Kind): Promise<Latenc
       BENCH_WARM: String(config.latencyWarm)
     })
     const producerBudget = (config.latencySends + config.latencyWarm) * config.latencyIntervalMs + 60_000
-    await producer.waitLine("SENT", producerBudget).finally(() => stopProc(producer))
+    await producer.waitLine("SENT", producerBudget).finally(() => stopProcess(producer))
     const total = config.latencySends + config.latencyWarm
     const deadline = Date.now() + 10_000
     while (w.linesWith("LAT ").length < total && Date.now() < deadline) await sleep(20)
@@ -685,7 +503,7 @@ const latencyRun = async (admin: Admin, url: string, kind: Kind): Promise<Latenc
     )
     return { kind, values, expected: config.latencySends }
   } finally {
-    await stopProc(w)
+    await stopProcess(w)
     await dropSchema(admin, schema)
   }
 }
@@ -695,18 +513,6 @@ const latencyRun = async (admin: Admin, url: string, kind: Kind): Promise<Latenc
 // ---------------------------------------------------------------------------------------------
 
 const formatBudget = () => `${Math.round(config.runBudgetMs / 1000)} s`
-const fmtMb = (kb: number | undefined) => (kb === undefined ? "-" : `${Math.round(kb / 1024)} MB`)
-const fmtPct = (share: number | undefined) => (share === undefined ? "-" : `${Math.round(share * 100)} %`)
-const fmtMs = (ms: number | undefined) => (ms === undefined ? "-" : `${ms.toFixed(2)} ms`)
-const fmtRate = (rate: number | undefined) => (rate === undefined ? "-" : Math.round(rate).toLocaleString("en-US"))
-
-const median = (values: ReadonlyArray<number>): number | undefined => {
-  if (values.length === 0) return undefined
-  const s = [...values].sort((a, b) => a - b)
-  const mid = Math.floor(s.length / 2)
-  return s.length % 2 === 1 ? s[mid] : (s[mid - 1]! + s[mid]!) / 2
-}
-
 const redactUrl = (url: string): string => {
   try {
     const u = new URL(url)
@@ -753,7 +559,7 @@ const main = async (): Promise<number> => {
       })
     }
     const url = server?.url ?? externalUrl!
-    admin = await openAdmin(url)
+    admin = await openAdmin(url, "bench-orchestrator")
     if (config.pgStats) {
       await query(admin, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements").catch((error) => {
         throw new Error(`BENCH_PG_STATS=1 needs pg_stat_statements preloaded on the server: ${String(error)}`)
@@ -765,7 +571,7 @@ const main = async (): Promise<number> => {
     )
     const setting = (name: string) => settings.find((s) => s.name === name)?.setting ?? "?"
     const version = (await query<{ v: string }>(admin, "SELECT current_setting('server_version') AS v"))[0]?.v ?? "?"
-    const commit = await commitProbe(admin)
+    const commit = await commitProbe(admin, `bench_${runId}_probe`)
     const cpu = cpus()[0]?.model ?? "?"
 
     const header = [
@@ -962,10 +768,10 @@ const main = async (): Promise<number> => {
     console.log(`\n${code === 0 ? "DONE" : "FAIL"}${config.strict ? "" : " (BENCH_STRICT=1 to fail on a missed target)"}`)
     return code
   } finally {
-    for (const p of [...live]) await stopProc(p, 5_000)
+    for (const p of [...live]) await stopProcess(p, 5_000)
     await admin?.dispose().catch(() => undefined)
     await server?.destroy().catch(() => undefined)
-    await Promise.all(logStreams.map((s) => new Promise<void>((r) => s.end(r))))
+    await endLogs()
   }
 }
 
