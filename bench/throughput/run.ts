@@ -324,7 +324,7 @@ const serverStatements = async (admin: Admin, schema: string, messages: number):
   const rows = await query<{ query: string; calls: string; exec_ms: number; plan_ms: number; wal_bytes: string }>(
     admin,
     `SELECT query, calls, total_exec_time AS exec_ms, total_plan_time AS plan_ms, wal_bytes FROM pg_stat_statements
-     WHERE query LIKE '%' || $1 || '%' AND query NOT LIKE '%count(*)::int AS n FROM%'`,
+     WHERE query LIKE '%' || $1 || '%' AND query NOT LIKE 'SELECT count(*)::int AS n FROM%'`,
     [schema]
   )
   const byKind = new Map<string, { calls: number; execMs: number; planMs: number; walBytes: number }>()
