@@ -553,7 +553,12 @@ const judgeLogs = (
     if (id === undefined) return { explained: false, why: "no message id on the log line" }
     const runs = byId.get(id) ?? []
     const mine = runs.filter((e) => e.consumer === event.consumer && e.startedMs <= event.at + LOG_SLACK_MS)
-    const own = mine[mine.length - 1]
+    // A double run at ack is about a run whose handler had returned: not a newer run of the same worker still going
+    // (a worker can reclaim a message whose lease ran out under its own stale run).
+    const returned = event.kind === "double-run-at-ack"
+      ? mine.filter((e) => (handlerReturn(e) ?? Infinity) <= event.at)
+      : []
+    const own = returned.length > 0 ? returned[returned.length - 1] : mine[mine.length - 1]
     if (own === undefined) return { explained: false, why: `no run of message ${id} on ${event.consumer} before the log line` }
     return { execution: own, ...judgeRun(event, id, runs, own) }
   }
@@ -960,7 +965,7 @@ export interface CommitAnalysis {
   readonly fenced: ReadonlyArray<FencedCommit>
   /** `commit-fenced` journal lines of the handlers (each refused commit as the handler saw it). */
   readonly fencedJournaled: number
-  /** Stale runs (isStale: lease lost logged while they ran, or their worker blocked on purpose), by task. */
+  /** Stale runs (isStale: lease lost logged while they ran, or their worker blocked on purpose) followed by another run of their message, by task. */
   readonly staleRuns: { readonly tx: number; readonly plain: number }
   /** Of the stale runs, those whose worker was blocked on purpose (the forced lease loss). */
   readonly staleByBlock: number
@@ -1029,7 +1034,9 @@ export const analyzeCommit = (input: AnalysisInput, perMessage: ReadonlyMap<numb
     const id = event.messageIds[0]
     const runs = id === undefined ? [] : byId.get(id) ?? []
     const mine = runs.filter((e) => e.consumer === event.consumer && e.startedMs <= event.at + LOG_SLACK_MS)
-    const own = mine[mine.length - 1]
+    // The run whose handler saw the refusal (journal `commit-fenced`, just after the log line), else the latest.
+    const seen = mine.filter((e) => e.fencedMs !== undefined && Math.abs(e.fencedMs - event.at) <= LOG_SLACK_MS)
+    const own = seen.length > 0 ? seen[seen.length - 1] : mine[mine.length - 1]
     const reclaimedBy = own === undefined ? undefined : runs.find((e) => e !== own && e.startedMs > own.startedMs)
     const why = id === undefined
       ? "no message id on the log line"
@@ -1045,7 +1052,8 @@ export const analyzeCommit = (input: AnalysisInput, perMessage: ReadonlyMap<numb
   // Block windows per worker: [end - (lease + 1.5 s), end] (worker.ts blocks for the lease + 1.5 s).
   const executions = [...perMessage.values()].flat()
   const blocks = executions.filter((e) => e.blockedMs !== undefined)
-  const stale = executions.filter(isStale)
+  // Stale runs that mattered: another run of their message started after them (the reclaim).
+  const stale = [...perMessage.values()].flatMap((list) => list.filter((e, i) => isStale(e) && i < list.length - 1))
   const staleByBlock = stale.filter((e) => e.stalledMs !== undefined).length
   return {
     tx: counterCheck(tx),

@@ -758,7 +758,7 @@ const commitRows = (
     ["commits refused by the fence (double run prevented)", String(c.fenced.length), verdict(c.fencedJournaled === c.fenced.length && preventedInOutput === c.fenced.length)],
     ["  matched to a reclaim of their message", String(c.fenced.length - unmatched), verdict(unmatched === 0)],
     ["  as the handlers saw them (CommitFenced lease-lost)", String(c.fencedJournaled), ""],
-    ["stale runs (lease lost logged, or worker blocked): tx / plain", `${c.staleRuns.tx} / ${c.staleRuns.plain}`, ""],
+    ["stale runs (lease lost logged, or worker blocked), then reclaimed: tx / plain", `${c.staleRuns.tx} / ${c.staleRuns.plain}`, ""],
     ["  on a worker blocked on purpose (forced lease loss)", `${c.staleByBlock} (${c.blocks} blocks)`, ""]
   ]
   for (const v of judged) check(false, v)
