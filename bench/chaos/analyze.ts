@@ -29,6 +29,12 @@ import { type JournalEvent, judgedKinds, type LeaseRecord, type LedgerRow, type 
 /** worker.ts bounds the ledger write of an interruption by 1.5 s; the handler returns after it. */
 export const INTERRUPTED_WRITE_BOUND_MS = 1_500
 
+/**
+ * The commit run: a run that started at most this long after its worker's block ended counts as claimed before it
+ * ended (a claim sent before or during the block is read after it, and its handler starts at once).
+ */
+export const CLAIMED_IN_BLOCK_MS = 1_000
+
 /** Allowance between a log line and the runs or connection deaths it is matched with (clock reads, pipes). */
 export const LOG_SLACK_MS = 500
 
@@ -346,7 +352,8 @@ export const analyze = (input: AnalysisInput): Analysis => {
   if (blockWindows.length > 0) {
     for (const e of byExec.values()) {
       const until = (handlerReturn(e) ?? Infinity) + input.finishBoundMs
-      const w = blockWindows.find((b) => b.consumer === e.consumer && b.to >= e.startedMs && b.from <= until)
+      // A run that started just after the block may have been claimed before it (the claim's answer read after it).
+      const w = blockWindows.find((b) => b.consumer === e.consumer && b.to >= e.startedMs - CLAIMED_IN_BLOCK_MS && b.from <= until)
       if (w !== undefined) e.stalledMs = Math.max(w.from, e.startedMs)
     }
   }

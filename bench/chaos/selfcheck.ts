@@ -774,6 +774,23 @@ check("commit: a commit step that failed otherwise (effect-failed) is a failed h
   assert.deepEqual(violationsOf(r, false), [])
 })
 
+check("commit: a run started just after its worker's block (claimed during it) is stale; one started 1.5 s after is not", () => {
+  const blocker = row(1, "a", 100, 4_700)
+  const justAfter = row(0, "a", 4_650, 4_700)
+  const next = row(0, "b", 7_000, 7_100)
+  const r = analyze({
+    ...base,
+    sent: 4,
+    ledger: [blocker, justAfter, next, row(2, "a", 6_200, 6_300), row(2, "c", 9_000, 9_100)],
+    journal: [journaled(blocker, "blocked", 4_600)],
+    logEvents: [logLine("double-run-at-ack", "a", 7_200, 0, DOUBLE_RUN), logLine("double-run-at-ack", "a", 9_200, 2, DOUBLE_RUN)],
+    commit: commitInput([1, 2, 2, 0])
+  })
+  assert.equal(r.explainedLogs["double-run-at-ack"], 1)
+  assert.equal(r.unexplainedLogs["double-run-at-ack"], 1)
+  assert.equal(r.logs.find((x) => !x.explained)!.event.messageIds[0], "1002")
+})
+
 let failed = 0
 for (const [name, f] of cases) {
   try {
