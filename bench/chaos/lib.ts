@@ -126,7 +126,7 @@ export interface JournalEvent {
   /**
    * The commit run (run.ts --commit): `effect-failed`: the counter's increment failed (a commit step not refused by
    * the fence, or the plain UPDATE): the handler fails, the queue retries; `commit-fenced`: the fence refused the
-   * commit (CommitFenced lease-lost); `blocked`: the handler blocked the event loop (the forced lease loss) until `at`.
+   * commit (CommitFenced lease-lost); `blocked`: the handler blocks the event loop (the forced lease loss) until `at` (written as the block begins).
    */
   readonly ev:
     | "interrupted"

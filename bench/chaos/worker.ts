@@ -30,7 +30,8 @@
  * a message of task `plain` increments it with a bare UPDATE (at-least-once). A payload with
  * `block: true` blocks the event loop for the lease + 1.5 s on its first attempt (renewals stall, the
  * lease expires, another worker reclaims the message, and with `LEASEHOLD_ON_LEASE_LOST=continue`
- * the stale run goes on to its increment). Journal: `effect-failed`, `commit-fenced`, `blocked`.
+ * the stale run goes on to its increment). Journal: `effect-failed`, `commit-fenced`, `blocked` (written as the block
+ * begins, `at` its end).
  *
  * Session liveness: `ConsumerPresence.layerFromEnv()` is provided to the
  * consumer, its mode from `LEASEHOLD_SESSION_LIVENESS=on|off|auto` (default
@@ -157,10 +158,11 @@ const handler: Consumer.Handler<SqlClient.SqlClient> = (message, context) =>
       if ((fault === "block" && payload.n % 50 === 25 || payload.block === true) && context.attempt === 1) {
         yield* Effect.sync(() => {
           const until = Date.now() + leaseMs + 1_500
+          // Journaled before the block, with its end: a SIGKILL during the block must not hide it.
+          if (payload.block === true) journal({ ev: "blocked", ...facts, at: until })
           while (Date.now() < until) {
             // blocking the event loop on purpose
           }
-          if (payload.block === true) journal({ ev: "blocked", ...facts, at: Date.now() })
         })
       }
       if (ms > 0) yield* Effect.sleep(ms)
