@@ -620,7 +620,7 @@ const main = async (): Promise<number> => {
       ["  following a SIGKILL", String(d.kill), ""],
       ["  following an interruption (lease/presence lost)", String(d.interrupted), d.interrupted === 0 ? "" : "allowed (storm)"],
       ["  following work done, interrupted before ack", String(d["interrupted-after-work"]), d["interrupted-after-work"] === 0 ? "" : "allowed (storm)"],
-      ["  following a failed ledger write", String(d["handler-failed"]), d["handler-failed"] === 0 ? "" : "allowed (handler failed)"],
+      [commitRun ? "  following a failed ledger write or increment (a commit step failed)" : "  following a failed ledger write", String(d["handler-failed"]), d["handler-failed"] === 0 ? "" : "allowed (handler failed)"],
       ["  following a finishing write given up (connection deaths)", String(d["finish-given-up"]), d["finish-given-up"] === 0 ? "" : "allowed (explained below)"],
       ...(!commitRun && d["stale-past-lease"] === 0 ? [] : [["  following a stale run past its lease (onLeaseLost continue)", String(d["stale-past-lease"]), d["stale-past-lease"] === 0 ? "" : "allowed (lease lost logged)"]]),
       ["  after a completed run, holder alive", String(d["after-completion"]), check(d["after-completion"] === 0, `${d["after-completion"]} duplicates after a completed run whose holder was alive (double runs not caused by a kill)`)],
