@@ -678,7 +678,11 @@ const main = async (): Promise<number> => {
       }
     }
     // The commit run: the history the store wrote, and the ledger, of the first messages in an unexplained overlap or duplicate.
-    const puzzling = [...new Set([...result.overlaps.map((o) => o.n), ...result.duplicates.filter((x) => x.cause === "unexplained" || x.cause === "after-completion").map((x) => x.n)])].slice(0, 3)
+    const puzzling = [...new Set([
+      ...result.overlaps.map((o) => o.n),
+      ...result.duplicates.filter((x) => x.cause === "unexplained" || x.cause === "after-completion").map((x) => x.n),
+      ...result.logs.filter((x) => !x.explained && x.execution !== undefined).map((x) => x.execution!.n)
+    ])].slice(0, 3)
     if (commitRun && puzzling.length > 0) {
       for (const n of puzzling) {
         const history = await database.queryRetrying<{ attempt: number; consumer: string; started_at: Date; ended_at: Date; outcome: string; error: string | null }>(
@@ -692,7 +696,10 @@ const main = async (): Promise<number> => {
         }
         console.log(`  its ledger:`)
         for (const r of ledger.filter((r) => Number(r.n) === n)) {
-          console.log(`  attempt ${r.attempt} ${r.consumer} ${Number(r.started_ms) - t0}..${r.ended_ms === null ? "-" : Number(r.ended_ms) - t0} ms ${r.outcome ?? "-"}`)
+          console.log(
+            `  attempt ${r.attempt} ${r.consumer} ${Number(r.started_ms) - t0}..${r.ended_ms === null ? "-" : Number(r.ended_ms) - t0} ms ${r.outcome ?? "-"}` +
+              (r.done_ms === undefined || r.done_ms === null ? "" : ` (end written ${Math.round(Number(r.done_ms) - t0)} ms)`)
+          )
         }
       }
     }
