@@ -97,6 +97,8 @@ export interface Execution {
   readonly messageId: string
   readonly consumer: string
   readonly pid: number
+  /** The claim's attempt number: the order of a message's claims (a stalled claim's handler can start after the next claim's). */
+  readonly attempt: number
   readonly startedMs: number
   /** Work finished and the ledger says so. */
   okMs: number | undefined
@@ -141,6 +143,12 @@ export const handlerReturn = (e: Execution): number | undefined => {
   ].filter((x): x is number => x !== undefined)
   return times.length === 0 ? undefined : Math.min(...times)
 }
+
+/** The order of a message's executions: by attempt, then by start. */
+export const claimOrder = (a: Execution, b: Execution): number => a.attempt - b.attempt || a.startedMs - b.startedMs
+
+/** Whether run `e` of a message came after run `own` in claim order. */
+const claimedAfter = (e: Execution, own: Execution): boolean => e !== own && claimOrder(own, e) < 0
 
 /** A stale run: its lease lost while it ran (logged), or its worker blocked past the lease on purpose (the commit run). */
 export const isStale = (e: Execution): boolean => e.staleMs !== undefined || e.stalledMs !== undefined
@@ -261,6 +269,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
     messageId: string
     consumer: string
     pid: number
+    attempt: number
     startedMs: number
   }): Execution => {
     let e = byExec.get(fact.exec)
@@ -286,6 +295,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
       messageId: row.message_id,
       consumer: row.consumer,
       pid: row.pid,
+      attempt: Number(row.attempt),
       startedMs: row.started_ms
     })
     if (row.outcome === "ok" && row.ended_ms !== null) {
@@ -301,7 +311,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
       if (known !== undefined) known.interruptReturnedMs = j.at
       continue
     }
-    const e = ensure({ exec: j.exec, n: j.n, messageId: j.id, consumer: j.consumer, pid: j.pid, startedMs: j.startedMs })
+    const e = ensure({ exec: j.exec, n: j.n, messageId: j.id, consumer: j.consumer, pid: j.pid, attempt: j.attempt, startedMs: j.startedMs })
     if (j.ev === "interrupted") e.interruptedMs = Math.min(e.interruptedMs ?? Infinity, j.at)
     if (j.ev === "end-write-failed") {
       e.endWriteFailedMs = j.endedMs ?? j.at
@@ -328,7 +338,9 @@ export const analyze = (input: AnalysisInput): Analysis => {
     list.push(e)
     perMessage.set(e.n, list)
   }
-  for (const list of perMessage.values()) list.sort((a, b) => a.startedMs - b.startedMs)
+  // In claim order: by attempt (each claim of a message counts one more), then by start. A claim read after a stall
+  // of its worker starts its handler late, possibly after the next claim's (the commit run's blocks).
+  for (const list of perMessage.values()) list.sort(claimOrder)
 
   // Stale runs: the worker's latest run of a message started before its `lease-lost` line.
   const runsById = new Map<string, Array<Execution>>()
@@ -392,7 +404,8 @@ export const analyze = (input: AnalysisInput): Analysis => {
       for (let i = 0; i < j; i++) {
         const first = list[i]!
         const holderAlive = first.killedMs === undefined || first.killedMs > second.startedMs
-        if (second.startedMs < effectiveEnd(first) && holderAlive) (isStale(first) ? staleOverlaps : overlaps).push({ n, first, second })
+        // In claim order a later claim's run can have started first: the two overlap when their times intersect.
+        if (second.startedMs < effectiveEnd(first) && first.startedMs < effectiveEnd(second) && holderAlive) (isStale(first) ? staleOverlaps : overlaps).push({ n, first, second })
       }
     }
   }
@@ -570,7 +583,7 @@ const judgeLogs = (
     return { execution: own, ...judgeRun(event, id, runs, own) }
   }
   const judgeRun = (event: LogEvent, id: string, runs: ReadonlyArray<Execution>, own: Execution): { explained: boolean; why: string } => {
-    const later = runs.filter((e) => e !== own && e.startedMs > own.startedMs)
+    const later = runs.filter((e) => claimedAfter(e, own))
     const acked = remaining.get(own.n) === undefined && runs.some((e) => e.okMs !== undefined)
     if (event.kind === "double-run-at-ack") {
       if (later.length > 0 && isStale(own) && staleSince(own) <= event.at + LOG_SLACK_MS) {
@@ -1044,7 +1057,7 @@ export const analyzeCommit = (input: AnalysisInput, perMessage: ReadonlyMap<numb
     // The run whose handler saw the refusal (journal `commit-fenced`, just after the log line), else the latest.
     const seen = mine.filter((e) => e.fencedMs !== undefined && Math.abs(e.fencedMs - event.at) <= LOG_SLACK_MS)
     const own = seen.length > 0 ? seen[seen.length - 1] : mine[mine.length - 1]
-    const reclaimedBy = own === undefined ? undefined : runs.find((e) => e !== own && e.startedMs > own.startedMs)
+    const reclaimedBy = own === undefined ? undefined : runs.find((e) => claimedAfter(e, own))
     const why = id === undefined
       ? "no message id on the log line"
       : own === undefined

@@ -791,6 +791,32 @@ check("commit: a run started just after its worker's block (claimed during it) i
   assert.equal(r.logs.find((x) => !x.explained)!.event.messageIds[0], "1002")
 })
 
+check("commit: a claim read after its worker's block starts its handler after the reclaim's run (as seen): claim order, stale, explained", () => {
+  // As in a short run (f8ae080): worker a claimed message 0 at 16.5 s (attempt 1) and blocked until 21.0 s; b reclaimed it
+  // at 19.5 s (attempt 2), ran and acked it; a's handler of attempt 1 started at 21.05 s, its commit refused, its ack gone.
+  const blocker = row(1, "a", 16_500, 21_100)
+  const reclaim = { ...row(0, "b", 19_540, 19_561), attempt: 2 }
+  const stale = row(0, "a", 21_046, 21_064)
+  const r = analyze({
+    ...base,
+    sent: 2,
+    ledger: [blocker, reclaim, stale],
+    journal: [journaled(blocker, "blocked", 21_037), journaled(stale, "commit-fenced", 21_085)],
+    logEvents: [logLine("double-run-prevented", "a", 21_082, 0, PREVENTED)],
+    commit: commitInput([1, 2])
+  })
+  assert.equal(r.overlaps.length, 0)
+  assert.equal(r.duplicates.length, 1)
+  assert.equal(r.duplicates[0]!.previous.consumer, "a")
+  assert.equal(r.duplicatesByCause["stale-past-lease"], 1)
+  assert.equal(r.commit!.fenced[0]!.explained, true)
+  assert.equal(r.commit!.fenced[0]!.reclaimedBy!.consumer, "b")
+  assert.deepEqual(violationsOf(r), [])
+  // Without the block it is a double run after completion (attempt 2 completed, then attempt 1 ran).
+  const plain = analyze({ ...base, sent: 1, ledger: [{ ...row(0, "b", 19_540, 19_561), attempt: 2 }, row(0, "a", 21_046, 21_064)] })
+  assert.equal(plain.duplicatesByCause["after-completion"] + plain.duplicatesByCause.unexplained, 1)
+})
+
 let failed = 0
 for (const [name, f] of cases) {
   try {
