@@ -24,10 +24,16 @@
  *   after the ack bound cannot be why the message ran again: its ack had
  *   landed or had been given up long before.
  */
-import type { JournalEvent, LeaseRecord, LedgerRow, LogEvent, LogKind } from "./lib.ts"
+import { type JournalEvent, judgedKinds, type LeaseRecord, type LedgerRow, type LogEvent, type LogKind } from "./lib.ts"
 
 /** worker.ts bounds the ledger write of an interruption by 1.5 s; the handler returns after it. */
 export const INTERRUPTED_WRITE_BOUND_MS = 1_500
+
+/**
+ * The commit run: a run that started at most this long after its worker's block ended counts as claimed before it
+ * ended (a claim sent before or during the block is read after it, and its handler starts at once).
+ */
+export const CLAIMED_IN_BLOCK_MS = 1_000
 
 /** Allowance between a log line and the runs or connection deaths it is matched with (clock reads, pipes). */
 export const LOG_SLACK_MS = 500
@@ -81,6 +87,8 @@ export interface AnalysisInput {
   readonly poisoned?: ReadonlySet<number> | undefined
   /** A flow run (run.ts --flow): the limits set, each message's key, the leases the database recorded. */
   readonly flow?: FlowInput | undefined
+  /** A commit run (run.ts --commit): the counter rows at the end. */
+  readonly commit?: CommitInput | undefined
 }
 
 export interface Execution {
@@ -89,6 +97,8 @@ export interface Execution {
   readonly messageId: string
   readonly consumer: string
   readonly pid: number
+  /** The claim's attempt number: the order of a message's claims (a stalled claim's handler can start after the next claim's). */
+  readonly attempt: number
   readonly startedMs: number
   /** Work finished and the ledger says so. */
   okMs: number | undefined
@@ -106,6 +116,21 @@ export interface Execution {
   interruptReturnedMs?: number | undefined
   /** The end write was given up at this time (journal `end-write-failed`): the handler returned the failure. */
   endWriteGaveUpMs?: number | undefined
+  /**
+   * Its worker logged its lease lost at this time (journaled `lease-lost` line, after the run's start): from then on a
+   * stale run, which runs on to its end under `LEASEHOLD_ON_LEASE_LOST=continue` (the commit run).
+   */
+  staleMs?: number | undefined
+  /**
+   * The commit run: its worker's event loop was blocked on purpose (journal `blocked`) from this time, while the run
+   * was in progress or its finishing write could still be pending (before its ack bound): its lease ran out
+   * under it, a stale run too.
+   */
+  stalledMs?: number | undefined
+  /** The commit run: its commit step was refused by the fence at this time (journal `commit-fenced`). */
+  fencedMs?: number | undefined
+  /** The commit run: it blocked its worker's event loop until this time (journal `blocked`): the forced lease loss. */
+  blockedMs?: number | undefined
 }
 
 /** When the handler of an execution returned (see the header); undefined: it never did (cut short, or unknown). */
@@ -118,6 +143,18 @@ export const handlerReturn = (e: Execution): number | undefined => {
   ].filter((x): x is number => x !== undefined)
   return times.length === 0 ? undefined : Math.min(...times)
 }
+
+/** The order of a message's executions: by attempt, then by start. */
+export const claimOrder = (a: Execution, b: Execution): number => a.attempt - b.attempt || a.startedMs - b.startedMs
+
+/** Whether run `e` of a message came after run `own` in claim order. */
+const claimedAfter = (e: Execution, own: Execution): boolean => e !== own && claimOrder(own, e) < 0
+
+/** A stale run: its lease lost while it ran (logged), or its worker blocked past the lease on purpose (the commit run). */
+export const isStale = (e: Execution): boolean => e.staleMs !== undefined || e.stalledMs !== undefined
+
+/** When a stale run became one, for explanations. */
+const staleSince = (e: Execution): number => Math.min(e.staleMs ?? Infinity, e.stalledMs ?? Infinity)
 
 /** The kill of an execution's holder explains a later run only if it fell before the run's ack could have landed. */
 export const killExplains = (e: Execution, finishBoundMs: number): boolean => {
@@ -143,6 +180,8 @@ export interface JudgedLog {
  * - `handler-failed`: the handler failed (its ledger end could not be written), so the queue retried it;
  * - `poison`: a poisoned run failed on purpose, so the queue retried it (its retry policy);
  * - `finish-given-up`: its finishing write was given up after connection deaths (an explained `finish-failed` log line);
+ * - `stale-past-lease`: its worker logged its lease lost while it ran, and it ran on to its end (onLeaseLost
+ *   continue, the commit run): a stale run past its lease, the message reclaimed by the next run;
  * - `after-completion`: it finished, its holder lived and nothing interrupted it: a double run;
  * - `unexplained`: it never finished, was not interrupted and its holder was not killed.
  */
@@ -153,6 +192,7 @@ export type DuplicateCause =
   | "handler-failed"
   | "poison"
   | "finish-given-up"
+  | "stale-past-lease"
   | "after-completion"
   | "unexplained"
 
@@ -185,6 +225,8 @@ export interface Analysis {
   readonly unknown: number
   readonly messagesWithSeveralIds: ReadonlyArray<number>
   readonly overlaps: ReadonlyArray<Overlap>
+  /** Overlaps whose first run was stale (its lease lost while it ran, onLeaseLost continue): explained, not judged. */
+  readonly staleOverlaps: ReadonlyArray<Overlap>
   readonly duplicates: ReadonlyArray<Duplicate>
   readonly duplicatesByCause: Record<DuplicateCause, number>
   /** Duplicates after an interruption that came more than 10 s from the server restart. */
@@ -200,6 +242,8 @@ export interface Analysis {
   readonly explainedLogs: Record<LogKind, number>
   /** The flow checks (a flow run only). */
   readonly flow: FlowAnalysis | undefined
+  /** The commit checks (a commit run only). */
+  readonly commit: CommitAnalysis | undefined
 }
 
 /** The end of an execution as far as overlap goes: work finished, interrupted, or holder killed. Infinity: unknown. */
@@ -225,6 +269,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
     messageId: string
     consumer: string
     pid: number
+    attempt: number
     startedMs: number
   }): Execution => {
     let e = byExec.get(fact.exec)
@@ -250,6 +295,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
       messageId: row.message_id,
       consumer: row.consumer,
       pid: row.pid,
+      attempt: Number(row.attempt),
       startedMs: row.started_ms
     })
     if (row.outcome === "ok" && row.ended_ms !== null) {
@@ -265,13 +311,20 @@ export const analyze = (input: AnalysisInput): Analysis => {
       if (known !== undefined) known.interruptReturnedMs = j.at
       continue
     }
-    const e = ensure({ exec: j.exec, n: j.n, messageId: j.id, consumer: j.consumer, pid: j.pid, startedMs: j.startedMs })
+    const e = ensure({ exec: j.exec, n: j.n, messageId: j.id, consumer: j.consumer, pid: j.pid, attempt: j.attempt, startedMs: j.startedMs })
     if (j.ev === "interrupted") e.interruptedMs = Math.min(e.interruptedMs ?? Infinity, j.at)
     if (j.ev === "end-write-failed") {
       e.endWriteFailedMs = j.endedMs ?? j.at
       e.endWriteGaveUpMs = j.at
     }
     if (j.ev === "poison-failed") e.poisonFailedMs = j.at
+    // The counter's increment failed: the handler returned the failure (the queue retries), as a failed end write.
+    if (j.ev === "effect-failed") {
+      e.endWriteFailedMs = Math.min(e.endWriteFailedMs ?? Infinity, j.at)
+      e.endWriteGaveUpMs = Math.min(e.endWriteGaveUpMs ?? Infinity, j.at)
+    }
+    if (j.ev === "commit-fenced") e.fencedMs = j.at
+    if (j.ev === "blocked") e.blockedMs = j.at
   }
 
   const perMessage = new Map<number, Array<Execution>>()
@@ -285,7 +338,37 @@ export const analyze = (input: AnalysisInput): Analysis => {
     list.push(e)
     perMessage.set(e.n, list)
   }
-  for (const list of perMessage.values()) list.sort((a, b) => a.startedMs - b.startedMs)
+  // In claim order: by attempt (each claim of a message counts one more), then by start. A claim read after a stall
+  // of its worker starts its handler late, possibly after the next claim's (the commit run's blocks).
+  for (const list of perMessage.values()) list.sort(claimOrder)
+
+  // Stale runs: the worker's latest run of a message started before its `lease-lost` line.
+  const runsById = new Map<string, Array<Execution>>()
+  for (const list of perMessage.values()) {
+    for (const e of list) runsById.set(e.messageId, [...(runsById.get(e.messageId) ?? []), e])
+  }
+  for (const event of input.logEvents ?? []) {
+    if (event.kind !== "lease-lost") continue
+    for (const id of event.messageIds) {
+      const mine = (runsById.get(id) ?? []).filter((e) => e.consumer === event.consumer && e.startedMs <= event.at + LOG_SLACK_MS)
+      const own = mine[mine.length - 1]
+      if (own !== undefined) own.staleMs = Math.min(own.staleMs ?? Infinity, event.at)
+    }
+  }
+  // Stalled runs: a worker blocked on purpose (worker.ts: the lease + 1.5 s, right after the blocking run's ledger start).
+  const blockWindows = input.journal.filter((j) => j.ev === "blocked").map((j) => ({
+    consumer: j.consumer,
+    from: Math.max(j.startedMs, j.at - input.leaseMs - 1_500),
+    to: j.at
+  }))
+  if (blockWindows.length > 0) {
+    for (const e of byExec.values()) {
+      const until = (handlerReturn(e) ?? Infinity) + input.finishBoundMs
+      // A run that started just after the block may have been claimed before it (the claim's answer read after it).
+      const w = blockWindows.find((b) => b.consumer === e.consumer && b.to >= e.startedMs - CLAIMED_IN_BLOCK_MS && b.from <= until)
+      if (w !== undefined) e.stalledMs = Math.max(w.from, e.startedMs)
+    }
+  }
 
   const remaining = new Map<number, string>()
   for (const r of input.remaining) remaining.set(r.n, r.state)
@@ -314,13 +397,15 @@ export const analyze = (input: AnalysisInput): Analysis => {
 
   // Overlaps: a later execution starting while an earlier one of the same message still ran on a live holder.
   const overlaps: Array<Overlap> = []
+  const staleOverlaps: Array<Overlap> = []
   for (const [n, list] of perMessage) {
     for (let j = 1; j < list.length; j++) {
       const second = list[j]!
       for (let i = 0; i < j; i++) {
         const first = list[i]!
         const holderAlive = first.killedMs === undefined || first.killedMs > second.startedMs
-        if (second.startedMs < effectiveEnd(first) && holderAlive) overlaps.push({ n, first, second })
+        // In claim order a later claim's run can have started first: the two overlap when their times intersect.
+        if (second.startedMs < effectiveEnd(first) && first.startedMs < effectiveEnd(second) && holderAlive) (isStale(first) ? staleOverlaps : overlaps).push({ n, first, second })
       }
     }
   }
@@ -339,6 +424,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
     "handler-failed": 0,
     poison: 0,
     "finish-given-up": 0,
+    "stale-past-lease": 0,
     "after-completion": 0,
     unexplained: 0
   }
@@ -349,6 +435,8 @@ export const analyze = (input: AnalysisInput): Analysis => {
       const next = list[j]!
       const cause: DuplicateCause = killExplains(previous, input.finishBoundMs) && previous.killedMs! <= next.startedMs
         ? "kill"
+        : isStale(previous) && previous.interruptedMs === undefined
+        ? "stale-past-lease"
         : previous.interruptedMs !== undefined
         ? (previous.okMs !== undefined ? "interrupted-after-work" : "interrupted")
         : previous.endWriteFailedMs !== undefined
@@ -407,6 +495,7 @@ export const analyze = (input: AnalysisInput): Analysis => {
     unknown,
     messagesWithSeveralIds,
     overlaps,
+    staleOverlaps,
     duplicates,
     duplicatesByCause,
     interruptedAwayFromRestart,
@@ -416,7 +505,8 @@ export const analyze = (input: AnalysisInput): Analysis => {
     logs,
     explainedLogs,
     unexplainedLogs,
-    flow: input.flow === undefined ? undefined : analyzeFlow(input.flow, perMessage)
+    flow: input.flow === undefined ? undefined : analyzeFlow(input.flow, perMessage),
+    commit: input.commit === undefined ? undefined : analyzeCommit(input, perMessage)
   }
 }
 
@@ -466,6 +556,9 @@ const judgeLogs = (
   }
   const o = input.origin ?? 0
   const ms = (t: number | undefined) => (t === undefined ? "?" : `${Math.round(t - o)} ms`)
+  const staleWhy = (e: Execution) =>
+    [e.staleMs === undefined ? "" : `lease lost at ${ms(e.staleMs)}`, e.stalledMs === undefined ? "" : `its worker blocked on purpose from ${ms(e.stalledMs)}`]
+      .filter((x) => x !== "").join(", ")
   const fmt = (e: Execution) => `${e.consumer} ran it ${ms(e.startedMs)}..${ms(e.okMs ?? e.interruptedMs ?? e.endWriteFailedMs)}`
 
   const judge = (event: LogEvent): { explained: boolean; why: string; execution?: Execution | undefined } => {
@@ -480,14 +573,22 @@ const judgeLogs = (
     if (id === undefined) return { explained: false, why: "no message id on the log line" }
     const runs = byId.get(id) ?? []
     const mine = runs.filter((e) => e.consumer === event.consumer && e.startedMs <= event.at + LOG_SLACK_MS)
-    const own = mine[mine.length - 1]
+    // A double run at ack is about a run whose handler had returned: not a newer run of the same worker still going
+    // (a worker can reclaim a message whose lease ran out under its own stale run).
+    const returned = event.kind === "double-run-at-ack"
+      ? mine.filter((e) => (handlerReturn(e) ?? Infinity) <= event.at)
+      : []
+    const own = returned.length > 0 ? returned[returned.length - 1] : mine[mine.length - 1]
     if (own === undefined) return { explained: false, why: `no run of message ${id} on ${event.consumer} before the log line` }
     return { execution: own, ...judgeRun(event, id, runs, own) }
   }
   const judgeRun = (event: LogEvent, id: string, runs: ReadonlyArray<Execution>, own: Execution): { explained: boolean; why: string } => {
-    const later = runs.filter((e) => e !== own && e.startedMs > own.startedMs)
+    const later = runs.filter((e) => claimedAfter(e, own))
     const acked = remaining.get(own.n) === undefined && runs.some((e) => e.okMs !== undefined)
     if (event.kind === "double-run-at-ack") {
+      if (later.length > 0 && isStale(own) && staleSince(own) <= event.at + LOG_SLACK_MS) {
+        return { explained: true, why: `a stale run past its lease (onLeaseLost continue): ${staleWhy(own)}, then ${fmt(later[0]!)}` }
+      }
       if (later.length > 0) return { explained: false, why: `a real double run: ${fmt(own)}, then ${fmt(later[0]!)}` }
       if (!acked) return { explained: false, why: `message ${id} is not acked (${remaining.get(own.n) ?? "lost"})` }
       const death = deathOf(event.consumer, own.okMs ?? own.startedMs, event.at)
@@ -496,6 +597,10 @@ const judgeLogs = (
         : { explained: true, why: `its own ack landed, answer lost: ${death}; no second run` }
     }
     // finish-failed
+    // A stale run's finishing write (the history record of a fenced commit, an ack) whose message another run took.
+    if (later.length > 0 && isStale(own) && staleSince(own) <= event.at + LOG_SLACK_MS) {
+      return { explained: true, why: `a stale run past its lease (onLeaseLost continue): ${staleWhy(own)}, then ${fmt(later[0]!)}` }
+    }
     if (!CONNECTION_DEATH.test(event.text)) return { explained: false, why: `not a connection death: ${event.text}` }
     const death = deathOf(event.consumer, own.startedMs, event.at)
     if (death === undefined) return { explained: false, why: `no connection of ${event.consumer} died during ${fmt(own)} up to the log line` }
@@ -515,11 +620,18 @@ const judgeLogs = (
     return { explained: false, why: `${death}, but message ${id} never ran again (${remaining.get(own.n) ?? "lost"})` }
   }
 
-  const zero = (): Record<LogKind, number> => ({ "double-run-at-ack": 0, "finish-failed": 0, "renewer-wedged": 0 })
+  const zero = (): Record<LogKind, number> => ({
+    "double-run-at-ack": 0,
+    "finish-failed": 0,
+    "renewer-wedged": 0,
+    "lease-lost": 0,
+    "double-run-prevented": 0
+  })
   const explainedLogs = zero()
   const unexplainedLogs = zero()
   const logs: Array<JudgedLog> = []
   for (const event of input.logEvents ?? []) {
+    if (!judgedKinds.includes(event.kind)) continue
     const verdict = judge(event)
     ;(verdict.explained ? explainedLogs : unexplainedLogs)[event.kind]++
     logs.push({ event, execution: verdict.execution, explained: verdict.explained, why: verdict.why })
@@ -823,5 +935,158 @@ export const analyzeFlow = (flow: FlowInput, perMessage: ReadonlyMap<number, Rea
     leases: limits.concurrency === undefined ? undefined : leasesOver(allLeases, limits.concurrency),
     rate: limits.rate === undefined ? undefined : rateCheck(limits.rate, allLeases, all),
     keyRate: limits.keyRate === undefined ? undefined : rateCheck(limits.keyRate, leasesByKey, execsByKey)
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The commit step (run.ts --commit)
+// ---------------------------------------------------------------------------------------------
+
+/** A counter row at the end of a commit run: message n's (key n), of task `tx` or `plain`, and its value. */
+export interface CounterRow {
+  readonly key: number
+  readonly task: string
+  readonly n: number
+}
+
+export interface CommitInput {
+  readonly counters: ReadonlyArray<CounterRow>
+  /** The task message n was sent as (`tx`: increments inside `context.commit`; `plain`: outside). */
+  readonly taskOf: (n: number) => "tx" | "plain"
+}
+
+/** The counters of one task: each must be 1 for `tx`; `plain` may show more (at-least-once). */
+export interface CounterCheck {
+  readonly counters: number
+  readonly exactlyOne: number
+  /** Keys at 0: the effect never landed (lost). */
+  readonly zero: ReadonlyArray<number>
+  /** Keys above 1, with their value: the effect landed more than once. */
+  readonly over: ReadonlyArray<{ readonly key: number; readonly n: number }>
+  /** Increments beyond one, summed over the keys above 1. */
+  readonly extra: number
+}
+
+/** A commit step refused by the fence ("double run prevented"), matched to the run that reclaimed its message. */
+export interface FencedCommit {
+  readonly event: LogEvent
+  readonly execution: Execution | undefined
+  readonly reclaimedBy: Execution | undefined
+  readonly explained: boolean
+  readonly why: string
+}
+
+export interface CommitAnalysis {
+  readonly tx: CounterCheck
+  readonly plain: CounterCheck
+  /** Messages sent with no counter row, or a row of another task (a setup fault). */
+  readonly missing: ReadonlyArray<number>
+  /** Every "double run prevented" log line, matched. */
+  readonly fenced: ReadonlyArray<FencedCommit>
+  /** `commit-fenced` journal lines of the handlers (each refused commit as the handler saw it). */
+  readonly fencedJournaled: number
+  /** Stale runs (isStale: lease lost logged while they ran, or their worker blocked on purpose) followed by another run of their message, by task. */
+  readonly staleRuns: { readonly tx: number; readonly plain: number }
+  /** Of the stale runs, those whose worker was blocked on purpose (the forced lease loss). */
+  readonly staleByBlock: number
+  /** Runs that blocked their worker's event loop (journal `blocked`). */
+  readonly blocks: number
+  /** tx runs whose commit step failed otherwise (a connection death, the commit's bound), by error. */
+  readonly commitFailures: number
+}
+
+/** The checks of a commit run that must hold; `full`: the plain twin must show duplicates (the check can fail). */
+export const commitViolations = (c: CommitAnalysis, options: { readonly requirePlainDuplicates: boolean }): Array<string> => {
+  const v: Array<string> = []
+  if (c.missing.length > 0) v.push(`${c.missing.length} messages without their counter row (e.g. n=${c.missing.slice(0, 5).join(",")})`)
+  if (c.tx.zero.length > 0) v.push(`${c.tx.zero.length} tx counters at 0: the effect was lost (e.g. n=${c.tx.zero.slice(0, 5).join(",")})`)
+  if (c.tx.over.length > 0) v.push(`${c.tx.over.length} tx counters above 1: a double effect (e.g. ${c.tx.over.slice(0, 5).map((o) => `n=${o.key}: ${o.n}`).join(", ")})`)
+  if (c.plain.zero.length > 0) v.push(`${c.plain.zero.length} plain counters at 0: the effect was lost (e.g. n=${c.plain.zero.slice(0, 5).join(",")})`)
+  const unmatched = c.fenced.filter((f) => !f.explained)
+  if (unmatched.length > 0) v.push(`${unmatched.length} commits refused by the fence matched to no reclaim of their message`)
+  if (c.fencedJournaled !== c.fenced.length) v.push(`commits refused by the fence: ${c.fenced.length} log lines, ${c.fencedJournaled} seen by the handlers (the checker missed some)`)
+  if (options.requirePlainDuplicates && c.plain.over.length === 0) {
+    v.push("no plain counter above 1: the faults caused no duplicate effect, so the tx check proved nothing (make the faults stronger)")
+  }
+  return v
+}
+
+const counterCheck = (rows: ReadonlyArray<CounterRow>): CounterCheck => {
+  const over = rows.filter((r) => r.n > 1).map((r) => ({ key: r.key, n: r.n }))
+  return {
+    counters: rows.length,
+    exactlyOne: rows.filter((r) => r.n === 1).length,
+    zero: rows.filter((r) => r.n === 0).map((r) => r.key),
+    over,
+    extra: over.reduce((sum, o) => sum + o.n - 1, 0)
+  }
+}
+
+/**
+ * The commit checks. tx counters: all exactly 1. plain counters: counted above 1 (the duplicates the
+ * faults caused; none at 0). Every "double run prevented" line (worker C, message m, at t) is matched
+ * to C's run of m (its latest started by t) and to a later run of m (the reclaim that took the lease):
+ * explained when both exist; none later means the fence refused a run that still held the message.
+ */
+export const analyzeCommit = (input: AnalysisInput, perMessage: ReadonlyMap<number, ReadonlyArray<Execution>>): CommitAnalysis => {
+  const commit = input.commit!
+  const rowOf = new Map<number, CounterRow>()
+  for (const r of commit.counters) rowOf.set(r.key, r)
+  const missing: Array<number> = []
+  const tx: Array<CounterRow> = []
+  const plain: Array<CounterRow> = []
+  for (let n = 0; n < input.sent; n++) {
+    const row = rowOf.get(n)
+    const task = commit.taskOf(n)
+    if (row === undefined || row.task !== task) {
+      missing.push(n)
+      continue
+    }
+    ;(task === "tx" ? tx : plain).push(row)
+  }
+  const byId = new Map<string, ReadonlyArray<Execution>>()
+  for (const list of perMessage.values()) for (const e of list) byId.set(e.messageId, [...(byId.get(e.messageId) ?? []), e])
+  const o = input.origin ?? 0
+  const ms = (t: number) => `${Math.round(t - o)} ms`
+  const fenced: Array<FencedCommit> = []
+  for (const event of input.logEvents ?? []) {
+    if (event.kind !== "double-run-prevented") continue
+    const id = event.messageIds[0]
+    const runs = id === undefined ? [] : byId.get(id) ?? []
+    const mine = runs.filter((e) => e.consumer === event.consumer && e.startedMs <= event.at + LOG_SLACK_MS)
+    // The run whose handler saw the refusal (journal `commit-fenced`, just after the log line), else the latest.
+    const seen = mine.filter((e) => e.fencedMs !== undefined && Math.abs(e.fencedMs - event.at) <= LOG_SLACK_MS)
+    const own = seen.length > 0 ? seen[seen.length - 1] : mine[mine.length - 1]
+    const reclaimedBy = own === undefined ? undefined : runs.find((e) => claimedAfter(e, own))
+    const why = id === undefined
+      ? "no message id on the log line"
+      : own === undefined
+      ? `no run of message ${id} on ${event.consumer} before the log line`
+      : reclaimedBy === undefined
+      ? `${own.consumer}'s run of message ${id} (from ${ms(own.startedMs)}) was refused, but nobody ran the message after it`
+      : `reclaimed by ${reclaimedBy.consumer} at ${ms(reclaimedBy.startedMs)}` +
+        (own.staleMs === undefined ? "" : `; lease lost at ${ms(own.staleMs)}`) +
+        (own.blockedMs === undefined ? "" : `; its worker blocked until ${ms(own.blockedMs)}`)
+    fenced.push({ event, execution: own, reclaimedBy, explained: own !== undefined && reclaimedBy !== undefined, why })
+  }
+  // Block windows per worker: [end - (lease + 1.5 s), end] (worker.ts blocks for the lease + 1.5 s).
+  const executions = [...perMessage.values()].flat()
+  const blocks = executions.filter((e) => e.blockedMs !== undefined)
+  // Stale runs that mattered: another run of their message started after them (the reclaim).
+  const stale = [...perMessage.values()].flatMap((list) => list.filter((e, i) => isStale(e) && i < list.length - 1))
+  const staleByBlock = stale.filter((e) => e.stalledMs !== undefined).length
+  return {
+    tx: counterCheck(tx),
+    plain: counterCheck(plain),
+    missing,
+    fenced,
+    fencedJournaled: input.journal.filter((j) => j.ev === "commit-fenced").length,
+    staleRuns: {
+      tx: stale.filter((e) => commit.taskOf(e.n) === "tx").length,
+      plain: stale.filter((e) => commit.taskOf(e.n) === "plain").length
+    },
+    staleByBlock,
+    blocks: blocks.length,
+    commitFailures: input.journal.filter((j) => j.ev === "effect-failed" && j.task === "tx").length
   }
 }

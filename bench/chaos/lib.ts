@@ -123,7 +123,20 @@ export const readLedger = (db: Db, schema: string) =>
 /** A journal line of a worker about one execution (see worker.ts). */
 export interface JournalEvent {
   /** `interrupt-returned`: the interrupted handler's finalizer (its ledger write, bounded) is done: the handler returns. */
-  readonly ev: "interrupted" | "interrupt-returned" | "abandoned" | "end-write-failed" | "poison-failed"
+  /**
+   * The commit run (run.ts --commit): `effect-failed`: the counter's increment failed (a commit step not refused by
+   * the fence, or the plain UPDATE): the handler fails, the queue retries; `commit-fenced`: the fence refused the
+   * commit (CommitFenced lease-lost); `blocked`: the handler blocks the event loop (the forced lease loss) until `at` (written as the block begins).
+   */
+  readonly ev:
+    | "interrupted"
+    | "interrupt-returned"
+    | "abandoned"
+    | "end-write-failed"
+    | "poison-failed"
+    | "effect-failed"
+    | "commit-fenced"
+    | "blocked"
   readonly exec: string
   readonly id: string
   readonly n: number
@@ -134,6 +147,8 @@ export interface JournalEvent {
   readonly startedMs: number
   readonly endedMs?: number
   readonly at: number
+  /** `effect-failed`: the error's tag and text. */
+  readonly error?: string
 }
 
 /**
@@ -141,7 +156,14 @@ export interface JournalEvent {
  * worker's own logger journals them: `CHAOS {"ev":"log",...}` with the time
  * of the log, the worker, and the message ids it was annotated with.
  */
-export type LogKind = "double-run-at-ack" | "finish-failed" | "renewer-wedged"
+export type LogKind = "double-run-at-ack" | "finish-failed" | "renewer-wedged" | "lease-lost" | "double-run-prevented"
+
+/**
+ * The kinds judged one by one (analyze.ts, judgeLogs); `lease-lost` (the consumer saw a lease gone: a stale run
+ * from then on) and `double-run-prevented` (a commit step the fence refused) are journaled for the commit run's
+ * checks (analyze.ts, analyzeCommit).
+ */
+export const judgedKinds: ReadonlyArray<LogKind> = ["double-run-at-ack", "finish-failed", "renewer-wedged"]
 
 export interface LogEvent {
   readonly ev: "log"
@@ -158,7 +180,9 @@ export interface LogEvent {
 export const logKindOf: Partial<Record<keyof typeof logPatterns, LogKind>> = {
   doubleRun: "double-run-at-ack",
   finishFailed: "finish-failed",
-  wedged: "renewer-wedged"
+  wedged: "renewer-wedged",
+  leaseLost: "lease-lost",
+  doubleRunPrevented: "double-run-prevented"
 }
 
 /** Worker log lines worth counting (the consumer's own words, see src/Consumer.ts and src/consumer/renew.ts). */
@@ -168,8 +192,20 @@ export const logPatterns = {
   leaseLost: /lease lost: |lease at risk: /,
   presenceLost: /presence lost: the presence session is gone/,
   wedged: /renewer wedged/,
-  ledgerFailed: /ledger (start|end) (failed|still failing)/
+  ledgerFailed: /ledger (start|end) (failed|still failing)/,
+  doubleRunPrevented: /double run prevented: /
 } as const
+
+/** Every count at 0. */
+export const zeroLogCounts = (): LogCounts => ({
+  doubleRun: 0,
+  finishFailed: 0,
+  leaseLost: 0,
+  presenceLost: 0,
+  wedged: 0,
+  ledgerFailed: 0,
+  doubleRunPrevented: 0
+})
 
 export type LogCounts = Record<keyof typeof logPatterns, number>
 
@@ -264,7 +300,7 @@ export const spawnWorker = (options: SpawnOptions): Worker => {
     closed,
     journal: [],
     logEvents: [],
-    logCounts: { doubleRun: 0, finishFailed: 0, leaseLost: 0, presenceLost: 0, wedged: 0, ledgerFailed: 0 },
+    logCounts: zeroLogCounts(),
     tail: []
   }
   allWorkers.add(worker)

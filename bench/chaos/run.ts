@@ -31,6 +31,20 @@
  * (analyze.ts, analyzeFlow): executions per key and per queue at any instant, live leases, and
  * claims in every sliding window of each rate.
  *
+ *   npm run chaos -- --commit        the exactly-once run (issue 28; full: 10,000 messages)
+ *   node bench/chaos/run.ts --ci --commit   its short form (1,000 messages), also run by chaos:ci
+ *
+ * sends messages of two tasks in the same queue with the same workload (message 2k is `tx`,
+ * 2k+1 `plain`, both with the mix of pair k): each increments its own counter row
+ * (`chaos.counters`, key n, pre-inserted at 0) after its work, `tx` inside `context.commit`
+ * (with its fenced ack, one transaction), `plain` with a bare UPDATE. The workers run with
+ * LEASEHOLD_ON_LEASE_LOST=continue, and one message in CHAOS_BLOCK_EVERY pairs (default 100
+ * short / 250 full; tx and plain in turn) blocks its worker's event loop for the lease + 1.5 s on
+ * its first attempt: the leases of that worker's messages expire, others reclaim them, and the
+ * stale runs go on to their increment. At the end every tx counter must be exactly 1, the plain
+ * ones show the duplicates (the full run fails without any), and every commit the fence refused
+ * ("double run prevented") must match a reclaim of its message (analyze.ts, analyzeCommit).
+ *
  * puts a real PgBouncer (CHAOS_POOL_SIZE server connections, default 10) between the
  * workers and the server (LEASEHOLD_POOLER set to match); CHAOS_DIRECT=1 also gives them
  * the server as LEASEHOLD_DIRECT_DATABASE_URL (presence and LISTEN); without it, through
@@ -45,7 +59,11 @@ import { startPostgres } from "../../dev/EmbeddedPostgres.ts"
 import type { NewMessage } from "../../src/Message.ts"
 import { QueueStore } from "../../src/QueueStore.ts"
 import * as PgBouncer from "../../test/support/PgBouncer.ts"
-import { analyze, type BackendTermination, finishBound, type FlowAnalysis, flowEnd, type FlowRate, type Kill } from "./analyze.ts"
+import {
+  analyze,
+  type BackendTermination,
+  type CommitAnalysis,
+  commitViolations, finishBound, type FlowAnalysis, flowEnd, type FlowRate, type Kill } from "./analyze.ts"
 import {
   closeLogs,
   createLeaseRecorder,
@@ -69,18 +87,26 @@ import {
   spawnWorker,
   stopWorkers,
   table,
-  type Worker
+  type Worker,
+  zeroLogCounts
 } from "./lib.ts"
 
 const ci = process.argv.includes("--ci")
 const flowRun = process.argv.includes("--flow")
+const commitRun = process.argv.includes("--commit")
+if (commitRun && flowRun) {
+  console.error("chaos: --commit and --flow are separate runs")
+  process.exit(2)
+}
 const poolerArg = process.argv.indexOf("--pooler")
 const pooler = poolerArg === -1 ? undefined : process.argv[poolerArg + 1]
 if (pooler !== undefined && pooler !== "transaction" && pooler !== "session") {
   console.error(`chaos: --pooler takes transaction or session, not ${JSON.stringify(pooler)}`)
   process.exit(2)
 }
-const profile = flowRun
+const profile = commitRun
+  ? (ci ? { messages: 1_000, rate: 75, drainTimeoutMs: 60_000 } : { messages: 10_000, rate: 150, drainTimeoutMs: 300_000 })
+  : flowRun
   ? (ci ? { messages: 1_000, rate: 100, drainTimeoutMs: 60_000 } : { messages: 5_000, rate: 100, drainTimeoutMs: 300_000 })
   : ci
   ? { messages: 1_000, rate: 75, drainTimeoutMs: 40_000 }
@@ -139,7 +165,9 @@ const config = {
   liveness: process.env["LEASEHOLD_SESSION_LIVENESS"],
   poolSize: envInt("CHAOS_POOL_SIZE", 10),
   direct: process.env["CHAOS_DIRECT"] === "1",
-  poison: process.env["CHAOS_POISON"] !== "0"
+  // The commit run's counters expect every message to land once: no poison there.
+  poison: process.env["CHAOS_POISON"] !== "0" && !commitRun,
+  blockEvery: envInt("CHAOS_BLOCK_EVERY", ci ? 100 : 250)
 }
 
 const SCHEMA = "chaos"
@@ -158,6 +186,24 @@ const POISON_ATTEMPTS = 3
 
 /** The task mix, by message number: 5% 2 s, 35% 50 ms, 60% instant. */
 const taskOf = (n: number): { readonly task: string; readonly ms: number } => {
+  if (commitRun) return { task: commitTaskOf(n), ms: mixOf(Math.floor(n / 2)).ms }
+  return mixOf(n)
+}
+
+/** The commit run: message 2k is `tx`, 2k+1 its `plain` twin (the same workload: pair k's mix). */
+const commitTaskOf = (n: number): "tx" | "plain" => (n % 2 === 0 ? "tx" : "plain")
+
+/**
+ * The commit run's forced lease losses: in pair k with k % blockEvery = blockEvery / 2, one message
+ * blocks its worker past the lease on its first attempt: the tx one and the plain one in turn.
+ */
+const blocks = (n: number): boolean => {
+  const k = Math.floor(n / 2)
+  if (config.blockEvery <= 0 || k % config.blockEvery !== Math.floor(config.blockEvery / 2)) return false
+  return n % 2 === Math.floor(k / config.blockEvery) % 2
+}
+
+const mixOf = (n: number): { readonly task: string; readonly ms: number } => {
   const k = n % 20
   return k === 0 ? { task: "slow-2s", ms: 2_000 } : k <= 7 ? { task: "short-50ms", ms: 50 } : { task: "instant", ms: 0 }
 }
@@ -177,7 +223,9 @@ const workerEnv: Record<string, string> = {
   LEASEHOLD_RENEWER_STOP_TIMEOUT: `${config.renewerStopTimeoutMs}ms`,
   // Random SIGKILLs hit innocent messages: do not let them quarantine (dead-letter) as suspected worker-killers.
   LEASEHOLD_QUARANTINE_AFTER: String(config.quarantineAfter),
-  ...(config.liveness === undefined ? {} : { LEASEHOLD_SESSION_LIVENESS: config.liveness })
+  ...(config.liveness === undefined ? {} : { LEASEHOLD_SESSION_LIVENESS: config.liveness }),
+  // The commit run: counters, and stale runs that go on past their lease to their increment.
+  ...(commitRun ? { CHAOS_COMMIT: "1", LEASEHOLD_ON_LEASE_LOST: "continue" } : {})
 }
 
 const jitter = (ms: number) => ms * (0.6 + Math.random() * 0.8)
@@ -197,7 +245,7 @@ let t0 = Date.now()
 
 const main = async (): Promise<number> => {
   console.log(
-    `chaos ${ci ? "(short, CI)" : "(full)"}${flowRun ? " with flow limits" : ""}: ${config.messages} messages at ${config.rate}/s, ${config.workers} workers ` +
+    `chaos ${ci ? "(short, CI)" : "(full)"}${flowRun ? " with flow limits" : ""}${commitRun ? " of the commit step (exactly-once)" : ""}: ${config.messages} messages at ${config.rate}/s, ${config.workers} workers ` +
       `(concurrency ${config.concurrency}, batch ${config.batch}, lease ${formatMs(config.leaseMs)}, poll ${config.pollMs} ms), ` +
       `SIGKILL every ~${formatMs(config.killEveryMs)}, backend terminations every ~${formatMs(config.terminateEveryMs)}, ` +
       `one server restart (${formatMs(config.restartDownMs)} down); session liveness: ${config.liveness ?? "(unset: consumer default)"}` +
@@ -209,6 +257,12 @@ const main = async (): Promise<number> => {
     console.log(
       `flow limits on queue ${QUEUE}: concurrency ${flowLimits.concurrency}, key concurrency ${flowLimits.keyConcurrency}, ` +
         `rate ${formatRate(flowLimits.rate)}, key rate ${formatRate(flowLimits.keyRate)}; ${flowKeys} keys (log-uniform sizes)`
+    )
+  }
+  if (commitRun) {
+    console.log(
+      `commit run: tasks tx (increment inside context.commit) and plain (outside), same workload; onLeaseLost continue; ` +
+        `one message in ${config.blockEvery} pairs blocks its worker's event loop for the lease + 1.5 s (first attempt)`
     )
   }
   console.log(`worker logs: ${config.logDir}`)
@@ -253,6 +307,15 @@ const main = async (): Promise<number> => {
       await createLeaseRecorder(database, SCHEMA)
       await database.runtime.runPromise(Effect.flatMap(QueueStore, (store) => store.setLimits({ queue: QUEUE }, flowLimits)))
       log(`flow limits set; lease recorder on`)
+    }
+    if (commitRun) {
+      await database.query(`CREATE TABLE ${SCHEMA}.counters (key integer PRIMARY KEY, task text NOT NULL, n integer NOT NULL DEFAULT 0)`)
+      await database.query(
+        `INSERT INTO ${SCHEMA}.counters (key, task, n)
+         SELECT k, CASE WHEN k % 2 = 0 THEN 'tx' ELSE 'plain' END, 0 FROM generate_series(0, $1::int - 1) AS k`,
+        [config.messages]
+      )
+      log(`${config.messages} counter rows at 0`)
     }
 
     // ---- workers --------------------------------------------------------------------------
@@ -313,7 +376,7 @@ const main = async (): Promise<number> => {
           const poison = poisonOf(n)
           const key = flowRun ? { key: keyOf(n) } : {}
           return poison === undefined
-            ? { task, payload: { n, ms }, maxAttempts: MAX_ATTEMPTS, ...key }
+            ? { task, payload: { n, ms, ...(commitRun && blocks(n) ? { block: true } : {}) }, maxAttempts: MAX_ATTEMPTS, ...key }
             : { task, payload: { n, ms, poison }, maxAttempts: poison === "error" ? POISON_ATTEMPTS : MAX_ATTEMPTS, ...key }
         })
         try {
@@ -469,6 +532,9 @@ const main = async (): Promise<number> => {
     // ---- checks ----------------------------------------------------------------------------
     const ledger = await readLedger(database, SCHEMA)
     const flowLeases = flowRun ? await readLeases(database, SCHEMA) : []
+    const counters = !commitRun ? [] : (await database.queryRetrying<{ key: number; task: string; n: number }>(
+      `SELECT key, task, n FROM ${SCHEMA}.counters ORDER BY key`
+    )).map((r) => ({ key: Number(r.key), task: r.task, n: Number(r.n) }))
     const remaining = await database.queryRetrying<{ n: number; state: string }>(
       `SELECT (payload->>'n')::int AS n, state FROM ${SCHEMA}.messages`
     )
@@ -495,7 +561,8 @@ const main = async (): Promise<number> => {
       terminations: terminated,
       origin: t0,
       poisoned,
-      flow: flowRun ? { limits: flowLimits, keyOf, leases: flowLeases } : undefined
+      flow: flowRun ? { limits: flowLimits, keyOf, leases: flowLeases } : undefined,
+      commit: commitRun ? { counters, taskOf: commitTaskOf } : undefined
     })
     // Poison: each dead letter with a readable reason (the NUL shown as the escape \u0000), each unstorable result marked.
     const poisonDeadReadable = await database.queryRetrying<{ n: number }>(
@@ -509,7 +576,7 @@ const main = async (): Promise<number> => {
        WHERE l.n = ANY($1::int[]) AND a.outcome = 'acked' AND a.result->>'leasehold' = 'result-unstorable'`,
       [poisonResults]
     )
-    const logs: LogCounts = { doubleRun: 0, finishFailed: 0, leaseLost: 0, presenceLost: 0, wedged: 0, ledgerFailed: 0 }
+    const logs: LogCounts = zeroLogCounts()
     for (const w of workers) for (const k of Object.keys(logs) as Array<keyof LogCounts>) logs[k] += w.logCounts[k]
 
     const violations: Array<string> = []
@@ -522,6 +589,7 @@ const main = async (): Promise<number> => {
     const logLabel = { "double-run-at-ack": "double runs at ack", "finish-failed": "finishing writes failed", "renewer-wedged": "renewers wedged" } as const
     const logRows: Array<Array<string>> = (Object.keys(logKindOf) as Array<keyof typeof logKindOf>).flatMap((key) => {
       const kind = logKindOf[key]!
+      if (kind !== "double-run-at-ack" && kind !== "finish-failed" && kind !== "renewer-wedged") return []
       const journaled = result.explainedLogs[kind] + result.unexplainedLogs[kind]
       return [
         [`worker log: ${logLabel[kind]}, unexplained`, String(result.unexplainedLogs[kind]), check(result.unexplainedLogs[kind] === 0, `${result.unexplainedLogs[kind]} ${logLabel[kind]} not explained by the chaos (see below)`)],
@@ -547,12 +615,14 @@ const main = async (): Promise<number> => {
       ["messages still queued", String(result.stillQueued.length), check(result.stillQueued.length === 0, `${result.stillQueued.length} messages still in the queue after the drain`)],
       ["executions (handler runs)", String(result.executions), ""],
       ["overlapping executions, both holders alive", String(result.overlaps.length), check(result.overlaps.length === 0, `${result.overlaps.length} overlapping executions with both holders alive`)],
+      ...(!commitRun ? [] : [["  explained: stale run past its lease (onLeaseLost continue)", String(result.staleOverlaps.length), result.staleOverlaps.length === 0 ? "" : "allowed (lease lost logged)"]]),
       ["duplicate executions", String(totalDuplicates), ""],
       ["  following a SIGKILL", String(d.kill), ""],
       ["  following an interruption (lease/presence lost)", String(d.interrupted), d.interrupted === 0 ? "" : "allowed (storm)"],
       ["  following work done, interrupted before ack", String(d["interrupted-after-work"]), d["interrupted-after-work"] === 0 ? "" : "allowed (storm)"],
-      ["  following a failed ledger write", String(d["handler-failed"]), d["handler-failed"] === 0 ? "" : "allowed (handler failed)"],
+      [commitRun ? "  following a failed ledger write or increment (a commit step failed)" : "  following a failed ledger write", String(d["handler-failed"]), d["handler-failed"] === 0 ? "" : "allowed (handler failed)"],
       ["  following a finishing write given up (connection deaths)", String(d["finish-given-up"]), d["finish-given-up"] === 0 ? "" : "allowed (explained below)"],
+      ...(!commitRun && d["stale-past-lease"] === 0 ? [] : [["  following a stale run past its lease (onLeaseLost continue)", String(d["stale-past-lease"]), d["stale-past-lease"] === 0 ? "" : "allowed (lease lost logged)"]]),
       ["  after a completed run, holder alive", String(d["after-completion"]), check(d["after-completion"] === 0, `${d["after-completion"]} duplicates after a completed run whose holder was alive (double runs not caused by a kill)`)],
       ["  unexplained", String(d.unexplained), check(d.unexplained === 0, `${d.unexplained} duplicates whose earlier run neither finished, nor was interrupted, nor was killed`)],
       ["redelivery after kill, p50", formatMs(p50), `${result.redeliveryMs.length} samples`],
@@ -564,7 +634,8 @@ const main = async (): Promise<number> => {
       ["workers unclean on SIGTERM", String(uncleanExits.length + stuck.length), check(uncleanExits.length + stuck.length === 0, `${uncleanExits.length} workers exited non-zero and ${stuck.length} did not exit on SIGTERM`)],
       ["workers not started 30 s after the drain", String(notStarted.length), check(notStarted.length === 0, `${notStarted.length} workers never printed READY: ${notStarted.map((w) => w.name).join(", ")}`)],
       ...logRows,
-      ...(result.flow === undefined ? [] : flowRows(result.flow, check, sentCount))
+      ...(result.flow === undefined ? [] : flowRows(result.flow, check, sentCount)),
+      ...(result.commit === undefined ? [] : commitRows(result.commit, check, !ci, logs.doubleRunPrevented))
     ]
     console.log("")
     console.log(table(rows))
@@ -589,7 +660,7 @@ const main = async (): Promise<number> => {
         console.log(`  n=${o.n}: ${o.first.consumer} ${o.first.startedMs}..${o.first.okMs ?? o.first.interruptedMs ?? "?"} vs ${o.second.consumer} from ${o.second.startedMs}`)
       }
     }
-    const suspicious = result.duplicates.filter((x) => x.cause !== "kill" && x.cause !== "poison")
+    const suspicious = result.duplicates.filter((x) => x.cause !== "kill" && x.cause !== "poison" && x.cause !== "stale-past-lease")
     if (suspicious.length > 0) {
       console.log("\nduplicates not following a kill (first 10):")
       for (const x of suspicious.slice(0, 10)) {
@@ -606,7 +677,34 @@ const main = async (): Promise<number> => {
         )
       }
     }
+    // The commit run: the history the store wrote, and the ledger, of the first messages in an unexplained overlap or duplicate.
+    const puzzling = [...new Set([
+      ...result.overlaps.map((o) => o.n),
+      ...result.duplicates.filter((x) => x.cause === "unexplained" || x.cause === "after-completion").map((x) => x.n),
+      ...result.logs.filter((x) => !x.explained && x.execution !== undefined).map((x) => x.execution!.n)
+    ])].slice(0, 3)
+    if (commitRun && puzzling.length > 0) {
+      for (const n of puzzling) {
+        const history = await database.queryRetrying<{ attempt: number; consumer: string; started_at: Date; ended_at: Date; outcome: string; error: string | null }>(
+          `SELECT a.attempt, a.consumer, a.started_at, a.ended_at, a.outcome, left(a.error, 160) AS error FROM ${SCHEMA}.attempts AS a
+           WHERE a.message_id = (SELECT message_id FROM ${SCHEMA}.ledger WHERE n = $1 LIMIT 1) ORDER BY a.id`,
+          [n]
+        )
+        console.log(`\nn=${n}: its history (the store's attempts records):`)
+        for (const h of history) {
+          console.log(`  attempt ${h.attempt} ${h.consumer} ${new Date(h.started_at).getTime() - t0}..${new Date(h.ended_at).getTime() - t0} ms ${h.outcome}${h.error === null ? "" : `: ${h.error}`}`)
+        }
+        console.log(`  its ledger:`)
+        for (const r of ledger.filter((r) => Number(r.n) === n)) {
+          console.log(
+            `  attempt ${r.attempt} ${r.consumer} ${Number(r.started_ms) - t0}..${r.ended_ms === null ? "-" : Number(r.ended_ms) - t0} ms ${r.outcome ?? "-"}` +
+              (r.done_ms === undefined || r.done_ms === null ? "" : ` (end written ${Math.round(Number(r.done_ms) - t0)} ms)`)
+          )
+        }
+      }
+    }
     if (result.flow !== undefined) printFlowDetails(result.flow, flowLeases)
+    if (result.commit !== undefined) printCommitDetails(result.commit)
     if (result.logs.length > 0) {
       console.log("\njudged worker log lines (first 10 unexplained, then first 5 explained):")
       const shown = [...result.logs.filter((x) => !x.explained).slice(0, 10), ...result.logs.filter((x) => x.explained).slice(0, 5)]
@@ -632,11 +730,62 @@ const main = async (): Promise<number> => {
       for (const v of violations) console.log(`  - ${v}`)
       for (const w of crashes) console.log(`\n${w.name} last output:\n  ${w.tail.join("\n  ")}`)
     }
-    console.log(`\n${violations.length === 0 ? "PASS" : "FAIL"}: chaos ${ci ? "short" : "full"} run${flowRun ? " with flow limits" : ""}${pooler === undefined ? "" : ` through PgBouncer ${pooler} mode`}, ${result.sent} messages, ${kills.length} kills, ${violations.length} violation(s)`)
+    console.log(`\n${violations.length === 0 ? "PASS" : "FAIL"}: chaos ${ci ? "short" : "full"} run${flowRun ? " with flow limits" : ""}${commitRun ? " of the commit step" : ""}${pooler === undefined ? "" : ` through PgBouncer ${pooler} mode`}, ${result.sent} messages, ${kills.length} kills, ${violations.length} violation(s)`)
     return violations.length === 0 ? 0 : 1
   } finally {
     await cleanup()
   }
+}
+
+/** The rows of the commit checks (a commit run); `full`: plain duplicates are required. */
+const commitRows = (
+  c: CommitAnalysis,
+  check: (ok: boolean, what: string) => string,
+  full: boolean,
+  preventedInOutput: number
+): Array<Array<string>> => {
+  const judged = new Set(commitViolations(c, { requirePlainDuplicates: full }))
+  // Marks only: the judged violations, with their text, are recorded below (commitViolations).
+  const verdict = (ok: boolean) => (ok ? "ok" : "VIOLATION")
+  const unmatched = c.fenced.filter((f) => !f.explained).length
+  const rows: Array<Array<string>> = [
+    ["commit: tx counters (increment inside context.commit)", String(c.tx.counters), ""],
+    ["  exactly 1", String(c.tx.exactlyOne), verdict(c.tx.exactlyOne === c.tx.counters)],
+    ["  at 0 (effect lost)", String(c.tx.zero.length), verdict(c.tx.zero.length === 0)],
+    ["  above 1 (double effect)", String(c.tx.over.length), verdict(c.tx.over.length === 0)],
+    ["  tx commit steps failed otherwise (connection death, bound), retried", String(c.commitFailures), ""],
+    ["commit: plain counters (the twin, outside any commit)", String(c.plain.counters), ""],
+    ["  exactly 1", String(c.plain.exactlyOne), ""],
+    ["  at 0 (effect lost)", String(c.plain.zero.length), verdict(c.plain.zero.length === 0)],
+    [
+      "  above 1 (duplicate effects the faults caused)",
+      `${c.plain.over.length} (${c.plain.extra} extra increments, max ${Math.max(1, ...c.plain.over.map((o) => o.n))})`,
+      full ? verdict(c.plain.over.length > 0) : c.plain.over.length > 0 ? "shown (the check can fail)" : "shown, not judged (short run)"
+    ],
+    ["commits refused by the fence (double run prevented)", String(c.fenced.length), verdict(c.fencedJournaled === c.fenced.length && preventedInOutput === c.fenced.length)],
+    ["  matched to a reclaim of their message", String(c.fenced.length - unmatched), verdict(unmatched === 0)],
+    ["  as the handlers saw them (CommitFenced lease-lost)", String(c.fencedJournaled), ""],
+    ["stale runs (lease lost logged, or worker blocked), then reclaimed: tx / plain", `${c.staleRuns.tx} / ${c.staleRuns.plain}`, ""],
+    ["  on a worker blocked on purpose (forced lease loss)", `${c.staleByBlock} (${c.blocks} blocks)`, ""]
+  ]
+  for (const v of judged) check(false, v)
+  if (preventedInOutput !== c.fenced.length) check(false, `double runs prevented: ${preventedInOutput} in the output, ${c.fenced.length} journaled (the checker missed some)`)
+  return rows
+}
+
+const printCommitDetails = (c: CommitAnalysis) => {
+  const rel = (t: number | undefined) => (t === undefined ? "-" : `${Math.round(t - t0)} ms`)
+  const shown = [...c.fenced.filter((f) => !f.explained).slice(0, 10), ...c.fenced.filter((f) => f.explained).slice(0, 5)]
+  if (shown.length > 0) {
+    console.log("\ncommits refused by the fence (first 10 unmatched, then first 5 matched):")
+    for (const f of shown) {
+      console.log(`  ${f.explained ? "matched  " : "UNMATCHED"} on ${f.event.consumer} at ${rel(f.event.at)}, message ${f.event.messageIds.join(",") || "-"}: ${f.why}`)
+    }
+  }
+  if (c.tx.over.length + c.tx.zero.length > 0) {
+    console.log(`\ntx counters not 1 (first 10): ${[...c.tx.zero.map((k) => `n=${k}: 0`), ...c.tx.over.map((o) => `n=${o.key}: ${o.n}`)].slice(0, 10).join(", ")}`)
+  }
+  if (c.plain.over.length > 0) console.log(`\nplain counters above 1 (first 10): ${c.plain.over.slice(0, 10).map((o) => `n=${o.key}: ${o.n}`).join(", ")}`)
 }
 
 const formatRate = (r: FlowRate) => `${r.count}/${formatMs(r.periodMs)}`

@@ -7,7 +7,7 @@
  * `npm run chaos` and `npm run chaos:ci` run it first.
  */
 import assert from "node:assert/strict"
-import { analyze, type AnalysisInput, finishBound, type FlowLimitsSet, windowCounts } from "./analyze.ts"
+import { analyze, type AnalysisInput, commitViolations, type CounterRow, finishBound, type FlowLimitsSet, windowCounts } from "./analyze.ts"
 import type { JournalEvent, LeaseRecord, LedgerRow, LogEvent, LogKind } from "./lib.ts"
 
 let execs = 0
@@ -628,6 +628,193 @@ check("flow: an execution with no lease of its worker recorded is counted as unm
 check("flow: a lease claimed within the ledger start's millisecond matches (the ledger's start is a whole ms)", () => {
   const r = analyze({ ...base, sent: 1, ledger: [row(0, "a", 10, 20)], flow: flowInput({ keyConcurrency: 2 }, [lease(0, "a", 10.6, 30)]) })
   assert.equal(r.flow!.unmatched.length, 0)
+})
+
+// ---- the commit step (run.ts --commit) ------------------------------------------------------
+
+/** Message 2k is tx, 2k+1 plain (as run.ts sends them). */
+const commitTask = (n: number): "tx" | "plain" => (n % 2 === 0 ? "tx" : "plain")
+const counters = (values: ReadonlyArray<number>): Array<CounterRow> => values.map((n, key) => ({ key, task: commitTask(key), n }))
+const commitInput = (values: ReadonlyArray<number>) => ({ counters: counters(values), taskOf: commitTask })
+/** A journal line of the run `r` (its ledger row). */
+const journaled = (r: LedgerRow, ev: JournalEvent["ev"], at: number): JournalEvent => ({
+  ev, exec: r.exec_id, id: r.message_id, n: r.n, attempt: r.attempt, consumer: r.consumer, pid: 1, task: commitTask(r.n), startedMs: r.started_ms, at
+})
+const PREVENTED = "double run prevented: the commit found the lease gone; its writes were rolled back (message 1000)"
+const LEASE_LOST = "lease lost: renewal did not return 1000; another consumer holds or finished them (double run)"
+const violationsOf = (r: ReturnType<typeof analyze>, full = true) => commitViolations(r.commit!, { requirePlainDuplicates: full })
+
+check("commit: a clean run, every tx and plain counter at 1, one plain duplicate: no violation", () => {
+  const r = analyze({ ...base, sent: 4, ledger: [row(0, "a", 0, 10), row(1, "a", 0, 10), row(2, "b", 5, 20), row(3, "b", 5, 20)], commit: commitInput([1, 1, 1, 2]) })
+  assert.equal(r.commit!.tx.exactlyOne, 2)
+  assert.equal(r.commit!.tx.counters, 2)
+  assert.deepEqual(violationsOf(r), [])
+})
+
+check("commit: a tx counter of 2 is a double effect: fails", () => {
+  const r = analyze({ ...base, sent: 4, ledger: [], commit: commitInput([2, 2, 1, 1]) })
+  assert.deepEqual(r.commit!.tx.over, [{ key: 0, n: 2 }])
+  const v = violationsOf(r)
+  assert.equal(v.length, 1)
+  assert.match(v[0]!, /tx counters above 1: a double effect/)
+})
+
+check("commit: a tx counter at 0 is a lost effect: fails; a plain one at 0 too", () => {
+  const r = analyze({ ...base, sent: 4, ledger: [], commit: commitInput([0, 1, 1, 0]) })
+  assert.deepEqual(r.commit!.tx.zero, [0])
+  assert.deepEqual(r.commit!.plain.zero, [3])
+  const v = violationsOf(r, false)
+  assert.equal(v.length, 2)
+  assert.match(v[0]!, /tx counters at 0/)
+  assert.match(v[1]!, /plain counters at 0/)
+})
+
+check("commit: plain duplicates are counted (extra increments); none fails the full run only (the check proved nothing)", () => {
+  const dup = analyze({ ...base, sent: 6, ledger: [], commit: commitInput([1, 3, 1, 2, 1, 1]) })
+  assert.deepEqual(dup.commit!.plain.over, [{ key: 1, n: 3 }, { key: 3, n: 2 }])
+  assert.equal(dup.commit!.plain.extra, 3)
+  assert.deepEqual(violationsOf(dup), [])
+  const none = analyze({ ...base, sent: 2, ledger: [], commit: commitInput([1, 1]) })
+  assert.match(violationsOf(none, true)[0]!, /no plain counter above 1/)
+  assert.deepEqual(violationsOf(none, false), [])
+})
+
+check("commit: a message without its counter row (or a row of the other task) fails", () => {
+  const r = analyze({ ...base, sent: 3, ledger: [], commit: { counters: [{ key: 0, task: "tx", n: 1 }, { key: 1, task: "tx", n: 1 }], taskOf: commitTask } })
+  assert.deepEqual(r.commit!.missing, [1, 2])
+  assert.match(violationsOf(r, false)[0]!, /without their counter row/)
+})
+
+check("commit: a stale run (lease lost logged, ran on) refused by the fence, the message reclaimed: explained overlap, duplicate and refusal", () => {
+  const stale = row(0, "a", 0, 4_500)
+  const next = row(0, "b", 3_200, 3_300)
+  const r = analyze({
+    ...base,
+    sent: 2,
+    ledger: [stale, next, row(1, "c", 0, 10)],
+    journal: [journaled(stale, "commit-fenced", 4_510)],
+    logEvents: [logLine("lease-lost", "a", 4_400, 0, LEASE_LOST), logLine("double-run-prevented", "a", 4_505, 0, PREVENTED)],
+    commit: commitInput([1, 2])
+  })
+  assert.equal(r.overlaps.length, 0)
+  assert.equal(r.staleOverlaps.length, 1)
+  assert.equal(r.duplicatesByCause["stale-past-lease"], 1)
+  assert.equal(r.duplicatesByCause["after-completion"], 0)
+  assert.equal(r.commit!.fenced.length, 1)
+  assert.equal(r.commit!.fenced[0]!.explained, true)
+  assert.equal(r.commit!.fenced[0]!.reclaimedBy, r.duplicates[0]!.next)
+  assert.deepEqual(violationsOf(r), [])
+})
+
+check("commit: the same without the lease-lost line: an overlap with both holders alive, a double run after completion", () => {
+  const r = analyze({ ...base, sent: 1, ledger: [row(0, "a", 0, 4_500), row(0, "b", 3_200, 3_300)], commit: commitInput([1]) })
+  assert.equal(r.overlaps.length, 1)
+  assert.equal(r.staleOverlaps.length, 0)
+  assert.equal(r.duplicatesByCause["after-completion"], 1)
+})
+
+check("commit: a commit refused by the fence with no later run of its message: unmatched, fails", () => {
+  const only = row(0, "a", 0, 100)
+  const r = analyze({
+    ...base,
+    sent: 2,
+    ledger: [only, row(1, "a", 0, 100)],
+    journal: [journaled(only, "commit-fenced", 105)],
+    logEvents: [logLine("double-run-prevented", "a", 102, 0, PREVENTED)],
+    commit: commitInput([1, 2])
+  })
+  assert.equal(r.commit!.fenced[0]!.explained, false)
+  assert.match(violationsOf(r)[0]!, /matched to no reclaim/)
+})
+
+check("commit: a refusal logged but not seen by a handler (or the reverse): the checker missed some, fails", () => {
+  const stale = row(0, "a", 0, 4_500)
+  const r = analyze({
+    ...base,
+    sent: 2,
+    ledger: [stale, row(0, "b", 3_200, 3_300), row(1, "c", 0, 10)],
+    logEvents: [logLine("double-run-prevented", "a", 4_505, 0, PREVENTED)],
+    commit: commitInput([1, 2])
+  })
+  assert.match(violationsOf(r)[0]!, /1 log lines, 0 seen by the handlers/)
+})
+
+check("commit: a worker blocked on purpose: its finished run whose ack was pending is stale; reclaimed by that same worker, its double run at ack is explained", () => {
+  // Worker a: run 1 of message 0 done at 110 (ack pending), the event loop blocked 120..4,620 by another run (message 1);
+  // a itself claims message 0 again at 4,640 (its lease ran out) and the stale ack then finds the lease gone.
+  const done = row(0, "a", 100, 110)
+  const blocker = row(1, "a", 120, 4_700)
+  const again = row(0, "a", 4_640, 4_650)
+  const r = analyze({
+    ...base,
+    sent: 2,
+    ledger: [done, blocker, again],
+    journal: [journaled(blocker, "blocked", 4_620)],
+    logEvents: [logLine("double-run-at-ack", "a", 4_645, 0, DOUBLE_RUN)],
+    commit: commitInput([1, 2])
+  })
+  assert.equal(r.unexplainedLogs["double-run-at-ack"], 0)
+  assert.equal(r.explainedLogs["double-run-at-ack"], 1)
+  assert.equal(r.duplicatesByCause["stale-past-lease"], 1)
+  assert.equal(r.commit!.staleByBlock >= 1, true)
+  assert.equal(r.commit!.blocks, 1)
+})
+
+check("commit: a commit step that failed otherwise (effect-failed) is a failed handler: its rerun is explained", () => {
+  const first = row(0, "a", 0, 100)
+  const r = analyze({
+    ...base,
+    sent: 1,
+    ledger: [first, row(0, "b", 3_500, 3_600)],
+    journal: [{ ...journaled(first, "effect-failed", 120), error: "ConnectionDead: commit: Connection closed" }],
+    commit: commitInput([1])
+  })
+  assert.equal(r.duplicatesByCause["handler-failed"], 1)
+  assert.equal(r.commit!.commitFailures, 1)
+  assert.deepEqual(violationsOf(r, false), [])
+})
+
+check("commit: a run started just after its worker's block (claimed during it) is stale; one started 1.5 s after is not", () => {
+  const blocker = row(1, "a", 100, 4_700)
+  const justAfter = row(0, "a", 4_650, 4_700)
+  const next = row(0, "b", 7_000, 7_100)
+  const r = analyze({
+    ...base,
+    sent: 4,
+    ledger: [blocker, justAfter, next, row(2, "a", 6_200, 6_300), row(2, "c", 9_000, 9_100)],
+    journal: [journaled(blocker, "blocked", 4_600)],
+    logEvents: [logLine("double-run-at-ack", "a", 7_200, 0, DOUBLE_RUN), logLine("double-run-at-ack", "a", 9_200, 2, DOUBLE_RUN)],
+    commit: commitInput([1, 2, 2, 0])
+  })
+  assert.equal(r.explainedLogs["double-run-at-ack"], 1)
+  assert.equal(r.unexplainedLogs["double-run-at-ack"], 1)
+  assert.equal(r.logs.find((x) => !x.explained)!.event.messageIds[0], "1002")
+})
+
+check("commit: a claim read after its worker's block starts its handler after the reclaim's run (as seen): claim order, stale, explained", () => {
+  // As in a short run (f8ae080): worker a claimed message 0 at 16.5 s (attempt 1) and blocked until 21.0 s; b reclaimed it
+  // at 19.5 s (attempt 2), ran and acked it; a's handler of attempt 1 started at 21.05 s, its commit refused, its ack gone.
+  const blocker = row(1, "a", 16_500, 21_100)
+  const reclaim = { ...row(0, "b", 19_540, 19_561), attempt: 2 }
+  const stale = row(0, "a", 21_046, 21_064)
+  const r = analyze({
+    ...base,
+    sent: 2,
+    ledger: [blocker, reclaim, stale],
+    journal: [journaled(blocker, "blocked", 21_037), journaled(stale, "commit-fenced", 21_085)],
+    logEvents: [logLine("double-run-prevented", "a", 21_082, 0, PREVENTED)],
+    commit: commitInput([1, 2])
+  })
+  assert.equal(r.overlaps.length, 0)
+  assert.equal(r.duplicates.length, 1)
+  assert.equal(r.duplicates[0]!.previous.consumer, "a")
+  assert.equal(r.duplicatesByCause["stale-past-lease"], 1)
+  assert.equal(r.commit!.fenced[0]!.explained, true)
+  assert.equal(r.commit!.fenced[0]!.reclaimedBy!.consumer, "b")
+  assert.deepEqual(violationsOf(r), [])
+  // Without the block it is a double run after completion (attempt 2 completed, then attempt 1 ran).
+  const plain = analyze({ ...base, sent: 1, ledger: [{ ...row(0, "b", 19_540, 19_561), attempt: 2 }, row(0, "a", 21_046, 21_064)] })
+  assert.equal(plain.duplicatesByCause["after-completion"] + plain.duplicatesByCause.unexplained, 1)
 })
 
 let failed = 0

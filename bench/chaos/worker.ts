@@ -24,6 +24,15 @@
  * Payload of every message: `{ n, ms, thenMs? }`: sleep `ms` on the first
  * attempt and `thenMs` (default `ms`) on later ones.
  *
+ * The commit run (run.ts --commit, `CHAOS_COMMIT=1`): after the ledger end, a message of task `tx`
+ * increments its counter row (`<schema>.counters`, key = n) inside `context.commit` (one transaction
+ * with its fenced ack, on the store's own SqlClient: the store is built on this process's Pg layer),
+ * a message of task `plain` increments it with a bare UPDATE (at-least-once). A payload with
+ * `block: true` blocks the event loop for the lease + 1.5 s on its first attempt (renewals stall, the
+ * lease expires, another worker reclaims the message, and with `LEASEHOLD_ON_LEASE_LOST=continue`
+ * the stale run goes on to its increment). Journal: `effect-failed`, `commit-fenced`, `blocked` (written as the block
+ * begins, `at` its end).
+ *
  * Session liveness: `ConsumerPresence.layerFromEnv()` is provided to the
  * consumer, its mode from `LEASEHOLD_SESSION_LIVENESS=on|off|auto` (default
  * auto), which the orchestrators pass through.
@@ -69,7 +78,11 @@ interface Payload {
    * result PostgreSQL's jsonb cannot store (a NUL, a lone surrogate).
    */
   readonly poison?: "error" | "nul-result" | "surrogate-result"
+  /** The commit run: block the event loop past the lease on the first attempt (a forced lease loss). */
+  readonly block?: boolean
 }
+
+const commitRun = process.env["CHAOS_COMMIT"] === "1"
 
 /** The result a poisoned run returns: what a task's success schema would have encoded. */
 const poisonResult = (payload: Payload): Encoded | undefined =>
@@ -142,9 +155,11 @@ const handler: Consumer.Handler<SqlClient.SqlClient> = (message, context) =>
         journal({ ev: "abandoned", ...facts, at: Date.now() })
         return yield* Effect.fail(new Error("ledger start could not be written"))
       }
-      if (fault === "block" && payload.n % 50 === 25 && context.attempt === 1) {
+      if ((fault === "block" && payload.n % 50 === 25 || payload.block === true) && context.attempt === 1) {
         yield* Effect.sync(() => {
           const until = Date.now() + leaseMs + 1_500
+          // Journaled before the block, with its end: a SIGKILL during the block must not hide it.
+          if (payload.block === true) journal({ ev: "blocked", ...facts, at: until })
           while (Date.now() < until) {
             // blocking the event loop on purpose
           }
@@ -170,6 +185,23 @@ const handler: Consumer.Handler<SqlClient.SqlClient> = (message, context) =>
       if (!ended) {
         journal({ ev: "end-write-failed", ...facts, endedMs, at: Date.now() })
         return yield* Effect.fail(new Error("ledger end could not be written"))
+      }
+      if (commitRun) {
+        // The counter of this message: inside the commit step (tx), or on its own (plain). One try: a failure fails
+        // the handler (journaled first), and the queue runs the message again.
+        const increment = sql`UPDATE ${sql(`${schema}.counters`)} SET n = n + 1 WHERE key = ${payload.n}`
+        const result = yield* Effect.result(message.task === "tx" ? context.commit(increment) : increment)
+        if (result._tag === "Failure") {
+          const error = result.failure as { readonly _tag?: string; readonly reason?: unknown; readonly message?: string }
+          const fenced = error._tag === "CommitFenced" && error.reason === "lease-lost"
+          journal({
+            ev: fenced ? "commit-fenced" : "effect-failed",
+            ...facts,
+            at: Date.now(),
+            error: `${error._tag ?? "Error"}${typeof error.reason === "string" ? ` (${error.reason})` : ""}: ${String(error.message ?? "").slice(0, 200)}`
+          })
+          return yield* Effect.fail(result.failure)
+        }
       }
       return poisonResult(payload)
     }).pipe(
