@@ -1,0 +1,40 @@
+/**
+ * pg-boss 12 in `npm run bench:peers`, at its best documented throughput
+ * settings (https://timgit.github.io/pg-boss/#/api/workers): `work(queue,
+ * { batchSize: C, burstWhenBatchFull: true, pollingIntervalSeconds: 0.5 })`:
+ * a batch of up to C jobs per fetch handed to the handler as an array and
+ * completed together, the next fetch at once while fetches come back full
+ * (without the burst, each fetch waits the polling interval, 2 s by default,
+ * 0.5 s at least). Every other setting its default (pool of 10, maintenance
+ * on). Note: pg-boss ignores `burstWhenBatchFull` at batchSize 1 (C = 1).
+ * Installed for the benchmark only under `.tmp/peers` and imported from there
+ * by path (common.ts). Send role: `start()` (migrates), `createQueue`, then
+ * `insert` PEERS_CHUNK jobs per call. Roles and stdout protocol: common.ts.
+ */
+import { announceReady, makeRecorder, QUEUE, workerEnv } from "../throughput/protocol.ts"
+import { exitOnSignal, importPeer, payloads, peerEnv, timedSend } from "./common.ts"
+
+const env = peerEnv()
+const mod = await importPeer(env.prefix, "pg-boss")
+const PgBoss = mod.PgBoss ?? mod.default
+const boss = new PgBoss({ connectionString: env.url, application_name: `peers-pg-boss-${env.role}` })
+boss.on("error", (error: unknown) => console.error(`pg-boss error: ${String(error)}`))
+await boss.start()
+
+if (env.role === "send") {
+  await boss.createQueue(QUEUE)
+  await timedSend(env, (from, count) => boss.insert(QUEUE, payloads(from, count).map((data) => ({ data }))))
+  await boss.stop({ graceful: false, wait: true })
+  process.exit(0)
+} else {
+  const record = makeRecorder(workerEnv("pg-boss worker"))
+  await boss.work(
+    QUEUE,
+    { batchSize: env.concurrency, burstWhenBatchFull: true, pollingIntervalSeconds: 0.5 },
+    async (jobs: ReadonlyArray<{ readonly data: unknown }>) => {
+      for (const job of jobs) record(job.data)
+    }
+  )
+  exitOnSignal(() => boss.stop({ graceful: false, wait: false }))
+  announceReady()
+}
