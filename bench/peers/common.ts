@@ -5,10 +5,13 @@
  * the package, so not known to tsc), and the sender's timing line.
  *
  * Every adapter script has two roles (PEERS_ROLE):
- *   send  set up (migrate, create the queue), print SETUP, then enqueue PEERS_JOBS
- *         no-op jobs PEERS_CHUNK per call, one call after another, print SENT <ms> <calls>, exit 0
- *   work  one worker process at concurrency PEERS_CONCURRENCY with a no-op handler that counts
- *         and times its runs (../throughput/protocol.ts: READY, FIRST, WARM, HANDLED, COUNT lines)
+ *   send    set up (migrate, create the queue), print SETUP, then enqueue PEERS_JOBS
+ *           no-op jobs PEERS_CHUNK per call, one call after another, print SENT <ms> <calls>, exit 0
+ *   single  (pickup latency) PEERS_WARM then PEERS_SENDS single jobs PEERS_INTERVAL_MS apart,
+ *           each carrying its send time (`{ sentAt, warm }`), print SENT, exit 0
+ *   work    one worker process at concurrency PEERS_CONCURRENCY with a no-op handler that counts
+ *           and times its runs (../throughput/protocol.ts: READY, FIRST, WARM, HANDLED, COUNT lines;
+ *           with BENCH_MODE=latency, a LAT line per job: handler start - sentAt)
  */
 import { readFileSync } from "node:fs"
 import { join } from "node:path"
@@ -16,7 +19,7 @@ import { pathToFileURL } from "node:url"
 import { wallMs } from "../throughput/protocol.ts"
 
 export interface PeerEnv {
-  readonly role: "send" | "work"
+  readonly role: "send" | "single" | "work"
   readonly url: string
   readonly jobs: number
   readonly chunk: number
@@ -25,7 +28,7 @@ export interface PeerEnv {
 }
 
 export const peerEnv = (): PeerEnv => ({
-  role: process.env["PEERS_ROLE"] === "send" ? "send" : "work",
+  role: process.env["PEERS_ROLE"] === "send" ? "send" : process.env["PEERS_ROLE"] === "single" ? "single" : "work",
   url: process.env["PEERS_URL"] ?? "",
   jobs: Number(process.env["PEERS_JOBS"] ?? "0"),
   chunk: Number(process.env["PEERS_CHUNK"] ?? "1000"),
@@ -65,8 +68,36 @@ export const timedSend = async (env: PeerEnv, sendChunk: (from: number, count: n
   console.log(`SENT ${(wallMs() - started).toFixed(3)} ${calls}`)
 }
 
+/** The single role's loop: one job at a time on a fixed schedule, each carrying its send time; prints SENT. */
+export const timedSingles = async (sendOne: (payload: { readonly sentAt: number; readonly warm: boolean }) => Promise<unknown>): Promise<void> => {
+  const sends = Number(process.env["PEERS_SENDS"] ?? "200")
+  const warm = Number(process.env["PEERS_WARM"] ?? "10")
+  const intervalMs = Number(process.env["PEERS_INTERVAL_MS"] ?? "20")
+  console.log("SETUP")
+  const start = wallMs()
+  for (let k = 0; k < warm + sends; k++) {
+    const wait = start + k * intervalMs - wallMs()
+    if (wait > 0) await new Promise((r) => setTimeout(r, Math.ceil(wait)))
+    await sendOne({ sentAt: wallMs(), warm: k < warm })
+  }
+  console.log(`SENT ${sends}`)
+}
+
 export const payloads = (from: number, count: number): Array<{ readonly i: number }> =>
   Array.from({ length: count }, (_, k) => ({ i: from + k }))
+
+/**
+ * The job body of every adapter's worker: `record` (count and time it), or, with PEERS_HANG=1 (the
+ * SIGKILL-to-rerun run), print `RUN <wallMs> <pid>` and never finish, as a handler still busy when
+ * its worker is killed.
+ */
+export const runJob = (record: (payload: unknown) => void) =>
+  process.env["PEERS_HANG"] === "1"
+    ? (_payload: unknown): Promise<void> => {
+      console.log(`RUN ${wallMs().toFixed(3)} ${process.pid}`)
+      return new Promise<void>(() => undefined)
+    }
+    : async (payload: unknown): Promise<void> => record(payload)
 
 /** SIGTERM/SIGINT end a worker with exit 0 (the COUNT line is printed on exit). */
 export const exitOnSignal = (stop: () => Promise<unknown> = () => Promise.resolve()) => {

@@ -7,11 +7,11 @@
  * is dropped by a logger that keeps warnings and errors, as leasehold logs
  * nothing per message. Installed for the benchmark only under `.tmp/peers`
  * and imported from there by path (common.ts). Send role: `makeWorkerUtils`,
- * `migrate()`, then `addJobs` PEERS_CHUNK jobs per call. Roles and stdout
+ * `migrate()`, then `addJobs` PEERS_CHUNK jobs per call; single role: `addJob`. Roles and stdout
  * protocol: common.ts.
  */
 import { announceReady, makeRecorder, workerEnv } from "../throughput/protocol.ts"
-import { exitOnSignal, importPeer, payloads, peerEnv, timedSend } from "./common.ts"
+import { exitOnSignal, importPeer, payloads, peerEnv, runJob, timedSend, timedSingles } from "./common.ts"
 
 const env = peerEnv()
 const gw = await importPeer(env.prefix, "graphile-worker")
@@ -25,14 +25,19 @@ if (env.role === "send") {
   await timedSend(env, (from, count) => utils.addJobs(payloads(from, count).map((payload) => ({ identifier: "noop", payload }))))
   await utils.release()
   process.exit(0)
+} else if (env.role === "single") {
+  const utils = await gw.makeWorkerUtils({ connectionString: env.url, logger })
+  await timedSingles((payload) => utils.addJob("noop", payload))
+  await utils.release()
+  process.exit(0)
 } else {
-  const record = makeRecorder(workerEnv("graphile-worker worker"))
+  const job = runJob(makeRecorder(workerEnv("graphile-worker worker")))
   const runner = await gw.run({
     connectionString: env.url,
     concurrency: env.concurrency,
     noHandleSignals: true,
     logger,
-    taskList: { noop: async (payload: unknown) => record(payload) },
+    taskList: { noop: (payload: unknown) => job(payload) },
     preset: { worker: { localQueue: { size: env.concurrency + 1 }, completeJobBatchDelay: 0, failJobBatchDelay: 0 } }
   })
   exitOnSignal(() => runner.stop())

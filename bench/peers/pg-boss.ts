@@ -9,29 +9,39 @@
  * on). Note: pg-boss ignores `burstWhenBatchFull` at batchSize 1 (C = 1).
  * Installed for the benchmark only under `.tmp/peers` and imported from there
  * by path (common.ts). Send role: `start()` (migrates), `createQueue`, then
- * `insert` PEERS_CHUNK jobs per call. Roles and stdout protocol: common.ts.
+ * `insert` PEERS_CHUNK jobs per call. Pickup latency (BENCH_MODE=latency): the
+ * send role (run first, with no jobs) creates the queue with `notify: true`, and all sides run with
+ * `useListenNotify: true` (its documented way to wake workers at once); the
+ * single role `send`s one job at a time. Roles and stdout protocol: common.ts.
  */
 import { announceReady, makeRecorder, QUEUE, workerEnv } from "../throughput/protocol.ts"
-import { exitOnSignal, importPeer, payloads, peerEnv, timedSend } from "./common.ts"
+import { exitOnSignal, importPeer, payloads, peerEnv, runJob, timedSend, timedSingles } from "./common.ts"
 
 const env = peerEnv()
 const mod = await importPeer(env.prefix, "pg-boss")
 const PgBoss = mod.PgBoss ?? mod.default
-const boss = new PgBoss({ connectionString: env.url, application_name: `peers-pg-boss-${env.role}` })
+const latency = process.env["BENCH_MODE"] === "latency" || env.role === "single"
+const boss = new PgBoss({ connectionString: env.url, application_name: `peers-pg-boss-${env.role}`, ...(latency ? { useListenNotify: true } : {}) })
 boss.on("error", (error: unknown) => console.error(`pg-boss error: ${String(error)}`))
 await boss.start()
 
 if (env.role === "send") {
-  await boss.createQueue(QUEUE)
+  await boss.createQueue(QUEUE, latency ? { notify: true } : {})
   await timedSend(env, (from, count) => boss.insert(QUEUE, payloads(from, count).map((data) => ({ data }))))
+  await boss.stop({ graceful: false, wait: true })
+  process.exit(0)
+} else if (env.role === "single") {
+  await timedSingles((payload) => boss.send(QUEUE, payload))
   await boss.stop({ graceful: false, wait: true })
   process.exit(0)
 } else {
   const record = makeRecorder(workerEnv("pg-boss worker"))
+  const hang = process.env["PEERS_HANG"] === "1" ? runJob(record) : undefined
   await boss.work(
     QUEUE,
     { batchSize: env.concurrency, burstWhenBatchFull: true, pollingIntervalSeconds: 0.5 },
     async (jobs: ReadonlyArray<{ readonly data: unknown }>) => {
+      if (hang !== undefined) await Promise.all(jobs.map((j) => hang(j.data)))
       for (const job of jobs) record(job.data)
     }
   )

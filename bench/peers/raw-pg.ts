@@ -7,10 +7,12 @@
  * One loop: claim up to C rows (`UPDATE q SET vt = now() + 30 s, read_ct = read_ct + 1 WHERE id IN
  * (SELECT id FROM q WHERE vt <= now() ORDER BY id FOR UPDATE SKIP LOCKED LIMIT C) RETURNING id,
  * payload`), run the batch, `DELETE FROM q WHERE id = ANY($1)`; prepared (named) statements, a
- * 3-connection pool. An empty claim sleeps 50 ms. No renewals, fencing, retries or history.
+ * 3-connection pool. An empty claim waits for a NOTIFY on `q_new` (a client of its own; the single
+ * sends of the pickup-latency run insert and notify in one statement) or 1 s. No renewals,
+ * fencing, retries or history.
  * Roles and stdout protocol: common.ts.
  */
-import { exitOnSignal, payloads, peerEnv, timedSend } from "./common.ts"
+import { exitOnSignal, payloads, peerEnv, runJob, timedSend, timedSingles } from "./common.ts"
 import { announceReady, makeRecorder, workerEnv } from "../throughput/protocol.ts"
 
 const env = peerEnv()
@@ -30,8 +32,16 @@ if (env.role === "send") {
       values: [payloads(from, count).map((p) => JSON.stringify(p))]
     }))
   await pool.end()
+} else if (env.role === "single") {
+  await timedSingles((payload) =>
+    pool.query({
+      name: "single",
+      text: "WITH i AS (INSERT INTO q (vt, read_ct, enqueued_at, payload) VALUES (now(), 0, now(), $1::jsonb) RETURNING id) SELECT pg_notify('q_new', '') FROM i",
+      values: [JSON.stringify(payload)]
+    }))
+  await pool.end()
 } else {
-  const record = makeRecorder(workerEnv("raw-pg worker"))
+  const job = runJob(makeRecorder(workerEnv("raw-pg worker")))
   let running = true
   exitOnSignal(async () => {
     running = false
@@ -44,14 +54,32 @@ if (env.role === "send") {
     values: [env.concurrency]
   }
   await pool.query("SELECT 1")
+  let wake: (() => void) | undefined
+  let notified = false
+  const listener = new pg.Client({ connectionString: env.url, application_name: "peers-raw-pg-listen" })
+  await listener.connect()
+  listener.on("notification", () => {
+    notified = true
+    wake?.()
+  })
+  await listener.query("LISTEN q_new")
   announceReady()
   while (running) {
+    notified = false
     const rows = (await pool.query(claim)).rows as Array<{ id: string; payload: unknown }>
     if (rows.length === 0) {
-      await new Promise((r) => setTimeout(r, 50))
+      if (notified) continue
+      await new Promise<void>((r) => {
+        const timer = setTimeout(() => r(), 1_000)
+        wake = () => {
+          clearTimeout(timer)
+          r()
+        }
+      })
+      wake = undefined
       continue
     }
-    await Promise.all(rows.map(async (row) => record(row.payload)))
+    await Promise.all(rows.map((row) => job(row.payload)))
     await pool.query({ name: "delete", text: "DELETE FROM q WHERE id = ANY($1::bigint[])", values: [rows.map((r) => r.id)] })
   }
 }

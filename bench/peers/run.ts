@@ -29,6 +29,19 @@
  *   reversed; the table gives medians, and each row's ratio to the raw worker
  *   and to the best peer (graphile-worker or pg-boss, whichever is faster in
  *   that column).
+ * - Pickup latency across processes, per adapter: an idle worker (C = 10) in
+ *   its own process, a producer in another (the adapter's `single` role) sends
+ *   10 unmeasured then PEERS_LATENCY_SENDS single jobs 20 ms apart, each
+ *   carrying its send time; the worker prints handler start - send time. Each
+ *   adapter's own wake-up: leasehold's send notifications, the raw worker's
+ *   LISTEN (the producer inserts and notifies in one statement),
+ *   graphile-worker's NOTIFY trigger, pg-boss's `useListenNotify` with a
+ *   `notify: true` queue.
+ * - SIGKILL-to-rerun, per adapter: one job whose handler never finishes
+ *   (PEERS_HANG=1), worker A runs it, A is SIGKILLed half a second later and a
+ *   fresh worker B started at once, both at every setting as above; the time
+ *   from the kill to the job's handler start on B (B's start-up included), or
+ *   "> budget" when B has not run it within PEERS_KILL_BUDGET.
  *
  * Knobs (environment):
  *   PEERS_QUICK=1            C=10, 6,000 jobs of which 2,000 cold, one repetition (a smoke check)
@@ -39,6 +52,11 @@
  *   PEERS_ADAPTERS           which, in order (default "raw-pg,leasehold,graphile-worker,pg-boss")
  *   PEERS_CHUNK              jobs per bulk send call (default 1000)
  *   PEERS_RUN_BUDGET         longest steady window (default 120s; 0: none)
+ *   PEERS_LATENCY=0          skip the pickup-latency runs
+ *   PEERS_LATENCY_SENDS      measured single sends per adapter (default 200; quick 50)
+ *   PEERS_LATENCY_INTERVAL   time between them (default 20ms)
+ *   PEERS_KILL=0             skip the SIGKILL-to-rerun runs
+ *   PEERS_KILL_BUDGET        longest wait for the rerun after the SIGKILL (default 60s; quick 35s)
  *   PEERS_SKIP_INSTALL=1     use .tmp/peers as it is (no npm install)
  *   PEERS_FAST_PG=1          the embedded server without durability
  *   PEERS_LOG_DIR            worker output (default .tmp/bench-peers/<time>)
@@ -48,7 +66,7 @@ import { createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, writeFi
 import { availableParallelism, cpus, loadavg, totalmem } from "node:os"
 import { isAbsolute, join, relative } from "node:path"
 import { type PostgresServer, startPostgres } from "../../dev/EmbeddedPostgres.ts"
-import { envInt, envMs, nodeBinary, repoRoot, sleep, table } from "../chaos/lib.ts"
+import { envInt, envMs, nodeBinary, percentile, repoRoot, sleep, table } from "../chaos/lib.ts"
 import { QUEUE, wallMs } from "../throughput/protocol.ts"
 import { peerVersion } from "./common.ts"
 
@@ -79,6 +97,12 @@ const config = {
   }),
   chunk: Math.max(1, envInt("PEERS_CHUNK", 1_000)),
   runBudgetMs: envMs("PEERS_RUN_BUDGET", 120_000),
+  latency: process.env["PEERS_LATENCY"] !== "0",
+  latencySends: envInt("PEERS_LATENCY_SENDS", quick ? 50 : 200),
+  latencyIntervalMs: envMs("PEERS_LATENCY_INTERVAL", 20),
+  latencyWarm: 10,
+  kill: process.env["PEERS_KILL"] !== "0",
+  killBudgetMs: envMs("PEERS_KILL_BUDGET", quick ? 35_000 : 60_000),
   skipInstall: process.env["PEERS_SKIP_INSTALL"] === "1",
   fastPg: process.env["PEERS_FAST_PG"] === "1",
   logDir: process.env["PEERS_LOG_DIR"] ?? join(repoRoot, ".tmp", "bench-peers", new Date().toISOString().replace(/[:.]/g, "-"))
@@ -162,9 +186,12 @@ const buildDir = (() => {
   return inRepo ? join(config.logDir, "build") : join(repoRoot, ".tmp", "bench-build", `peers-${runId}`)
 })()
 const workerNodeArgs = ["--no-experimental-strip-types"]
-const scriptOf = (adapter: Adapter, role: "send" | "work") =>
+type Role = "send" | "single" | "work" | "hang"
+const scriptOf = (adapter: Adapter, role: Role) =>
   adapter === "leasehold"
-    ? role === "send" ? join(buildDir, "bench", "peers", "leasehold-send.js") : join(buildDir, "bench", "throughput", "leasehold-worker.js")
+    ? role === "send" || role === "single" ? join(buildDir, "bench", "peers", "leasehold-send.js")
+    : role === "hang" ? join(buildDir, "bench", "peers", "leasehold-worker.js")
+    : join(buildDir, "bench", "throughput", "leasehold-worker.js")
     : join(buildDir, "bench", "peers", `${adapter}.js`)
 
 const compile = (): number => {
@@ -182,7 +209,7 @@ const compile = (): number => {
     log(`tsc reported errors; the emitted JavaScript runs anyway:\n${`${e.stdout ?? ""}${e.stderr ?? ""}`.trimEnd()}`)
   }
   writeFileSync(join(buildDir, "package.json"), `${JSON.stringify({ type: "module", private: true })}\n`)
-  for (const a of ALL) for (const role of ["send", "work"] as const) if (!existsSync(scriptOf(a, role))) throw new Error(`tsc did not emit ${scriptOf(a, role)}`)
+  for (const a of ALL) for (const role of ["send", "single", "work", "hang"] as const) if (!existsSync(scriptOf(a, role))) throw new Error(`tsc did not emit ${scriptOf(a, role)}`)
   return Date.now() - started
 }
 
@@ -335,18 +362,29 @@ const remainingSql: Record<Adapter, string> = {
   "pg-boss": "SELECT count(*)::int AS n FROM pgboss.job WHERE state < 'completed'"
 }
 
-const adapterEnv = (adapter: Adapter, url: string, role: "send" | "work", c: number): Record<string, string> => {
+const adapterEnv = (
+  adapter: Adapter,
+  url: string,
+  role: Role,
+  c: number,
+  mode: "throughput" | "latency" = "throughput",
+  jobs = config.jobs
+): Record<string, string> => {
   const common = {
-    PEERS_ROLE: role,
+    PEERS_ROLE: role === "hang" ? "work" : role,
+    ...(role === "hang" ? { PEERS_HANG: "1" } : {}),
+    PEERS_SENDS: String(config.latencySends),
+    PEERS_WARM: String(config.latencyWarm),
+    PEERS_INTERVAL_MS: String(config.latencyIntervalMs),
     PEERS_URL: url,
-    PEERS_JOBS: String(config.jobs),
+    PEERS_JOBS: String(jobs),
     PEERS_CHUNK: String(config.chunk),
     PEERS_CONCURRENCY: String(c),
     PEERS_PREFIX: prefix,
     BENCH_SCHEMA: "peers",
-    BENCH_MODE: "throughput",
-    BENCH_EXPECT: String(config.jobs),
-    BENCH_WARMUP: String(config.cold),
+    BENCH_MODE: mode,
+    BENCH_EXPECT: String(mode === "throughput" ? config.jobs : 0),
+    BENCH_WARMUP: String(mode === "throughput" ? config.cold : 0),
     BENCH_CONCURRENCY: String(c)
   }
   return adapter === "leasehold"
@@ -447,10 +485,90 @@ const oneRun = async (admin: PgClient, serverUrl: string, adapter: Adapter, c: n
   }
 }
 
+/** A fresh database for one run, set up by the adapter's send role with `jobs` jobs (0: setup only). */
+const freshDatabase = async (admin: PgClient, serverUrl: string, adapter: Adapter, tag: string, mode: "throughput" | "latency", jobs: number) => {
+  const db = `peers_${runId}_${adapter.replace(/-/g, "_")}_${tag}`
+  await admin.query(`CREATE DATABASE ${db}`)
+  const url = dbUrl(serverUrl, db)
+  const sender = startProc(`${adapter}-${tag}-setup`, scriptOf(adapter, "send"), adapterEnv(adapter, url, "send", 10, mode, jobs))
+  await sender.waitLine("SENT", 120_000)
+  await Promise.race([sender.closed, sleep(10_000)])
+  await stopProc(sender, 2_000)
+  return { db, url, drop: () => admin.query(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).then(() => undefined, (error) => log(`drop ${db}: ${String(error)}`)) }
+}
+
+interface LatencyResult {
+  readonly adapter: Adapter
+  readonly values: ReadonlyArray<number>
+  readonly expected: number
+}
+
+const latencyRun = async (admin: PgClient, serverUrl: string, adapter: Adapter): Promise<LatencyResult> => {
+  const { url, drop } = await freshDatabase(admin, serverUrl, adapter, "latency", "latency", 0)
+  const w = startProc(`${adapter}-latency`, scriptOf(adapter, "work"), adapterEnv(adapter, url, "work", 10, "latency"))
+  try {
+    await w.waitLine("READY", 120_000)
+    await sleep(1_500) // let it go idle
+    const producer = startProc(`${adapter}-latency-producer`, scriptOf(adapter, "single"), adapterEnv(adapter, url, "single", 10, "latency"))
+    const total = config.latencySends + config.latencyWarm
+    await producer.waitLine("SENT", total * config.latencyIntervalMs + 120_000).finally(() => stopProc(producer, 5_000))
+    const deadline = Date.now() + 10_000
+    while (w.lines.filter((l) => l.startsWith("LAT ")).length < total && Date.now() < deadline) await sleep(20)
+    const values = w.lines.filter((l) => l.startsWith("LAT ")).map((l) => l.split(" ")).filter((f) => f[2] === "0").map((f) => Number(f[1]))
+    log(
+      `${adapter} pickup latency: ${values.length}/${config.latencySends} measured, p50 ${fmtMs(percentile(values, 50))}, ` +
+        `p95 ${fmtMs(percentile(values, 95))}, p99 ${fmtMs(percentile(values, 99))}, max ${fmtMs(percentile(values, 100))}`
+    )
+    return { adapter, values, expected: config.latencySends }
+  } finally {
+    await stopProc(w)
+    await drop()
+  }
+}
+
+interface KillResult {
+  readonly adapter: Adapter
+  /** Kill -> the job's handler start on the fresh worker; undefined: not within the budget. */
+  readonly rerunMs: number | undefined
+}
+
+const killRun = async (admin: PgClient, serverUrl: string, adapter: Adapter): Promise<KillResult> => {
+  const { url, drop } = await freshDatabase(admin, serverUrl, adapter, "kill", "throughput", 1)
+  const env = { ...adapterEnv(adapter, url, "hang", 1), BENCH_EXPECT: "0", BENCH_WARMUP: "0" }
+  const a = startProc(`${adapter}-kill-a`, scriptOf(adapter, "hang"), env)
+  let b: Proc | undefined
+  try {
+    await a.waitLine("RUN", 120_000)
+    await sleep(500)
+    const killedAt = wallMs()
+    a.child.kill("SIGKILL")
+    await Promise.race([a.closed, sleep(5_000)])
+    b = startProc(`${adapter}-kill-b`, scriptOf(adapter, "hang"), env)
+    const rerun = await b.waitLine("RUN", config.killBudgetMs).then((line) => Number(line.split(" ")[1]) - killedAt, () => undefined)
+    log(`${adapter} SIGKILL-to-rerun: ${rerun === undefined ? `not rerun within ${fmtS(config.killBudgetMs)}` : fmtS(rerun)}`)
+    return { adapter, rerunMs: rerun }
+  } finally {
+    a.child.kill("SIGKILL")
+    b?.child.kill("SIGKILL")
+    await Promise.race([Promise.all([a.closed, b?.closed]), sleep(5_000)])
+    await drop()
+  }
+}
+
+/** What each adapter documents as the bound on a killed worker's job (printed beside the measurement). */
+const killBound: Record<Adapter, string> = {
+  "raw-pg": "its 30 s visibility timeout (vt)",
+  "leasehold": "session liveness (dead sessions reaped within seconds), else one 30 s lease",
+  "graphile-worker": "a locked job is freed after 4 hours",
+  "pg-boss": "an active job expires after expireInSeconds (default 15 min)"
+}
+
 // ---------------------------------------------------------------------------------------------
 // Printing
 // ---------------------------------------------------------------------------------------------
 
+const fmtMs = (ms: number | undefined) => (ms === undefined ? "-" : `${ms.toFixed(2)} ms`)
+const fmtS = (ms: number) => `${(ms / 1000).toFixed(1)} s`
 const fmtMb = (kb: number | undefined) => (kb === undefined ? "-" : `${Math.round(kb / 1024)} MB`)
 const fmtPct = (share: number | undefined) => (share === undefined ? "-" : `${Math.round(share * 100)} %`)
 const fmtRate = (rate: number | undefined) => (rate === undefined ? "-" : Math.round(rate).toLocaleString("en-US"))
@@ -528,7 +646,29 @@ const main = async (): Promise<number> => {
         }
       }
     }
-    writeFileSync(join(config.logDir, "results.json"), `${JSON.stringify({ header, results }, null, 2)}\n`)
+    const latencies: Array<LatencyResult> = []
+    if (config.latency) {
+      for (const adapter of adapters) {
+        try {
+          latencies.push(await latencyRun(admin, server.url, adapter))
+        } catch (error) {
+          failures.push(`${adapter} pickup latency: ${error instanceof Error ? error.message : String(error)}`)
+          log(`FAILED ${adapter} pickup latency: ${String(error)}`)
+        }
+      }
+    }
+    const kills: Array<KillResult> = []
+    if (config.kill) {
+      for (const adapter of adapters) {
+        try {
+          kills.push(await killRun(admin, server.url, adapter))
+        } catch (error) {
+          failures.push(`${adapter} SIGKILL-to-rerun: ${error instanceof Error ? error.message : String(error)}`)
+          log(`FAILED ${adapter} SIGKILL-to-rerun: ${String(error)}`)
+        }
+      }
+    }
+    writeFileSync(join(config.logDir, "results.json"), `${JSON.stringify({ header, results, latencies, kills }, null, 2)}\n`)
 
     console.log("")
     for (const c of config.concurrencies) {
@@ -578,6 +718,23 @@ const main = async (): Promise<number> => {
     }
     for (const r of results.filter((r) => r.steadyDone < steadyJobs)) {
       console.log(`+ ${r.adapter} at C=${r.c} (repetition ${r.rep}): the budget ran out with ${r.steadyDone.toLocaleString("en-US")} of ${steadyJobs.toLocaleString("en-US")} steady jobs finished; the rate is theirs`)
+    }
+    if (latencies.length > 0) {
+      const rows: Array<Array<string>> = [["pickup latency", "p50", "p95", "p99", "max", "n"]]
+      for (const l of latencies) {
+        rows.push([l.adapter, fmtMs(percentile(l.values, 50)), fmtMs(percentile(l.values, 95)), fmtMs(percentile(l.values, 99)), fmtMs(percentile(l.values, 100)), `${l.values.length}/${l.expected}`])
+        if (l.values.length < l.expected) failures.push(`${l.adapter}: ${l.values.length}/${l.expected} latency samples`)
+      }
+      console.log(`pickup latency across processes (handler start - send time; idle worker at C=10, single sends ${config.latencyIntervalMs} ms apart)`)
+      console.log(table(rows))
+      console.log("")
+    }
+    if (kills.length > 0) {
+      const rows: Array<Array<string>> = [["SIGKILL-to-rerun", "kill -> rerun starts", "the adapter's bound"]]
+      for (const k of kills) rows.push([k.adapter, k.rerunMs === undefined ? `> ${fmtS(config.killBudgetMs)}` : fmtS(k.rerunMs), killBound[k.adapter]])
+      console.log("SIGKILL-to-rerun (one job whose handler never finishes; its worker SIGKILLed, a fresh worker started at once; its start-up included)")
+      console.log(table(rows))
+      console.log("")
     }
     console.log(`best peer: the faster of ${PEERS.join(" and ")} in that column (a peer's own row: 1.00 for the faster one)`)
     console.log(`at end: ${loadLine()}`)
