@@ -22,7 +22,10 @@
  *     steady = the rest (80,000 of 100,000), from the PEERS_COLD-th handler start
  *              to the table seen empty of unfinished jobs (polled every 2 ms once
  *              the worker has run its last handler), or the jobs finished when
- *              PEERS_RUN_BUDGET (120 s) runs out (marked +).
+ *              PEERS_RUN_BUDGET (120 s) runs out (marked +). The cold part has the same
+ *              budget from the first handler start: a worker that has not reached
+ *              PEERS_COLD by then gets a cold rate over the jobs it finished (marked +)
+ *              and no steady rate (pg-boss at C = 1).
  *   Peak RSS is the worker's VmHWM just before it is stopped; CPU its user +
  *   system time over the steady window, as a share of one core.
  * - Adapters alternate: in odd repetitions in the listed order, in even ones
@@ -398,7 +401,9 @@ interface Result {
   readonly rep: number
   readonly sendRate: number
   readonly coldRate: number
-  readonly steadyRate: number
+  /** The cold part did not finish within the budget: coldRate is over the jobs finished by then. */
+  readonly coldPartial?: boolean
+  readonly steadyRate: number | undefined
   /** Steady jobs finished in the window: all of them, or fewer when the budget ran out. */
   readonly steadyDone: number
   readonly rssKb: number | undefined
@@ -428,7 +433,32 @@ const oneRun = async (admin: PgClient, serverUrl: string, adapter: Adapter, c: n
       const w = (worker = startProc(tag, scriptOf(adapter, "work"), adapterEnv(adapter, url, "work", c)))
       await w.waitLine("READY", 120_000)
       const first = Number((await w.waitLine("FIRST", 600_000)).split(" ")[1])
-      const start = Number((await w.waitLine("WARM", 600_000)).split(" ")[2])
+      // The cold part has the same budget: a worker that has not reached it by then is measured on
+      // the jobs it finished so far (cold only, marked +; no steady rate).
+      const warm = await w.waitLine("WARM", config.runBudgetMs > 0 ? Math.max(1, first + config.runBudgetMs - wallMs()) : 24 * 3_600_000)
+        .catch(async (error) => {
+          if (w.exit !== undefined || config.runBudgetMs <= 0) throw error
+          return undefined
+        })
+      if (warm === undefined) {
+        const n = Number((await client.query(remainingSql[adapter])).rows[0]?.["n"])
+        const now = wallMs()
+        const result: Result = {
+          adapter,
+          c,
+          rep,
+          sendRate: config.jobs / (sendMs / 1000),
+          coldRate: (config.jobs - n) / ((now - first) / 1000),
+          coldPartial: true,
+          steadyRate: undefined,
+          steadyDone: 0,
+          rssKb: vmHwmKb(w.pid),
+          cpuShare: undefined
+        }
+        log(`${tag}: send ${fmtRate(result.sendRate)} jobs/s; cold: only ${config.jobs - n} of ${config.cold} jobs finished within the ${Math.round(config.runBudgetMs / 1000)} s budget = ${fmtRate(result.coldRate)} jobs/s; no steady part`)
+        return result
+      }
+      const start = Number(warm.split(" ")[2])
       const cpu0 = cpuSeconds(w.pid)
       const handled = w.waitLine("HANDLED", 24 * 3_600_000)
       handled.catch(() => undefined)
@@ -698,12 +728,13 @@ const main = async (): Promise<number> => {
       for (const a of adapters) {
         if (!results.some((r) => r.adapter === a && r.c === c)) continue
         const partial = results.some((r) => r.adapter === a && r.c === c && r.steadyDone < steadyJobs) ? " +" : ""
+        const coldPartial = results.some((r) => r.adapter === a && r.c === c && r.coldPartial === true) ? " +" : ""
         rows.push([
           a,
           `${fmtRate(med(a, steady))}${partial}`,
           fmtRatio(med(a, steady), med("raw-pg", steady)),
           fmtRatio(med(a, steady), best(steady)),
-          fmtRate(med(a, cold)),
+          `${fmtRate(med(a, cold))}${coldPartial}`,
           fmtRatio(med(a, cold), med("raw-pg", cold)),
           fmtRatio(med(a, cold), best(cold)),
           fmtRate(med(a, send)),
@@ -717,6 +748,10 @@ const main = async (): Promise<number> => {
       console.log("")
     }
     for (const r of results.filter((r) => r.steadyDone < steadyJobs)) {
+      if (r.coldPartial === true) {
+        console.log(`+ ${r.adapter} at C=${r.c} (repetition ${r.rep}): the budget ran out in the cold part; its cold rate is over the jobs finished by then, no steady rate`)
+        continue
+      }
       console.log(`+ ${r.adapter} at C=${r.c} (repetition ${r.rep}): the budget ran out with ${r.steadyDone.toLocaleString("en-US")} of ${steadyJobs.toLocaleString("en-US")} steady jobs finished; the rate is theirs`)
     }
     if (latencies.length > 0) {
