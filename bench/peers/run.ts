@@ -64,12 +64,13 @@
  *   PEERS_FAST_PG=1          the embedded server without durability
  *   PEERS_LOG_DIR            worker output (default .tmp/bench-peers/<time>)
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process"
-import { createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync, type WriteStream } from "node:fs"
+import { execFileSync } from "node:child_process"
+import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs"
 import { availableParallelism, cpus, loadavg, totalmem } from "node:os"
 import { isAbsolute, join, relative } from "node:path"
 import { type PostgresServer, startPostgres } from "../../dev/EmbeddedPostgres.ts"
 import { envInt, envMs, nodeBinary, percentile, repoRoot, sleep, table } from "../chaos/lib.ts"
+import { cpuSeconds, endLogs, fmtMb, fmtMs, fmtPct, fmtRate, live, median, type Proc, startProcess, stopProcess, vmHwmKb } from "../support/orchestrator.ts"
 import { QUEUE, wallMs } from "../throughput/protocol.ts"
 import { peerVersion } from "./common.ts"
 
@@ -220,138 +221,9 @@ const compile = (): number => {
 // Processes
 // ---------------------------------------------------------------------------------------------
 
-interface Proc {
-  readonly child: ChildProcess
-  readonly pid: number
-  readonly lines: Array<string>
-  exit: { readonly code: number | null; readonly signal: NodeJS.Signals | null } | undefined
-  readonly closed: Promise<void>
-  readonly waitLine: (prefix: string, timeoutMs: number) => Promise<string>
-}
-
-const live = new Set<Proc>()
-process.on("exit", () => {
-  for (const p of live) if (p.exit === undefined) p.child.kill("SIGKILL")
-})
-const logStreams: Array<WriteStream> = []
-
-const baseEnv = (): Record<string, string> => {
-  const env: Record<string, string> = {}
-  for (const [key, value] of Object.entries(process.env)) {
-    if (value !== undefined && !key.startsWith("LEASEHOLD_") && !key.startsWith("BENCH_") && !key.startsWith("PEERS_") && key !== "DATABASE_URL") env[key] = value
-  }
-  return env
-}
-
-const startProc = (name: string, script: string, env: Record<string, string>): Proc => {
-  mkdirSync(config.logDir, { recursive: true })
-  const out = createWriteStream(join(config.logDir, `${name}.log`))
-  logStreams.push(out)
-  const child = spawn(nodeBinary, [...workerNodeArgs, script], { cwd: repoRoot, env: { ...baseEnv(), ...env }, stdio: ["ignore", "pipe", "pipe"] })
-  const lines: Array<string> = []
-  const waiters = new Set<() => void>()
-  let resolveClosed!: () => void
-  const closed = new Promise<void>((r) => (resolveClosed = r))
-  const proc: Proc = {
-    child,
-    pid: child.pid ?? -1,
-    lines,
-    exit: undefined,
-    closed,
-    waitLine: (prefix, timeoutMs) =>
-      new Promise((resolve, reject) => {
-        const check = (): boolean => {
-          const found = lines.find((l) => l.startsWith(prefix))
-          if (found !== undefined) {
-            done()
-            resolve(found)
-            return true
-          }
-          if (proc.exit !== undefined) {
-            done()
-            reject(new Error(`${name} exited (code ${proc.exit.code}, signal ${proc.exit.signal}) before "${prefix}"; last output:\n${lines.slice(-30).join("\n")}`))
-            return true
-          }
-          return false
-        }
-        const timer = setTimeout(() => {
-          done()
-          reject(new Error(`${name}: no "${prefix}" line within ${timeoutMs} ms; last output:\n${lines.slice(-30).join("\n")}`))
-        }, timeoutMs)
-        const done = () => {
-          clearTimeout(timer)
-          waiters.delete(waiter)
-        }
-        const waiter = () => void check()
-        if (!check()) waiters.add(waiter)
-      })
-  }
-  const reader = (stream: string) => {
-    let pending = ""
-    return (chunk: Buffer) => {
-      pending += chunk.toString("utf8")
-      const parts = pending.split("\n")
-      pending = parts.pop() ?? ""
-      for (const l of parts) {
-        lines.push(l)
-        out.write(`[${stream}] ${l}\n`)
-      }
-      for (const w of [...waiters]) w()
-    }
-  }
-  child.stdout!.on("data", reader("out"))
-  child.stderr!.on("data", reader("err"))
-  child.on("exit", (code, signal) => {
-    proc.exit = { code, signal }
-    for (const w of [...waiters]) w()
-  })
-  child.on("close", () => {
-    live.delete(proc)
-    for (const w of [...waiters]) w()
-    resolveClosed()
-  })
-  child.on("error", (error) => {
-    lines.push(`spawn error: ${error.message}`)
-    proc.exit ??= { code: null, signal: null }
-    resolveClosed()
-  })
-  live.add(proc)
-  return proc
-}
-
-const stopProc = async (p: Proc, graceMs = 15_000): Promise<void> => {
-  if (p.exit === undefined) p.child.kill("SIGTERM")
-  const done = await Promise.race([p.closed.then(() => true), sleep(graceMs).then(() => false)])
-  if (!done) {
-    p.child.kill("SIGKILL")
-    await Promise.race([p.closed, sleep(5_000)])
-  }
-}
-
-const clockTicks = (() => {
-  try {
-    return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100
-  } catch {
-    return 100
-  }
-})()
-const vmHwmKb = (pid: number): number | undefined => {
-  try {
-    const m = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))
-    return m === null ? undefined : Number(m[1])
-  } catch {
-    return undefined
-  }
-}
-const cpuSeconds = (pid: number): number | undefined => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    return (Number(fields[11]) + Number(fields[12])) / clockTicks
-  } catch {
-    return undefined
-  }
-}
+/** Start a compiled adapter script as `name`. */
+const startProc = (name: string, script: string, env: Record<string, string>): Proc =>
+  startProcess({ name, script, logDir: config.logDir, env, nodeArgs: workerNodeArgs })
 
 // ---------------------------------------------------------------------------------------------
 // Runs
@@ -421,7 +293,7 @@ const oneRun = async (admin: PgClient, serverUrl: string, adapter: Adapter, c: n
     const sender = startProc(`${tag}-send`, scriptOf(adapter, "send"), adapterEnv(adapter, url, "send", c))
     const sent = (await sender.waitLine("SENT", 30 * 60_000)).split(" ")
     await Promise.race([sender.closed, sleep(10_000)])
-    await stopProc(sender, 2_000)
+    await stopProcess(sender, 2_000)
     const sendMs = Number(sent[1])
     const client = await connect(url)
     try {
@@ -506,11 +378,11 @@ const oneRun = async (admin: PgClient, serverUrl: string, adapter: Adapter, c: n
       )
       return result
     } finally {
-      if (worker !== undefined) await stopProc(worker)
+      if (worker !== undefined) await stopProcess(worker)
       await client.end().catch(() => undefined)
     }
   } finally {
-    if (worker !== undefined) await stopProc(worker)
+    if (worker !== undefined) await stopProcess(worker)
     await admin.query(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch((error) => log(`drop ${db}: ${String(error)}`))
   }
 }
@@ -523,7 +395,7 @@ const freshDatabase = async (admin: PgClient, serverUrl: string, adapter: Adapte
   const sender = startProc(`${adapter}-${tag}-setup`, scriptOf(adapter, "send"), adapterEnv(adapter, url, "send", 10, mode, jobs))
   await sender.waitLine("SENT", 120_000)
   await Promise.race([sender.closed, sleep(10_000)])
-  await stopProc(sender, 2_000)
+  await stopProcess(sender, 2_000)
   return { db, url, drop: () => admin.query(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).then(() => undefined, (error) => log(`drop ${db}: ${String(error)}`)) }
 }
 
@@ -541,7 +413,7 @@ const latencyRun = async (admin: PgClient, serverUrl: string, adapter: Adapter):
     await sleep(1_500) // let it go idle
     const producer = startProc(`${adapter}-latency-producer`, scriptOf(adapter, "single"), adapterEnv(adapter, url, "single", 10, "latency"))
     const total = config.latencySends + config.latencyWarm
-    await producer.waitLine("SENT", total * config.latencyIntervalMs + 120_000).finally(() => stopProc(producer, 5_000))
+    await producer.waitLine("SENT", total * config.latencyIntervalMs + 120_000).finally(() => stopProcess(producer, 5_000))
     const deadline = Date.now() + 10_000
     while (w.lines.filter((l) => l.startsWith("LAT ")).length < total && Date.now() < deadline) await sleep(20)
     const values = w.lines.filter((l) => l.startsWith("LAT ")).map((l) => l.split(" ")).filter((f) => f[2] === "0").map((f) => Number(f[1]))
@@ -551,7 +423,7 @@ const latencyRun = async (admin: PgClient, serverUrl: string, adapter: Adapter):
     )
     return { adapter, values, expected: config.latencySends }
   } finally {
-    await stopProc(w)
+    await stopProcess(w)
     await drop()
   }
 }
@@ -597,18 +469,8 @@ const killBound: Record<Adapter, string> = {
 // Printing
 // ---------------------------------------------------------------------------------------------
 
-const fmtMs = (ms: number | undefined) => (ms === undefined ? "-" : `${ms.toFixed(2)} ms`)
 const fmtS = (ms: number) => `${(ms / 1000).toFixed(1)} s`
-const fmtMb = (kb: number | undefined) => (kb === undefined ? "-" : `${Math.round(kb / 1024)} MB`)
-const fmtPct = (share: number | undefined) => (share === undefined ? "-" : `${Math.round(share * 100)} %`)
-const fmtRate = (rate: number | undefined) => (rate === undefined ? "-" : Math.round(rate).toLocaleString("en-US"))
 const fmtRatio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined || b === 0 ? "-" : (a / b).toFixed(2))
-const median = (values: ReadonlyArray<number>): number | undefined => {
-  if (values.length === 0) return undefined
-  const s = [...values].sort((a, b) => a - b)
-  const mid = Math.floor(s.length / 2)
-  return s.length % 2 === 1 ? s[mid] : (s[mid - 1]! + s[mid]!) / 2
-}
 const codeLine = (): string => {
   try {
     const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: repoRoot, encoding: "utf8" }).trim()
@@ -777,10 +639,10 @@ const main = async (): Promise<number> => {
     console.log(failures.length === 0 ? "DONE" : "FAIL")
     return failures.length === 0 ? 0 : 1
   } finally {
-    for (const p of [...live]) await stopProc(p, 5_000)
+    for (const p of [...live]) await stopProcess(p, 5_000)
     await admin?.end().catch(() => undefined)
     await server?.destroy().catch(() => undefined)
-    await Promise.all(logStreams.map((s) => new Promise<void>((r) => s.end(r))))
+    await endLogs()
   }
 }
 

@@ -1,5 +1,5 @@
 /**
- * What the benchmark orchestrators share (bench/throughput/run.ts, bench/commit/run.ts): worker
+ * What the benchmark orchestrators share (bench/throughput/run.ts, bench/commit/run.ts, bench/peers/run.ts): worker
  * processes with their output read line by line and logged, their figures from /proc (CPU time,
  * peak RSS), the orchestrator's own database connection and its few queries, and the formats of
  * the tables they print.
@@ -39,11 +39,12 @@ process.on("exit", () => {
 /** The log files of every process started, ended by {@link endLogs}. */
 const logStreams: Array<WriteStream> = []
 
-/** Worker environment: ours minus every LEASEHOLD_* and BENCH_* variable (the worker gets only what we set). */
+/** Worker environment: ours minus every LEASEHOLD_*, BENCH_* and PEERS_* variable and DATABASE_URL (the worker gets only what we set). */
 export const baseEnv = (): Record<string, string> => {
   const env: Record<string, string> = {}
   for (const [key, value] of Object.entries(process.env)) {
-    if (value !== undefined && !key.startsWith("LEASEHOLD_") && !key.startsWith("BENCH_")) env[key] = value
+    if (value === undefined || key === "DATABASE_URL") continue
+    if (!key.startsWith("LEASEHOLD_") && !key.startsWith("BENCH_") && !key.startsWith("PEERS_")) env[key] = value
   }
   return env
 }
