@@ -2,17 +2,19 @@
  * The commit step: a handler's writes and its fenced finishing write in one transaction on the
  * store's main client. The message row is locked by its lease token first, so that no claim
  * (`SKIP LOCKED`), reap or renewal can take it while the handler's writes run; the finishing
- * write and its history record (`completeOn`, the batch statement with one entry) join the same
- * transaction. A token that no longer matches rolls everything back before anything ran.
+ * write and its history record join the same transaction: an ack in one single-row statement of its
+ * own, any other finish through `completeOn` (the batch statement with one entry). A token that no
+ * longer matches rolls everything back before anything ran.
  *
  * @since 0.5.0
  */
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 import { classify, CommitFenced, InvalidInput } from "../QueueError.ts"
-import type { QueueStoreShape } from "../QueueStore.ts"
+import type { Completion, QueueStoreShape } from "../QueueStore.ts"
 import { completeOn } from "./complete.ts"
 import type { PgContext } from "./context.ts"
+import { historyInsert, storeTime } from "./fragments.ts"
 import { onePoolRule } from "./onePool.ts"
 
 /**
@@ -25,6 +27,32 @@ const lockHeld = (ctx: PgContext, id: string, token: string) =>
     SELECT id FROM ${ctx.table}
     WHERE id = ${id}::bigint AND lease_token = ${token}::uuid AND state = 'ready'
     FOR UPDATE`
+
+/**
+ * The ack of a commit step, one row: the message (locked above, in this transaction) deleted by its
+ * token, and its history record, in one statement. The batch statement of `complete` costs one
+ * message several times its share of a batch (its arrays and CTEs: 158-236 us against 20-46, measured
+ * by bench:commit with BENCH_PG_STATS=1). A queue with flow limits hears its slot came back, after the
+ * commit, as after `complete`.
+ */
+const ackLocked = (ctx: PgContext, c: Completion) =>
+  Effect.gen(function*() {
+    const now = yield* ctx.currentTime
+    const rows = yield* ctx.sql<{ message_id: bigint }>`
+      WITH acked AS (
+        DELETE FROM ${ctx.table} WHERE id = ${c.ref.id}::bigint AND lease_token = ${c.ref.leaseToken}::uuid
+        RETURNING id, attempt_base
+      )
+      ${historyInsert(ctx.attemptsTable)}
+      SELECT a.id, ${c.queue}, ${c.task}, ${c.attempt}::int + a.attempt_base, ${c.consumer}, ${c.startedAt}::timestamptz,
+             ${storeTime(now)}, ${c.outcome}, ${c.error}
+      FROM acked AS a
+      RETURNING message_id`
+    if (rows.length > 0 && ctx.limitedQueues.has(c.queue)) {
+      yield* ctx.sql.afterCommit(Effect.ignore(ctx.sql`SELECT pg_notify(${ctx.channel}, ${c.queue})`))
+    }
+    return rows.length > 0
+  })
 
 const fenced = (messageId: string, message: string) => new CommitFenced({ messageId, reason: "lease-lost", message })
 
@@ -60,9 +88,11 @@ export const completeWith = (ctx: PgContext): QueueStoreShape["completeWith"] =>
         return yield* fenced(id, `commit of message ${id} refused: this run no longer holds it (its lease was taken or it was deleted); its writes were rolled back`)
       }
       const value = yield* effect
-      const written = yield* completeOn(ctx, ctx.sql)([completion])
+      const held = completion.finish._tag === "Ack"
+        ? yield* ackLocked(ctx, completion)
+        : (yield* completeOn(ctx, ctx.sql)([completion])).held.includes(id)
       // Locked above, so the write always finds its row; should it not, nothing must commit.
-      if (!written.held.includes(id)) return yield* fenced(id, `commit of message ${id}: the finishing write found no lease; rolled back`)
+      if (!held) return yield* fenced(id, `commit of message ${id}: the finishing write found no lease; rolled back`)
       return value
     }))
   }).pipe(classify("commit"))
