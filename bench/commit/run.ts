@@ -193,6 +193,7 @@ interface ServerSide {
 const statementKind = (text: string): string =>
   /WITH picked AS/.test(text) ? "claim"
   : /WITH items AS/.test(text) ? "finishing write (DELETE + history)"
+  : /WITH acked AS/.test(text) ? "commit: ack (DELETE + history, one row)"
   : /jsonb_to_recordset/.test(text) ? "renew"
   : /FOR UPDATE\s*$/.test(text.trim()) && /lease_token/.test(text) ? "commit: lock (SELECT ... FOR UPDATE)"
   : /^\s*UPDATE\s+\S*counters/i.test(text) ? "UPDATE counters"
