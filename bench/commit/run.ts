@@ -66,6 +66,7 @@ import {
   query,
   ratio,
   startProcess,
+  stopOnSignal,
   stopProcess,
   whenEmpty
 } from "../support/orchestrator.ts"
@@ -386,13 +387,7 @@ const main = async (): Promise<number> => {
   const externalUrl = process.env["LEASEHOLD_DATABASE_URL"]
   let server: PostgresServer | undefined
   let admin: Admin | undefined
-  const onSignal = () => {
-    console.error("bench:commit: interrupted")
-    for (const p of live) p.child.kill("SIGKILL")
-    void (server?.destroy() ?? Promise.resolve()).finally(() => process.exit(130))
-  }
-  process.once("SIGINT", onSignal)
-  process.once("SIGTERM", onSignal)
+  stopOnSignal("bench:commit", () => server)
   try {
     const typeErrors = compileWorker()
     if (externalUrl !== undefined && externalUrl !== "") {

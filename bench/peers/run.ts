@@ -70,7 +70,7 @@ import { availableParallelism, cpus, loadavg, totalmem } from "node:os"
 import { isAbsolute, join, relative } from "node:path"
 import { type PostgresServer, startPostgres } from "../../dev/EmbeddedPostgres.ts"
 import { envInt, envMs, nodeBinary, percentile, repoRoot, sleep, table } from "../chaos/lib.ts"
-import { cpuSeconds, endLogs, fmtMb, fmtMs, fmtPct, fmtRate, live, median, type Proc, startProcess, stopProcess, vmHwmKb } from "../support/orchestrator.ts"
+import { cpuSeconds, endLogs, fmtMb, fmtMs, fmtPct, fmtRate, live, median, type Proc, startProcess, stopOnSignal, stopProcess, vmHwmKb } from "../support/orchestrator.ts"
 import { QUEUE, wallMs } from "../throughput/protocol.ts"
 import { peerVersion } from "./common.ts"
 
@@ -489,13 +489,7 @@ const loadLine = () => `load average ${loadavg().map((l) => l.toFixed(2)).join("
 const main = async (): Promise<number> => {
   let server: PostgresServer | undefined
   let admin: PgClient | undefined
-  const onSignal = () => {
-    console.error("bench:peers: interrupted")
-    for (const p of live) p.child.kill("SIGKILL")
-    void (server?.destroy() ?? Promise.resolve()).finally(() => process.exit(130))
-  }
-  process.once("SIGINT", onSignal)
-  process.once("SIGTERM", onSignal)
+  stopOnSignal("bench:peers", () => server)
   try {
     const installed = installPeers(config.adapters)
     const adapters = config.adapters.filter((a) => !PEERS.includes(a) || installed.has(a))

@@ -258,3 +258,17 @@ export const median = (values: ReadonlyArray<number>): number | undefined => {
   const mid = Math.floor(s.length / 2)
   return s.length % 2 === 1 ? s[mid] : (s[mid - 1]! + s[mid]!) / 2
 }
+
+/**
+ * On SIGINT or SIGTERM: say so, SIGKILL every worker, stop the server (`server()`, when one was
+ * started) and exit 130.
+ */
+export const stopOnSignal = (label: string, server: () => { readonly destroy: () => Promise<unknown> } | undefined): void => {
+  const onSignal = () => {
+    console.error(`${label}: interrupted`)
+    for (const p of live) p.child.kill("SIGKILL")
+    void (server()?.destroy() ?? Promise.resolve()).finally(() => process.exit(130))
+  }
+  process.once("SIGINT", onSignal)
+  process.once("SIGTERM", onSignal)
+}

@@ -96,6 +96,7 @@ import {
   type Proc,
   query,
   startProcess,
+  stopOnSignal,
   stopProcess,
   vmHwmKb,
   whenEmpty
@@ -539,13 +540,7 @@ const main = async (): Promise<number> => {
   const externalUrl = process.env["LEASEHOLD_DATABASE_URL"]
   let server: PostgresServer | undefined
   let admin: Admin | undefined
-  const onSignal = () => {
-    console.error("bench: interrupted")
-    for (const p of live) p.child.kill("SIGKILL")
-    void (server?.destroy() ?? Promise.resolve()).finally(() => process.exit(130))
-  }
-  process.once("SIGINT", onSignal)
-  process.once("SIGTERM", onSignal)
+  stopOnSignal("bench", () => server)
   try {
     const build = compileWorkers()
     if (externalUrl !== undefined && externalUrl !== "") {

@@ -12,7 +12,8 @@ import { Clock, Effect, Exit, Metric } from "effect"
 import type { Claim } from "../Message.ts"
 import { CommitFenced, type InvalidInput, type StoreError } from "../QueueError.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
-import type { Completion, QueueStoreShape } from "../QueueStore.ts"
+import type { QueueStoreShape } from "../QueueStore.ts"
+import { completionOf } from "./complete.ts"
 import type * as LeaseRenewer from "./renew.ts"
 
 /** Where a run's commit step stands: none yet, running, committed, refused by the fence. */
@@ -27,24 +28,13 @@ export interface Committing {
   commit: CommitState
 }
 
+const ACK = { _tag: "Ack" } as const
+
 /** The shortest bound of a commit step, when the lease left is less. */
 const MIN_COMMIT_MS = 1_000
 
 const refused = (claim: Claim, reason: CommitFenced["reason"], message: string) =>
   new CommitFenced({ messageId: claim.id, reason, message })
-
-/** The ack of the run, as the commit writes it with its history record. */
-const ackOf = (run: Committing, consumerId: string): Completion => ({
-  ref: { id: run.claim.id, leaseToken: run.claim.leaseToken },
-  finish: { _tag: "Ack" },
-  queue: run.claim.queue,
-  task: run.claim.task,
-  attempt: run.claim.attempts,
-  consumer: consumerId,
-  startedAt: new Date(run.startedAt),
-  outcome: "acked",
-  error: null
-})
 
 /** A commit step that committed: the run writes nothing more; counted as a commit and an ack. */
 const committed = (run: Committing): Effect.Effect<void> => {
@@ -87,7 +77,7 @@ export const make = (store: QueueStoreShape, consumerId: string) =>
       const now = yield* Clock.currentTimeMillis
       const boundMs = Math.max(MIN_COMMIT_MS, renewer.expiresAt(claim.id) - now)
       yield* renewer.finish(claim.id)
-      const value = yield* store.completeWith(ackOf(run, consumerId), effect).pipe(
+      const value = yield* store.completeWith(completionOf({ claim, action: ACK, startedAt: run.startedAt, leaseEndsAt: now + boundMs }, consumerId), effect).pipe(
         Effect.timeoutOrElse({
           duration: boundMs,
           orElse: () => Effect.fail(refused(claim, "timed-out", `commit of message ${claim.id} ran past the ${boundMs} ms its lease had left; rolled back`))

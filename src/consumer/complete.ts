@@ -210,7 +210,7 @@ const announce = (claim: Claim, action: Outcome.Action, held: Held) =>
   })
 
 /** The completion to write for a finished run (`consumerId`: the consumer that ran it). */
-const completionOf = (f: Finished, consumerId: string): Completion => ({
+export const completionOf = (f: Finished, consumerId: string): Completion => ({
   ref: { id: f.claim.id, leaseToken: f.claim.leaseToken },
   finish: finishOf(f.action),
   queue: f.claim.queue,

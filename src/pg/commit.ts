@@ -12,7 +12,7 @@ import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 import { classify, CommitFenced, InvalidInput } from "../QueueError.ts"
 import type { Completion, QueueStoreShape } from "../QueueStore.ts"
-import { completeOn } from "./complete.ts"
+import { completeOn, notifyReleased } from "./complete.ts"
 import type { PgContext } from "./context.ts"
 import { historyInsert, storeTime } from "./fragments.ts"
 import { onePoolRule } from "./onePool.ts"
@@ -48,10 +48,9 @@ const ackLocked = (ctx: PgContext, c: Completion) =>
              ${storeTime(now)}, ${c.outcome}, ${c.error}
       FROM acked AS a
       RETURNING message_id`
-    if (rows.length > 0 && ctx.limitedQueues.has(c.queue)) {
-      yield* ctx.sql.afterCommit(Effect.ignore(ctx.sql`SELECT pg_notify(${ctx.channel}, ${c.queue})`))
-    }
-    return rows.length > 0
+    const held = rows.length > 0
+    yield* notifyReleased(ctx, [c], { held: held ? [c.ref.id] : [], cancelled: [] })
+    return held
   })
 
 const fenced = (messageId: string, message: string) => new CommitFenced({ messageId, reason: "lease-lost", message })

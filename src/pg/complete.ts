@@ -162,7 +162,7 @@ export const completeOn = (ctx: PgContext, client: SqlClient.SqlClient) => (comp
  * gave a slot back to: a peer claims them now, not at its next poll. After the commit, on a
  * statement of its own, best effort, as a send's notification.
  */
-const notifyReleased = ({ channel, limitedQueues, sql }: PgContext, completions: ReadonlyArray<Completion>, completed: Completed) => {
+export const notifyReleased = ({ channel, limitedQueues, sql }: PgContext, completions: ReadonlyArray<Completion>, completed: Completed) => {
   const landed = new Set(completed.held)
   const queues = [...new Set(completions.filter((c) =>
     landed.has(c.ref.id) &&
