@@ -1,13 +1,12 @@
 /**
- * The send and single roles (common.ts) of leasehold in `npm run bench:peers`: migrate a schema
- * (PgQueueStore.make, as a producer's store layer does), then `store.send`
- * PEERS_CHUNK no-op messages per call, as `TaskClient.sendMany` does for a
- * task. The worker role is ../throughput/leasehold-worker.ts, the README's
- * worker. Compiled with src/ by run.ts, as an application runs dist/.
+ * The send and single roles (common.ts) of leasehold in `npm run bench` (bench/peers/run.ts):
+ * migrate a schema (PgQueueStore.make, as a producer's store layer does), then `store.send`
+ * PEERS_CHUNK no-op messages per call, as `TaskClient.sendMany` does for a task. The worker role
+ * is ./leasehold-worker.ts. Imports `leasehold` by name, the installed tarball's dist/ (install.ts).
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Redacted } from "effect"
-import * as PgQueueStore from "../../src/PgQueueStore.ts"
+import { PgQueueStore } from "leasehold"
 import { QUEUE, wallMs } from "../throughput/protocol.ts"
 import { payloads, peerEnv } from "./common.ts"
 

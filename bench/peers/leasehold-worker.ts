@@ -1,25 +1,26 @@
 /**
- * leasehold's worker for the SIGKILL-to-rerun run of `npm run bench:peers`:
- * ../throughput/leasehold-worker.ts (the README's worker: `Consumer.layerFromEnv`
- * + `ConsumerPresence.layerFromEnv()` + `PgQueueStore.layer()` +
- * `QueueConfig.pgLayerFromEnv()`, `Consumer.launch` under `NodeRuntime.runMain`,
- * every setting the default but URL, schema, queue and concurrency) with the
- * job body of common.ts's `runJob`: with PEERS_HANG=1 the handler prints RUN and
- * never finishes (its lease is renewed as long as the process lives). The
- * throughput and latency runs use ../throughput/leasehold-worker.ts itself.
+ * leasehold's worker in `npm run bench` (bench/peers/run.ts), the README's worker as an installed
+ * app writes it: `Consumer.layerFromEnv` + `ConsumerPresence.layerFromEnv()` +
+ * `PgQueueStore.layer()` + `QueueConfig.pgLayerFromEnv()`, run by `Consumer.launch` under
+ * `NodeRuntime.runMain`, every setting the default but the URL, schema, queue and concurrency
+ * (`LEASEHOLD_*`, set by the orchestrator). It imports `leasehold` by name: compiled into
+ * `.tmp/peers/app`, that is `.tmp/peers/node_modules/leasehold`, the packed tarball, whose
+ * `exports` load `dist/index.js` (install.ts). The job body is common.ts's `runJob`: a no-op that
+ * counts and times, or with PEERS_HANG=1 (the SIGKILL-to-rerun run) a handler that never finishes.
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer } from "effect"
-import * as Consumer from "../../src/Consumer.ts"
-import * as ConsumerPresence from "../../src/ConsumerPresence.ts"
-import * as PgQueueStore from "../../src/PgQueueStore.ts"
-import * as QueueConfig from "../../src/QueueConfig.ts"
+import { Consumer, ConsumerPresence, PgQueueStore, QueueConfig } from "leasehold"
 import { announceReady, makeRecorder, workerEnv } from "../throughput/protocol.ts"
 import { runJob } from "./common.ts"
 
-const job = runJob(makeRecorder(workerEnv("leasehold worker")))
+const record = makeRecorder(workerEnv("leasehold worker"))
+const hang = runJob(record)
 
-const handler: Consumer.Handler = (message) => Effect.promise(() => job(message.payload))
+/** A plain synchronous no-op (as the README's worker would be), or the never-ending handler. */
+const handler: Consumer.Handler = process.env["PEERS_HANG"] === "1"
+  ? (message) => Effect.promise(() => hang(message.payload))
+  : (message) => Effect.sync(() => record(message.payload))
 
 const WorkerLayer = Consumer.layerFromEnv(handler).pipe(
   Layer.provide(ConsumerPresence.layerFromEnv()),
@@ -27,6 +28,7 @@ const WorkerLayer = Consumer.layerFromEnv(handler).pipe(
   Layer.provide(QueueConfig.pgLayerFromEnv({ applicationName: "peers-leasehold" }))
 )
 
+/** Announces readiness once the consumer is built (it is already claiming by then). */
 const Ready = Layer.effectDiscard(Effect.gen(function*() {
   yield* Consumer.Consumer
   announceReady()

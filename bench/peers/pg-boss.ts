@@ -6,7 +6,12 @@
  * completed together, the next fetch at once while fetches come back full
  * (without the burst, each fetch waits the polling interval, 2 s by default,
  * 0.5 s at least). Every other setting its default (pool of 10, maintenance
- * on). Note: pg-boss ignores `burstWhenBatchFull` at batchSize 1 (C = 1).
+ * on). pg-boss ignores `burstWhenBatchFull` at batchSize 1, so at C = 1 the worker uses the
+ * other documented burst trigger, `burstWhenReadyExceeds: 1` (fetch continuously while the queue's
+ * cached ready count exceeds 1 and fetches come back full), with the stats it reads refreshed every
+ * second (`superviseIntervalSeconds`, `monitorIntervalSeconds`, `queueCacheIntervalSeconds: 1`, the
+ * minimum; their default, 60 s, is the bound the docs give on its reaction): without it a worker at
+ * batchSize 1 waits the polling interval after every fetch (2 jobs/s at 0.5 s).
  * Installed for the benchmark only under `.tmp/peers` and imported from there
  * by path (common.ts). Send role: `start()` (migrates), `createQueue`, then
  * `insert` PEERS_CHUNK jobs per call. Pickup latency (BENCH_MODE=latency): the
@@ -21,7 +26,15 @@ const env = peerEnv()
 const mod = await importPeer(env.prefix, "pg-boss")
 const PgBoss = mod.PgBoss ?? mod.default
 const latency = process.env["BENCH_MODE"] === "latency" || env.role === "single"
-const boss = new PgBoss({ connectionString: env.url, application_name: `peers-pg-boss-${env.role}`, ...(latency ? { useListenNotify: true } : {}) })
+const single = env.role === "work" && env.concurrency === 1
+/** At C = 1 the queue's cached ready count, which `burstWhenReadyExceeds` reads, refreshed every second. */
+const statsEverySecond = { superviseIntervalSeconds: 1, monitorIntervalSeconds: 1, queueCacheIntervalSeconds: 1 }
+const boss = new PgBoss({
+  connectionString: env.url,
+  application_name: `peers-pg-boss-${env.role}`,
+  ...(latency ? { useListenNotify: true } : {}),
+  ...(single ? statsEverySecond : {})
+})
 boss.on("error", (error: unknown) => console.error(`pg-boss error: ${String(error)}`))
 await boss.start()
 
@@ -39,7 +52,7 @@ if (env.role === "send") {
   const hang = process.env["PEERS_HANG"] === "1" ? runJob(record) : undefined
   await boss.work(
     QUEUE,
-    { batchSize: env.concurrency, burstWhenBatchFull: true, pollingIntervalSeconds: 0.5 },
+    { batchSize: env.concurrency, pollingIntervalSeconds: 0.5, ...(single ? { burstWhenReadyExceeds: 1 } : { burstWhenBatchFull: true }) },
     async (jobs: ReadonlyArray<{ readonly data: unknown }>) => {
       if (hang !== undefined) await Promise.all(jobs.map((j) => hang(j.data)))
       for (const job of jobs) record(job.data)
