@@ -13,7 +13,7 @@
  * Each run: a fresh schema (leasehold's tables, migrated, plus `counters (key int PRIMARY KEY,
  * n bigint)` with BENCH_KEYS rows at 0), W + N messages (default 2,000 warm-up + 20,000 measured)
  * whose payload names key i % BENCH_KEYS, VACUUM ANALYZE and CHECKPOINT, then the worker. Timed as
- * `npm run bench` times it: steady = from the W-th handler start to the table seen empty (N
+ * `npm run bench:own` times it: steady = from the W-th handler start to the table seen empty (N
  * messages); cold = all W + N from the first handler start. Variants alternate within each
  * repetition (the first variant rotating from one repetition to the next); the table shows medians.
  *
@@ -23,7 +23,7 @@
  * rerun updates again) but never fall short; noop leaves every counter at 0. A mismatch fails the run.
  *
  * PostgreSQL: a throwaway server with DURABLE settings (fsync, synchronous_commit, full_page_writes
- * on, as `npm run bench`), or LEASEHOLD_DATABASE_URL (a schema per run, dropped after it). The worker
+ * on, as `npm run bench:own`), or LEASEHOLD_DATABASE_URL (a schema per run, dropped after it). The worker
  * runs as compiled JavaScript (tsc -p bench/commit/tsconfig.json into <log dir>/build).
  *
  * Knobs (environment):

@@ -1,7 +1,7 @@
 /**
  * `npm run bench:flow`: what a claim costs on a queue with flow limits (issue 27, "Cheap").
  *
- * One process, its own PostgreSQL (durable settings, as `npm run bench`; `BENCH_FAST_PG=1` turns
+ * One process, its own PostgreSQL (durable settings, as `npm run bench:own`; `BENCH_FAST_PG=1` turns
  * them off), no consumer: `PgQueueStore.claim` called in a loop, each call timed (wall time in
  * this process: for a limited claim that is its transaction: BEGIN, the queue's advisory lock and
  * its limits, the claim statement, COMMIT). For every claim batch N (`BENCH_BATCH`, default

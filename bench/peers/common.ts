@@ -1,5 +1,5 @@
 /**
- * What the adapter scripts of `npm run bench:peers` share (bench/peers/run.ts
+ * What the adapter scripts of `npm run bench` share (bench/peers/run.ts
  * starts them): their settings from the environment, a loose import of a peer
  * installed for the benchmark only (under `.tmp/peers`, never a dependency of
  * the package, so not known to tsc), and the sender's timing line.

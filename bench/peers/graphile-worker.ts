@@ -1,5 +1,5 @@
 /**
- * graphile-worker in `npm run bench:peers`, at its best documented throughput
+ * graphile-worker in `npm run bench`, at its best documented throughput
  * settings (https://worker.graphile.org/docs/performance#batching):
  * `concurrency: C`, `localQueue: { size: C + 1 }`, `completeJobBatchDelay: 0`
  * (and `failJobBatchDelay: 0`), every other setting its default (pool of 10,

@@ -1,5 +1,5 @@
 /**
- * pg-boss 12 in `npm run bench:peers`, at its best documented throughput
+ * pg-boss 12 in `npm run bench`, at its best documented throughput
  * settings (https://timgit.github.io/pg-boss/#/api/workers): `work(queue,
  * { batchSize: C, burstWhenBatchFull: true, pollingIntervalSeconds: 0.5 })`:
  * a batch of up to C jobs per fetch handed to the handler as an array and

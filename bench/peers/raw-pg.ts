@@ -1,5 +1,5 @@
 /**
- * The raw baseline of `npm run bench:peers` (issue 29): the smallest honest
+ * The raw baseline of `npm run bench` (issue 29): the smallest honest
  * SKIP LOCKED worker on node-postgres (`pg`), over a minimal table of its own:
  *
  *   q (id bigserial primary key, vt timestamptz, read_ct int, enqueued_at timestamptz, payload jsonb)

@@ -1,5 +1,5 @@
 /**
- * The leasehold side of `npm run bench`: one worker process built like the
+ * The leasehold side of `npm run bench:own`: one worker process built like the
  * README's worker (`Consumer.layerFromEnv` + `ConsumerPresence.layerFromEnv()`
  * + `PgQueueStore.layer()` + `QueueConfig.pgLayerFromEnv()`, run by
  * `Consumer.launch` under `NodeRuntime.runMain`), with a plain no-op handler. Every setting comes from

@@ -13,7 +13,7 @@
  * with `--expose-gc`, as the npm script does): flat across runs of 50,000
  * messages each means the consumer keeps nothing per message.
  * Use it to see whether a change to the per-message or per-claim path helps,
- * free of the database's noise; `npm run bench` says what it is worth end to end.
+ * free of the database's noise; `npm run bench:own` says what it is worth end to end.
  */
 import { Context, Effect, Layer, Logger, Option } from "effect"
 import * as Consumer from "../../src/Consumer.ts"

@@ -1,5 +1,5 @@
 /**
- * The producer of the pickup-latency measurement of `npm run bench`, in a
+ * The producer of the pickup-latency measurement of `npm run bench:own`, in a
  * process of its own: it sends single messages at a steady pace, each
  * carrying its send time (`sentAt`, wall ms with sub-ms precision, taken just
  * before the send), to an idle worker in another process, which prints

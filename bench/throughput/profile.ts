@@ -5,7 +5,7 @@
  *
  *   node bench/throughput/profile.ts <file.cpuprofile> [top=10]
  *
- * `npm run bench` with BENCH_CPU_PROF=1 profiles the leasehold worker at the
+ * `npm run bench:own` with BENCH_CPU_PROF=1 profiles the leasehold worker at the
  * largest C and prints this table itself.
  */
 import { readFileSync } from "node:fs"

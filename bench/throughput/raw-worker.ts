@@ -1,5 +1,5 @@
 /**
- * The raw baseline of `npm run bench`: the smallest honest PostgreSQL queue
+ * The raw baseline of `npm run bench:own`: the smallest honest PostgreSQL queue
  * worker, over the same driver (`@effect/sql-pg`) and leasehold's own messages
  * table (in a schema of its own). One loop: claim up to C ready rows with
  * `FOR UPDATE SKIP LOCKED` (hiding them for a 30 s lease with a fresh token,

@@ -1,7 +1,11 @@
 /**
- * `npm run bench`: leasehold's throughput against a raw SKIP LOCKED worker on
+ * `npm run bench:own`: leasehold's throughput against a raw SKIP LOCKED worker on
  * the same server in the same run, pickup latency across processes, and the
- * worker's peak RSS (issue 9).
+ * worker's peak RSS (issue 9). leasehold's own regression benchmark (it was `npm run bench`
+ * until 2026-12-03): leasehold compiled from src/, its raw worker on @effect/sql-pg over
+ * leasehold's own table, measured after a warm-up. The benchmark a user would run, against the
+ * peers and a raw node-postgres worker over a minimal table, with leasehold from its packed
+ * dist/, is `npm run bench` (bench/peers/run.ts); docs/benchmarks.md says what each measures.
  *
  * Throughput, for each C (default 1, 10, 50): enqueue W + N no-op messages
  * (default 5,000 warm-up + 20,000 measured) into a fresh schema (leasehold's
@@ -540,7 +544,7 @@ const main = async (): Promise<number> => {
   const externalUrl = process.env["LEASEHOLD_DATABASE_URL"]
   let server: PostgresServer | undefined
   let admin: Admin | undefined
-  stopOnSignal("bench", () => server)
+  stopOnSignal("bench:own", () => server)
   try {
     const build = compileWorkers()
     if (externalUrl !== undefined && externalUrl !== "") {

@@ -1,7 +1,7 @@
 /**
  * `npm run bench:statements`: what leasehold's two hot statements cost, apart
  * from the consumer. One process, its own PostgreSQL (durable settings, as
- * `npm run bench`), no concurrency: each side drains the same 10,000 messages
+ * `npm run bench:own`), no concurrency: each side drains the same 10,000 messages
  * in cycles of N (`BENCH_BATCH`, default 10 and 50), alternating
  * (`BENCH_REPS`, default 3; the side that goes first flips every repetition,
  * since each leaves dead rows for the next to step over), medians printed:
@@ -12,7 +12,7 @@
  * Per cycle: wall time and this process's CPU (user + system; on this
  * machine's VM, waiting for an answer costs CPU too, so CPU partly follows
  * wall time), and leasehold's split between claim and complete. Use it to
- * see whether a change to a statement helps before `npm run bench` says what
+ * see whether a change to a statement helps before `npm run bench:own` says what
  * it is worth end to end.
  */
 import { PgClient } from "@effect/sql-pg"
