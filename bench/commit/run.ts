@@ -59,6 +59,7 @@ import {
   endLogs,
   fmtPct,
   fmtRate,
+  handledOrBudget,
   live,
   median,
   openAdmin,
@@ -304,14 +305,7 @@ const run = async (admin: Admin, url: string, kind: RunKind, c: number, rep: num
     const first = Number((await w.waitLine("FIRST", 600_000)).split(" ")[1])
     const start = config.warmup > 0 ? Number((await w.waitLine("WARM", 600_000)).split(" ")[2]) : first
     const cpu0 = cpuSeconds(w.pid)
-    const handled = w.waitLine("HANDLED", 600_000)
-    handled.catch(() => undefined)
-    let timer: NodeJS.Timeout | undefined
-    const budget = config.runBudgetMs > 0
-      ? new Promise<"budget">((r) => (timer = setTimeout(() => r("budget"), Math.max(0, start + config.runBudgetMs - wallMs()))))
-      : new Promise<"budget">(() => undefined)
-    const outcome = await Promise.race([handled.then(() => "handled" as const), budget])
-    clearTimeout(timer)
+    const outcome = await handledOrBudget(w, start, config.runBudgetMs, 600_000)
     let end: number
     let done: number
     if (outcome === "handled") {

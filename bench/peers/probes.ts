@@ -4,8 +4,8 @@
  * process) and SIGKILL-to-rerun (a worker killed while its job runs, a fresh worker started at
  * once: the time until the job runs again).
  */
-import { percentile, sleep } from "../chaos/lib.ts"
-import { fmtMs, type Proc, stopProcess } from "../support/orchestrator.ts"
+import { sleep } from "../chaos/lib.ts"
+import { fmtLatencies, type Proc, stopProcess } from "../support/orchestrator.ts"
 import { wallMs } from "../throughput/protocol.ts"
 import { type Adapter, config, log } from "./config.ts"
 import { adapterEnv, createDatabase, type PgClient, sendAll, startAdapter } from "./processes.ts"
@@ -40,10 +40,7 @@ export const latencyRun = async (admin: PgClient, serverUrl: string, adapter: Ad
     const deadline = Date.now() + 10_000
     while (w.lines.filter((l) => l.startsWith("LAT ")).length < total && Date.now() < deadline) await sleep(20)
     const values = w.lines.filter((l) => l.startsWith("LAT ")).map((l) => l.split(" ")).filter((f) => f[2] === "0").map((f) => Number(f[1]))
-    log(
-      `${adapter} pickup latency: ${values.length}/${config.latencySends} measured, p50 ${fmtMs(percentile(values, 50))}, ` +
-        `p95 ${fmtMs(percentile(values, 95))}, p99 ${fmtMs(percentile(values, 99))}, max ${fmtMs(percentile(values, 100))}`
-    )
+    log(`${adapter} pickup latency: ${values.length}/${config.latencySends} measured, ${fmtLatencies(values)}`)
     return { adapter, values, expected: config.latencySends }
   } finally {
     await stopProcess(w)

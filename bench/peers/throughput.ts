@@ -5,7 +5,7 @@
  * rest, to the queue seen empty), its peak RSS and its CPU over the steady window.
  */
 import { sleep } from "../chaos/lib.ts"
-import { cpuSeconds, fmtMb, fmtPct, fmtRate, type Proc, stopProcess, vmHwmKb } from "../support/orchestrator.ts"
+import { cpuSeconds, fmtMb, fmtPct, fmtRate, handledOrBudget, type Proc, stopProcess, vmHwmKb } from "../support/orchestrator.ts"
 import { wallMs } from "../throughput/protocol.ts"
 import { type Adapter, config, log, steadyJobs } from "./config.ts"
 import { adapterEnv, connect, createDatabase, type PgClient, remaining, sendAll, startAdapter } from "./processes.ts"
@@ -30,15 +30,7 @@ const forever = 24 * 3_600_000
 
 /** The steady window: from `start` to the queue seen empty after the last handler, or the budget. */
 const steadyWindow = async (client: PgClient, adapter: Adapter, w: Proc, start: number, tag: string) => {
-  const handled = w.waitLine("HANDLED", forever)
-  handled.catch(() => undefined)
-  let budgetTimer: NodeJS.Timeout | undefined
-  const budget = config.runBudgetMs > 0
-    ? new Promise<"budget">((r) => (budgetTimer = setTimeout(() => r("budget"), Math.max(0, start + config.runBudgetMs - wallMs()))))
-    : new Promise<"budget">(() => undefined)
-  const outcome = await Promise.race([handled.then(() => "handled" as const), budget])
-  clearTimeout(budgetTimer)
-  if (outcome === "budget") {
+  if (await handledOrBudget(w, start, config.runBudgetMs, forever) === "budget") {
     const n = await remaining(client, adapter)
     return { end: wallMs(), done: Math.max(0, steadyJobs - n) }
   }

@@ -236,6 +236,24 @@ export const commitProbe = async (admin: Admin, schema: string): Promise<{ reado
   return { perSecond, p50Ms: percentile(times, 50) ?? 0 }
 }
 
+/**
+ * Which comes first: the worker's HANDLED line (it has run every message) or the end of the run's
+ * budget, `budgetMs` after `start` (wall-clock ms; a budget of 0: none).
+ */
+export const handledOrBudget = async (w: Proc, start: number, budgetMs: number, timeoutMs: number): Promise<"handled" | "budget"> => {
+  const handled = w.waitLine("HANDLED", timeoutMs)
+  handled.catch(() => undefined)
+  let timer: NodeJS.Timeout | undefined
+  const budget = budgetMs > 0
+    ? new Promise<"budget">((r) => (timer = setTimeout(() => r("budget"), Math.max(0, start + budgetMs - wallMs()))))
+    : new Promise<"budget">(() => undefined)
+  try {
+    return await Promise.race([handled.then(() => "handled" as const), budget])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Formats
 // ---------------------------------------------------------------------------------------------
@@ -250,6 +268,10 @@ export const fmtMs = (ms: number | undefined) => (ms === undefined ? "-" : `${ms
 export const fmtMb = (kb: number | undefined) => (kb === undefined ? "-" : `${Math.round(kb / 1024)} MB`)
 /** a / b with two decimals. */
 export const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined || b === 0 ? "-" : (a / b).toFixed(2))
+
+/** p50, p95, p99 and max of latencies in ms, as one phrase. */
+export const fmtLatencies = (values: ReadonlyArray<number>) =>
+  `p50 ${fmtMs(percentile(values, 50))}, p95 ${fmtMs(percentile(values, 95))}, p99 ${fmtMs(percentile(values, 99))}, max ${fmtMs(percentile(values, 100))}`
 
 /** The median of `values` (the mean of the middle two for an even count). */
 export const median = (values: ReadonlyArray<number>): number | undefined => {

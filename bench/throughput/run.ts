@@ -92,8 +92,10 @@ import {
   endLogs,
   fmtMb,
   fmtMs,
+  fmtLatencies,
   fmtPct,
   fmtRate,
+  handledOrBudget,
   live,
   median,
   openAdmin,
@@ -420,14 +422,7 @@ const throughputRun = async (admin: Admin, url: string, kind: Kind, c: number, r
     const start = config.warmup > 0 ? Number((await w.waitLine("WARM", config.timeoutMs)).split(" ")[2]) : first
     const cpu0 = cpuSeconds(w.pid)
     // Until the worker has run every message, or the run's time budget is spent.
-    const handledLine = w.waitLine("HANDLED", config.timeoutMs)
-    handledLine.catch(() => undefined)
-    let budgetTimer: NodeJS.Timeout | undefined
-    const budget = config.runBudgetMs > 0
-      ? new Promise<"budget">((r) => (budgetTimer = setTimeout(() => r("budget"), Math.max(0, start + config.runBudgetMs - wallMs()))))
-      : new Promise<"budget">(() => undefined)
-    const outcome = await Promise.race([handledLine.then(() => "handled" as const), budget])
-    clearTimeout(budgetTimer)
+    const outcome = await handledOrBudget(w, start, config.runBudgetMs, config.timeoutMs)
     let end: number
     let done: number
     if (outcome === "handled") {
@@ -502,10 +497,7 @@ const latencyRun = async (admin: Admin, url: string, kind: Kind): Promise<Latenc
     while (w.linesWith("LAT ").length < total && Date.now() < deadline) await sleep(20)
     const values = w.linesWith("LAT ").map((l) => l.split(" ")).filter((f) => f[2] === "0").map((f) => Number(f[1]))
     const v = [...values]
-    log(
-      `${kind} pickup latency: ${v.length}/${config.latencySends} measured, p50 ${fmtMs(percentile(v, 50))}, ` +
-        `p95 ${fmtMs(percentile(v, 95))}, p99 ${fmtMs(percentile(v, 99))}, max ${fmtMs(percentile(v, 100))}`
-    )
+    log(`${kind} pickup latency: ${v.length}/${config.latencySends} measured, ${fmtLatencies(v)}`)
     return { kind, values, expected: config.latencySends }
   } finally {
     await stopProcess(w)
