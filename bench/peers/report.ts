@@ -29,6 +29,9 @@ export const commit = (): { readonly head: string; readonly dirty: boolean } => 
   }
 }
 
+/** The checkout's commit when the run starts (what it packs and measures), not when it ends. */
+export const codeAtStart = commit()
+
 /** The 1, 5 and 15 minute load averages and the cores. */
 export const loadLine = () => `load average ${loadavg().map((l) => l.toFixed(2)).join(", ")} (1, 5, 15 min) on ${availableParallelism()} cores`
 

@@ -12,7 +12,7 @@ import { loadavg } from "node:os"
 import { join, relative } from "node:path"
 import { repoRoot } from "../chaos/lib.ts"
 import { config } from "./config.ts"
-import { commit, markdown, type Table } from "./report.ts"
+import { codeAtStart, markdown, type Table } from "./report.ts"
 
 /** The 1-minute load average, sampled every 10 s while the benchmark runs. */
 export const loadSampler = () => {
@@ -35,7 +35,7 @@ export const resultsPath = (): string | undefined => {
   if (config.results !== undefined && config.results !== "") return config.results
   const partial = config.quick || process.env["PEERS_ADAPTERS"] !== undefined || process.env["PEERS_CONCURRENCY"] !== undefined
   const stamp = config.startedAt.toISOString().slice(0, 16).replace(/:/g, "")
-  const name = `${stamp}Z-${commit().head}.md`
+  const name = `${stamp}Z-${codeAtStart.head}.md`
   return partial ? join(config.logDir, name) : join(repoRoot, "bench", "results", name)
 }
 

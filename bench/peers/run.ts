@@ -83,7 +83,7 @@ const headerLines = async (admin: PgClient, adapters: ReadonlyArray<Adapter>, ve
     `SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'server_version')`
   )).rows as Array<{ name: string; setting: string }>
   const setting = (name: string) => settings.find((s) => s.name === name)?.setting ?? "?"
-  const code = Report.commit()
+  const code = Report.codeAtStart
   const n = (x: number) => x.toLocaleString("en-US")
   return [
     `date: ${config.startedAt.toISOString()}`,
