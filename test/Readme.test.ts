@@ -10,7 +10,9 @@
  * - every relative link and #anchor points at a file and heading that exist;
  * - the Node version the README states is the one package.json requires;
  * - every variable of `QueueConfig.env` (the one list of `LEASEHOLD_*` names) is documented in
- *   docs/configuration.md or docs/operating.md, and every `LEASEHOLD_*` name a page mentions is in it.
+ *   docs/configuration.md or docs/operating.md, and every `LEASEHOLD_*` name a page mentions is in it;
+ * - the README's table against other queues is copied from the result file of a real `npm run bench`
+ *   (bench/results/*.md, written by the run) that the section links: every row, word for word.
  *
  * A quoted line may stand in for variable parts with `<...>` (e.g. `<message>`); the literal
  * parts between them must appear, in order, in one log call of src/.
@@ -187,5 +189,18 @@ describe("README.md and docs/*.md", () => {
         .map((name) => `${page.path}: ${name}`)
     )
     assert.deepStrictEqual([...new Set(unknown)], [], "mentioned in a page but read by nothing (not in QueueConfig.env)")
+  })
+
+  it("the README's table against other queues is copied from the bench/results file it links", () => {
+    const section = /^## Against other queues\n([^]*?)^## /m.exec(readme)?.[1]
+    assert.isDefined(section, "README: no \"## Against other queues\" section")
+    const links = [...section.matchAll(/\]\((bench\/results\/[^)#\s]+\.md)\)/g)].map((m) => m[1]!)
+    assert.lengthOf(links, 1, "the section links exactly one result file of npm run bench under bench/results/")
+    const result = readFileSync(links[0]!, "utf8")
+    assert.match(result, /^# npm run bench, /, `${links[0]} is not a result file written by npm run bench`)
+    const rows = section.split("\n").filter((line) => line.startsWith("|"))
+    assert.isAtLeast(rows.length, 3, "the section's table")
+    const copied = new Set(result.split("\n"))
+    assert.deepStrictEqual(rows.filter((row) => !copied.has(row)), [], `rows of the README's table not in ${links[0]}`)
   })
 })
