@@ -3,8 +3,8 @@
  * notification until each listening backend has read it; one listener that stops reading (here:
  * a session sitting in an open transaction) fills the queue, and then every transaction that
  * notifies fails at its commit ("too many notifications in the NOTIFY queue", 54000). The single
- * send, a schedule's firing and a cancel of a running message carried their NOTIFY in their own
- * statement: they failed whole. They now write without the announcement when the queue is full
+ * send, a batch send of one statement, a schedule's firing and a cancel of a running message carry
+ * their NOTIFY in their own statement: they failed whole. They now write without the announcement when the queue is full
  * (consumers poll; the wake-up is best effort). On a server of this file's own, with the queue
  * at its smallest (64 pages, `max_notify_queue_pages`, PostgreSQL 17+).
  */
@@ -87,6 +87,9 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("a full NOTIFY qu
       const earlySlot = new Date(Math.floor((Date.now() - 60_000) / 60_000) * 60_000)
       assert.isTrue(Option.isSome(yield* store.fireSchedule("early", { slot: earlySlot, nextSlot: null, cron: "* * * * *", tz: "UTC" })))
       assert.isTrue(Option.isSome(yield* heard.pipe(Effect.timeoutOption("5 seconds"))), "the firing was announced")
+      // A batch in one statement announces itself in that statement.
+      yield* store.send("q", [{ task: "t", payload: "batch-announced" }, { task: "t", payload: "batch-announced" }])
+      assert.isTrue(Option.isSome(yield* heard.pipe(Effect.timeoutOption("5 seconds"))), "the batch was announced")
 
       yield* frozenListener
       const refusal = yield* fillQueue
@@ -96,13 +99,25 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("a full NOTIFY qu
 
       const [sent] = yield* store.send("q", [{ task: "t", payload: "single" }])
       assert.isTrue(Option.isSome(yield* store.get(sent!.id)), "the single send landed")
+      const batch = yield* store.send("q", [{ task: "t", payload: "batch" }, { task: "t", payload: "batch" }])
+      for (const b of batch) assert.isTrue(Option.isSome(yield* store.get(b.id)), "the batch landed")
       const slot = new Date(Math.floor((Date.now() - 60_000) / 60_000) * 60_000)
       const fired = yield* store.fireSchedule("s", { slot, nextSlot: null, cron: "* * * * *", tz: "UTC" })
       assert.isTrue(Option.isSome(fired), "the schedule fired")
       assert.deepStrictEqual(yield* store.cancel([running!.id]), [{ id: running!.id, result: "cancelling" }], "the cancel flagged it")
       assert.deepStrictEqual(
         (yield* store.messages("q")).map((m) => [m.payload, m.cancelRequestedAt !== null]),
-        [["running", true], ...Array.from({ length: 8 }, () => ["announced", false]), [{}, false], ["single", false], [{}, false]]
+        [
+          ["running", true],
+          ...Array.from({ length: 8 }, () => ["announced", false]),
+          [{}, false],
+          ["batch-announced", false],
+          ["batch-announced", false],
+          ["single", false],
+          ["batch", false],
+          ["batch", false],
+          [{}, false]
+        ]
       )
     }))
 })

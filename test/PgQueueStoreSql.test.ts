@@ -15,6 +15,7 @@ import * as Migrations from "../src/Migrations.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import { InvalidInput, QueryFailed } from "../src/QueueError.ts"
 import { QueueStore } from "../src/QueueStore.ts"
+import { SEND_CHUNK } from "../src/pg/send.ts"
 import * as Finish from "./support/Finish.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { failureOf } from "./support/Failure.ts"
@@ -246,16 +247,17 @@ layer(StoreLive, { excludeTestServices: true })("PgQueueStore on PostgreSQL: bey
       for (const claim of claims) assert.isTrue(yield* Finish.ack(store, claim))
     }))
 
-  it.effect("a batch of 1,200 (three INSERT chunks) keeps input order, and every message is claimable", () =>
+  it.effect("a batch of three INSERT chunks keeps input order, and every message is claimable", () =>
     Effect.gen(function*() {
       const store = yield* QueueStore
       const queue = freshQueue("big")
-      const sent = yield* store.send(queue, Array.from({ length: 1_200 }, (_, i) => msg({ i })))
-      assert.strictEqual(sent.length, 1_200)
-      assert.strictEqual(new Set(sent.map((s) => s.id)).size, 1_200)
+      const count = 2 * SEND_CHUNK + 200
+      const sent = yield* store.send(queue, Array.from({ length: count }, (_, i) => msg({ i })))
+      assert.strictEqual(sent.length, count)
+      assert.strictEqual(new Set(sent.map((s) => s.id)).size, count)
       assert.isTrue(sent.every((s) => !s.deduplicated))
-      const claims = yield* claimAll(queue, 2_000)
-      assert.strictEqual(claims.length, 1_200)
+      const claims = yield* claimAll(queue, count + 100)
+      assert.strictEqual(claims.length, count)
       // Same visibility, same priority: claim order is id order, which must be input order.
       assert.deepStrictEqual(claims.map((c) => c.id), sent.map((s) => s.id))
       assert.deepStrictEqual(claims.map((c) => c.payload), sent.map((_, i) => ({ i })))
@@ -265,7 +267,7 @@ layer(StoreLive, { excludeTestServices: true })("PgQueueStore on PostgreSQL: bey
     Effect.gen(function*() {
       const store = yield* QueueStore
       const queue = freshQueue("mixed")
-      const plain = Array.from({ length: 501 }, (_, i) => msg(`p${i}`))
+      const plain = Array.from({ length: SEND_CHUNK + 1 }, (_, i) => msg(`p${i}`))
       const batch = [
         ...plain, // a full chunk and one more
         msg("k1-first", { dedupKey: "k1" }),
@@ -285,7 +287,7 @@ layer(StoreLive, { excludeTestServices: true })("PgQueueStore on PostgreSQL: bey
       assert.strictEqual(distinct.size, batch.length - 1)
 
       // Every result names the message it was sent with.
-      const claims = yield* claimAll(queue, 2_000)
+      const claims = yield* claimAll(queue, batch.length + 100)
       assert.strictEqual(claims.length, batch.length - 1)
       const payloadOf = new Map<MessageId, unknown>(claims.map((c) => [c.id, c.payload]))
       batch.forEach((m, i) => {
@@ -308,7 +310,7 @@ layer(StoreLive, { excludeTestServices: true })("PgQueueStore on PostgreSQL: bey
       yield* sql.unsafe(`CREATE TRIGGER refuse_boom BEFORE INSERT ON ${schema}.messages
         FOR EACH ROW EXECUTE FUNCTION ${schema}.refuse_boom()`)
       yield* Effect.gen(function*() {
-        const batch = Array.from({ length: 1_200 }, (_, i) => msg(i === 1_100 ? { boom: "yes" } : { i }))
+        const batch = Array.from({ length: 2 * SEND_CHUNK + 200 }, (_, i) => msg(i === 2 * SEND_CHUNK + 100 ? { boom: "yes" } : { i }))
         const error = yield* failureOf(store.send(queue, batch))
         assert.instanceOf(error, QueryFailed, String(error))
         assert.strictEqual((error as QueryFailed).code, "P0001")
@@ -321,15 +323,15 @@ layer(StoreLive, { excludeTestServices: true })("PgQueueStore on PostgreSQL: bey
         assert.strictEqual((yield* claimAll(queue)).length, 0)
       }).pipe(Effect.ensuring(sql.unsafe(`DROP TRIGGER IF EXISTS refuse_boom ON ${schema}.messages`).pipe(Effect.orDie)))
       // Without the marked row the same batch goes through.
-      assert.strictEqual((yield* store.send(queue, Array.from({ length: 1_200 }, (_, i) => msg({ i })))).length, 1_200)
+      assert.strictEqual((yield* store.send(queue, Array.from({ length: 2 * SEND_CHUNK + 200 }, (_, i) => msg({ i })))).length, 2 * SEND_CHUNK + 200)
     }))
   it.effect("a batch past jsonb's 256 MiB cap is split by size: 45 messages of 1 MiB of numbers (~283 MB as jsonb) land, in order", () =>
     Effect.gen(function*() {
       const store = yield* QueueStore
       const queue = freshQueue("huge")
       // `[1,1,...]` is the JSON that jsonb stores biggest (6 bytes per character of text): 45 MiB
-      // of JSON text becomes ~283 MB of jsonb, past PostgreSQL's 268,435,455-byte cap for one jsonb
-      // value (the batch's array), within the 500-row chunk. Every message is within the 1 MiB bound.
+      // of JSON text becomes ~283 MB of jsonb, within one chunk's row count: the chunk is cut by
+      // size (32 Mi characters of JSON each). Every message is within the 1 MiB bound.
       const ones = Array.from({ length: 524_000 }, () => 1)
       assert.isAtMost(JSON.stringify(ones).length, 1024 * 1024)
       const batch = Array.from({ length: 45 }, (_, i) => msg({ i, ones }, { headers: { n: String(i) } }))

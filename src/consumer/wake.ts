@@ -5,7 +5,7 @@
  * lease expiry, not lease + a poll interval. A `wake` signal (the presence
  * reaper released something, or a message was sent) cuts the sleep short.
  */
-import { Clock, Effect, Option } from "effect"
+import { Clock, Effect, Fiber, Option } from "effect"
 import type { QueueStoreShape } from "../QueueStore.ts"
 
 /** The shortest sleep: never spin. */
@@ -14,7 +14,8 @@ const MIN_SLEEP_MS = 1
 /**
  * Make the idle sleep of one consumer. The returned effect asks the store for
  * the next visibility of every queue (a failure there only means "sleep the
- * poll interval"), and sleeps on Effect's `Clock`, so `TestClock` drives it.
+ * poll interval"), and sleeps on Effect's `Clock`, so `TestClock` drives it;
+ * a wake-up ends it at once, even while the store is being asked.
  */
 export const make = (options: {
   readonly store: QueueStoreShape
@@ -29,7 +30,8 @@ export const make = (options: {
   // never a busy loop.
   let lastTarget: number | undefined
   let floorMs = MIN_SLEEP_MS
-  return Effect.gen(function*() {
+  // The earliest future visibility of the queues (a failure there only means "unknown").
+  const nextVisible = Effect.gen(function*() {
     let earliest: number | undefined
     for (const queue of queues) {
       const next = yield* store.nextVisibleAt(queue).pipe(
@@ -41,16 +43,30 @@ export const make = (options: {
         if (earliest === undefined || at < earliest) earliest = at
       }
     }
-    const now = yield* Clock.currentTimeMillis
-    let delayMs = pollIntervalMs
-    if (earliest !== undefined && earliest - now < pollIntervalMs) {
-      floorMs = earliest === lastTarget ? Math.min(floorMs * 2, pollIntervalMs) : MIN_SLEEP_MS
-      lastTarget = earliest
-      delayMs = Math.min(pollIntervalMs, Math.max(floorMs, earliest - now))
-    } else {
-      lastTarget = undefined
-      floorMs = MIN_SLEEP_MS
-    }
-    yield* wake === undefined ? Effect.sleep(delayMs) : Effect.raceFirst(Effect.sleep(delayMs), wake)
+    return earliest
   })
+  const sleepUntil = (earliest: number | undefined) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) => {
+      let delayMs = pollIntervalMs
+      if (earliest !== undefined && earliest - now < pollIntervalMs) {
+        floorMs = earliest === lastTarget ? Math.min(floorMs * 2, pollIntervalMs) : MIN_SLEEP_MS
+        lastTarget = earliest
+        delayMs = Math.min(pollIntervalMs, Math.max(floorMs, earliest - now))
+      } else {
+        lastTarget = undefined
+        floorMs = MIN_SLEEP_MS
+      }
+      return Effect.sleep(delayMs)
+    })
+  if (wake === undefined) return Effect.flatMap(nextVisible, sleepUntil)
+  // A wake-up ends the idle at once, also one heard while the store is being asked (a send
+  // announced while the last claim was out): the question runs on a fiber of its own, which is
+  // neither waited for nor cancelled (cancelling a statement costs a connection of its own) when
+  // the wake-up comes first; its answer is then dropped. It is asked one scheduler turn late, so
+  // a wake-up already heard wins before anything is asked.
+  const askThenSleep = Effect.andThen(
+    Effect.yieldNow,
+    Effect.flatMap(Effect.forkDetach(nextVisible), (asking) => Effect.flatMap(Fiber.join(asking), sleepUntil))
+  )
+  return Effect.raceFirst(askThenSleep, wake)
 }

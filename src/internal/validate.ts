@@ -36,13 +36,21 @@ const show = (value: unknown): string => {
   return text.length > 60 ? `${text.slice(0, 57)}...` : text
 }
 
+/**
+ * A synchronous check's answer: the value, or the refusal. The checks of a message are
+ * synchronous so that a send of many messages costs no effect per message.
+ */
+type Checked<A> = A | InvalidInput
+
+/** A synchronous check's answer as an effect. */
+const lift = <A>(checked: Checked<A>): Effect.Effect<A, InvalidInput> =>
+  checked instanceof InvalidInput ? Effect.fail(checked) : Effect.succeed(checked)
+
+const checkName = (field: string, value: unknown): Checked<string> =>
+  typeof value === "string" && namePattern.test(value) ? value : invalid(field, nameRule, `${show(value)} is not a valid name`)
+
 /** Check a queue, task or consumer name. */
-export const name = (field: string, value: unknown): Effect.Effect<string, InvalidInput> =>
-  typeof value === "string" && namePattern.test(value)
-    ? Effect.succeed(value)
-    : Effect.fail(
-      invalid(field, nameRule, `${show(value)} is not a valid name`)
-    )
+export const name = (field: string, value: unknown): Effect.Effect<string, InvalidInput> => lift(checkName(field, value))
 
 /** Check a SQL schema name, synchronously (used when building layers). */
 export const schemaName = (value: string): Effect.Effect<string, InvalidInput> =>
@@ -50,26 +58,31 @@ export const schemaName = (value: string): Effect.Effect<string, InvalidInput> =
     ? Effect.succeed(value)
     : Effect.fail(invalid("schema", "a lower-case SQL identifier: [a-z_][a-z0-9_]{0,62}", `${show(value)} is not a valid schema name`))
 
+const checkDurationMs = (field: string, value: Duration.Input, options: { readonly min: number }): Checked<number> => {
+  const decoded = Option.getOrUndefined(Duration.fromInput(value))
+  if (decoded === undefined) return invalid(field, "a duration such as 30000, \"30 seconds\"", `${show(value)} is not a duration`)
+  const ms = Duration.toMillis(decoded)
+  if (!Number.isFinite(ms) || ms < options.min || ms > MAX_DELAY_MS) {
+    return invalid(field, `between ${options.min} ms and ten years`, `${show(value)} is out of range`)
+  }
+  return Math.round(ms)
+}
+
 /** Check a duration given as a `Duration.Input`, returning whole milliseconds. */
 export const durationMs = (
   field: string,
   value: Duration.Input,
   options: { readonly min: number }
-): Effect.Effect<number, InvalidInput> => {
-  const decoded = Option.getOrUndefined(Duration.fromInput(value))
-  if (decoded === undefined) return Effect.fail(invalid(field, "a duration such as 30000, \"30 seconds\"", `${show(value)} is not a duration`))
-  const ms = Duration.toMillis(decoded)
-  if (!Number.isFinite(ms) || ms < options.min || ms > MAX_DELAY_MS) {
-    return Effect.fail(invalid(field, `between ${options.min} ms and ten years`, `${show(value)} is out of range`))
-  }
-  return Effect.succeed(Math.round(ms))
-}
+): Effect.Effect<number, InvalidInput> => lift(checkDurationMs(field, value, options))
+
+const checkPositiveInt = (field: string, value: unknown, max: number): Checked<number> =>
+  typeof value === "number" && Number.isInteger(value) && value >= 1 && value <= max
+    ? value
+    : invalid(field, `a whole number from 1 to ${max}`, `${show(value)} is out of range`)
 
 /** Check a positive whole number up to `max`. */
 export const positiveInt = (field: string, value: unknown, max: number): Effect.Effect<number, InvalidInput> =>
-  typeof value === "number" && Number.isInteger(value) && value >= 1 && value <= max
-    ? Effect.succeed(value)
-    : Effect.fail(invalid(field, `a whole number from 1 to ${max}`, `${show(value)} is out of range`))
+  lift(checkPositiveInt(field, value, max))
 
 /**
  * Recorded error text (an error, a dead-letter reason) made storable and cut to a bounded
@@ -178,11 +191,62 @@ const jsonDataRule =
   "JSON data at any depth: no functions, symbols, undefined, NaN or Infinity; plain objects and arrays (no Map, Set or class instances); " +
   "text without NUL (\\u0000) or lone surrogates"
 
+/** How deep {@link isPlainJson} looks before it leaves a value to the checking encoder. */
+const PLAIN_JSON_DEPTH = 64
+
+/**
+ * Whether `value` is JSON data that `JSON.stringify` writes exactly as it is: finite numbers,
+ * booleans, null, storable text, and arrays and plain objects (no `toJSON`) of those, with
+ * storable keys. For such a value the checking replacer of {@link encodeJson} would change
+ * nothing, so the payload is written without it (several times faster). Anything else, or a
+ * value nested deeper than PLAIN_JSON_DEPTH, answers false and takes the checking path, which
+ * refuses it or writes it as before: the answer decides the speed, never the result.
+ */
+const isPlainJson = (value: unknown, depth: number): boolean => {
+  switch (typeof value) {
+    case "string":
+      return unstorableText(value) === undefined
+    case "number":
+      return Number.isFinite(value)
+    case "boolean":
+      return true
+    case "object": {
+      if (value === null) return true
+      if (depth >= PLAIN_JSON_DEPTH || (value as { readonly toJSON?: unknown }).toJSON !== undefined) return false
+      if (Array.isArray(value)) {
+        for (let k = 0; k < value.length; k++) if (!isPlainJson(value[k], depth + 1)) return false
+        return true
+      }
+      if (!isPlainObject(value)) return false
+      for (const key of Object.keys(value)) {
+        if (unstorableText(key) !== undefined || !isPlainJson((value as Record<string, unknown>)[key], depth + 1)) return false
+      }
+      return true
+    }
+    default:
+      return false
+  }
+}
+
+/** The plain JSON text of `value` when {@link isPlainJson}, else undefined (a getter that throws included). */
+const plainJsonText = (value: unknown): string | undefined => {
+  try {
+    return isPlainJson(value, 0) ? JSON.stringify(value) : undefined
+  } catch {
+    return undefined
+  }
+}
+
 /**
  * Encode `value` as JSON text PostgreSQL's jsonb stores as sent, or refuse it naming the
  * path (`root.items[3].n`) of the first value or key that would be dropped, changed or refused.
  */
-export const jsonData = (root: string, value: unknown): Effect.Effect<string, InvalidInput> => {
+export const jsonData = (root: string, value: unknown): Effect.Effect<string, InvalidInput> => lift(encodeJson(root, value))
+
+/** {@link jsonData}, synchronously. */
+const encodeJson = (root: string, value: unknown): Checked<string> => {
+  const plain = plainJsonText(value)
+  if (plain !== undefined) return plain
   let json: string | undefined
   // Where each object was met (its holder and key), recorded just before JSON.stringify descends
   // into it; the path is spelled out only for a refusal, so a payload that passes costs no paths.
@@ -217,24 +281,22 @@ export const jsonData = (root: string, value: unknown): Effect.Effect<string, In
     })
   } catch (error) {
     if (error instanceof Unencodable) {
-      return Effect.fail(new InvalidInput({ field: root, rule: jsonDataRule, message: `${error.path} ${error.reason} (rule: ${jsonDataRule})` }))
+      return new InvalidInput({ field: root, rule: jsonDataRule, message: `${error.path} ${error.reason} (rule: ${jsonDataRule})` })
     }
     const reason = error instanceof Error ? error.message : String(error)
-    return Effect.fail(invalid(root, "must be JSON-encodable (no bigint, no cycles)", `cannot be encoded as JSON: ${reason}`))
+    return invalid(root, "must be JSON-encodable (no bigint, no cycles)", `cannot be encoded as JSON: ${reason}`)
   }
-  if (json === undefined) {
-    return Effect.fail(invalid(root, "must be JSON-encodable", `is ${typeof value}, which has no JSON form`))
-  }
-  return Effect.succeed(json)
+  if (json === undefined) return invalid(root, "must be JSON-encodable", `is ${typeof value}, which has no JSON form`)
+  return json
 }
 
-const encodePayload = (payload: unknown, limits: SendLimits): Effect.Effect<string, InvalidInput> =>
-  Effect.flatMap(jsonData("payload", payload), (json) => {
-    const bytes = Buffer.byteLength(json, "utf8")
-    return bytes > limits.maxPayloadBytes
-      ? Effect.fail(invalid("payload", `at most ${limits.maxPayloadBytes} bytes as JSON`, `is ${bytes} bytes`))
-      : Effect.succeed(json)
-  })
+const encodePayload = (payload: unknown, limits: SendLimits): Checked<string> => {
+  const json = encodeJson("payload", payload)
+  if (json instanceof InvalidInput) return json
+  // Each UTF-16 unit is at most 3 bytes of UTF-8: a short text needs no count.
+  const bytes = json.length * 3 <= limits.maxPayloadBytes ? 0 : Buffer.byteLength(json, "utf8")
+  return bytes > limits.maxPayloadBytes ? invalid("payload", `at most ${limits.maxPayloadBytes} bytes as JSON`, `is ${bytes} bytes`) : json
+}
 
 /** Most headers a message may carry. */
 const MAX_HEADERS = 64
@@ -253,24 +315,22 @@ const badHeader = (name: string, value: unknown): string | undefined => {
   return badValue === undefined ? undefined : `has a value that ${badValue}`
 }
 
-const checkHeaders = (headers: unknown): Effect.Effect<Readonly<Record<string, string>>, InvalidInput> => {
-  if (headers === undefined) return Effect.succeed({})
-  if (typeof headers !== "object" || headers === null || Array.isArray(headers)) {
-    return Effect.fail(invalid("headers", headerRule, "is not an object"))
-  }
+const checkHeaders = (headers: unknown): Checked<Readonly<Record<string, string>>> => {
+  if (headers === undefined) return {}
+  if (typeof headers !== "object" || headers === null || Array.isArray(headers)) return invalid("headers", headerRule, "is not an object")
   const entries = Object.entries(headers)
-  if (entries.length === 0) return Effect.succeed({})
-  if (entries.length > MAX_HEADERS) return Effect.fail(invalid("headers", headerRule, `has ${entries.length} entries`))
+  if (entries.length === 0) return {}
+  if (entries.length > MAX_HEADERS) return invalid("headers", headerRule, `has ${entries.length} entries`)
   for (const [name, value] of entries) {
     const reason = badHeader(name, value)
     if (reason !== undefined) {
-      return Effect.fail(new InvalidInput({ field: "headers", rule: headerRule, message: `${childPath("headers", headers, name)} is invalid: it ${reason} (rule: ${headerRule})` }))
+      return new InvalidInput({ field: "headers", rule: headerRule, message: `${childPath("headers", headers, name)} is invalid: it ${reason} (rule: ${headerRule})` })
     }
   }
   const checked = Object.fromEntries(entries) as Record<string, string>
   const bytes = Buffer.byteLength(JSON.stringify(checked), "utf8")
-  if (bytes > MAX_HEADER_BYTES) return Effect.fail(invalid("headers", headerRule, `are ${bytes} bytes as JSON`))
-  return Effect.succeed(checked)
+  if (bytes > MAX_HEADER_BYTES) return invalid("headers", headerRule, `are ${bytes} bytes as JSON`)
+  return checked
 }
 
 /**
@@ -283,77 +343,82 @@ export const prepareMessage = (
   message: NewMessage,
   limits: SendLimits,
   traceparent?: string | undefined
-): Effect.Effect<PreparedMessage, InvalidInput> =>
-  Effect.mapError(
-    prepareChecked(queue, message, limits, traceparent),
-    // Name the task in every refusal of its message (once it is a valid name).
-    (e) =>
-      e.field !== "task" && typeof message.task === "string" && namePattern.test(message.task)
-        ? new InvalidInput({ field: e.field, rule: e.rule, message: `task "${message.task}": ${e.message}` })
-        : e
-  )
+): Effect.Effect<PreparedMessage, InvalidInput> => Effect.suspend(() => lift(prepareOne(queue, message, limits, traceparent)))
+
+/** {@link prepareMessage}, synchronously. */
+const prepareOne = (queue: string, message: NewMessage, limits: SendLimits, traceparent: string | undefined): Checked<PreparedMessage> => {
+  const checked = prepareChecked(queue, message, limits, traceparent)
+  // Name the task in every refusal of its message (once it is a valid name).
+  return checked instanceof InvalidInput && checked.field !== "task" && typeof message.task === "string" && namePattern.test(message.task)
+    ? new InvalidInput({ field: checked.field, rule: checked.rule, message: `task "${message.task}": ${checked.message}` })
+    : checked
+}
 
 const prepareChecked = (
   queue: string,
   message: NewMessage,
   limits: SendLimits,
   traceparent: string | undefined
-): Effect.Effect<PreparedMessage, InvalidInput> =>
-  Effect.gen(function*() {
-    const task = yield* name("task", message.task)
-    const payloadJson = yield* encodePayload(message.payload, limits)
-    const checked = yield* checkHeaders(message.headers)
-    const headers = traceparent === undefined || "traceparent" in checked || Object.keys(checked).length >= MAX_HEADERS
-      ? checked
-      : { ...checked, traceparent }
-    const priority = message.priority ?? 0
-    if (!Number.isInteger(priority) || Math.abs(priority) > INT4_MAX) {
-      return yield* invalid("priority", "a whole number (lower runs first)", `${show(priority)} is not allowed`)
-    }
-    const delay = message.delay ?? 0
-    if (typeof delay !== "number" || !Number.isFinite(delay) || delay < 0 || delay > MAX_DELAY_MS) {
-      return yield* invalid("delay", "milliseconds, 0 or more, at most ten years", `${show(delay)} is not allowed`)
-    }
-    const maxAttempts = yield* positiveInt("maxAttempts", message.maxAttempts ?? limits.defaultMaxAttempts, MAX_ATTEMPTS)
-    const dedupKey = message.dedupKey ?? null
-    if (dedupKey !== null && (typeof dedupKey !== "string" || dedupKey.length === 0 || dedupKey.length > 512 || dedupKey.includes("\u0000") || !dedupKey.isWellFormed())) {
-      return yield* invalid("dedupKey", "a string of 1-512 characters", `${show(dedupKey)} is not allowed`)
-    }
-    const unique = yield* uniqueWindow(message.unique, dedupKey)
-    const key = message.key === undefined || message.key === null ? null : yield* flowKey(message.key)
-    return { queue, task, payloadJson, headers, priority, delayMs: Math.round(delay), maxAttempts, dedupKey, unique, key }
-  })
+): Checked<PreparedMessage> => {
+  const task = checkName("task", message.task)
+  if (task instanceof InvalidInput) return task
+  const payloadJson = encodePayload(message.payload, limits)
+  if (payloadJson instanceof InvalidInput) return payloadJson
+  const checked = checkHeaders(message.headers)
+  if (checked instanceof InvalidInput) return checked
+  const headers = traceparent === undefined || "traceparent" in checked || Object.keys(checked).length >= MAX_HEADERS
+    ? checked
+    : { ...checked, traceparent }
+  const priority = message.priority ?? 0
+  if (!Number.isInteger(priority) || Math.abs(priority) > INT4_MAX) {
+    return invalid("priority", "a whole number (lower runs first)", `${show(priority)} is not allowed`)
+  }
+  const delay = message.delay ?? 0
+  if (typeof delay !== "number" || !Number.isFinite(delay) || delay < 0 || delay > MAX_DELAY_MS) {
+    return invalid("delay", "milliseconds, 0 or more, at most ten years", `${show(delay)} is not allowed`)
+  }
+  const maxAttempts = checkPositiveInt("maxAttempts", message.maxAttempts ?? limits.defaultMaxAttempts, MAX_ATTEMPTS)
+  if (maxAttempts instanceof InvalidInput) return maxAttempts
+  const dedupKey = message.dedupKey ?? null
+  if (dedupKey !== null && (typeof dedupKey !== "string" || dedupKey.length === 0 || dedupKey.length > 512 || dedupKey.includes("\u0000") || !dedupKey.isWellFormed())) {
+    return invalid("dedupKey", "a string of 1-512 characters", `${show(dedupKey)} is not allowed`)
+  }
+  const unique = uniqueWindow(message.unique, dedupKey)
+  if (unique instanceof InvalidInput) return unique
+  const key = message.key === undefined || message.key === null ? null : checkFlowKey(message.key)
+  if (key instanceof InvalidInput) return key
+  return { queue, task, payloadJson, headers, priority, delayMs: Math.round(delay), maxAttempts, dedupKey, unique, key }
+}
 
 /** Longest flow key (`NewMessage.key`). */
 export const MAX_FLOW_KEY_LENGTH = 200
 
-/** Check a flow key (`NewMessage.key`): 1 to 200 characters, no control characters. */
-export const flowKey = (key: unknown): Effect.Effect<string, InvalidInput> =>
+const checkFlowKey = (key: unknown): Checked<string> =>
   typeof key === "string" && key.length >= 1 && key.length <= MAX_FLOW_KEY_LENGTH && key.isWellFormed() &&
     !/[\u0000-\u001f\u007f]/.test(key)
-    ? Effect.succeed(key)
+    ? key
     : invalid("key", `1 to ${MAX_FLOW_KEY_LENGTH} characters, no control characters`, `${show(key)} is not allowed`)
 
+/** Check a flow key (`NewMessage.key`): 1 to 200 characters, no control characters. */
+export const flowKey = (key: unknown): Effect.Effect<string, InvalidInput> => lift(checkFlowKey(key))
+
 /** Check a `unique` send option: a key like a dedup key, a window from 1 ms to ten years, never with a dedup key. */
-const uniqueWindow = (
-  unique: NewMessage["unique"],
-  dedupKey: string | null
-): Effect.Effect<PreparedMessage["unique"], InvalidInput> =>
-  Effect.gen(function*() {
-    if (unique === undefined || unique === null) return null
-    if (typeof unique !== "object") return yield* invalid("unique", "an object { key, for }", `${show(unique)} is not allowed`)
-    if (dedupKey !== null) return yield* invalid("unique", "either unique or dedupKey, not both", "is given with a dedupKey")
-    const key = unique.key
-    if (typeof key !== "string" || key.length === 0 || key.length > 512 || key.includes("\u0000") || !key.isWellFormed()) {
-      return yield* invalid("unique.key", "a string of 1-512 characters", `${show(key)} is not allowed`)
-    }
-    const forMs = yield* durationMs("unique.for", unique.for, { min: 1 })
-    return { key, forMs }
-  })
+const uniqueWindow = (unique: NewMessage["unique"], dedupKey: string | null): Checked<PreparedMessage["unique"]> => {
+  if (unique === undefined || unique === null) return null
+  if (typeof unique !== "object") return invalid("unique", "an object { key, for }", `${show(unique)} is not allowed`)
+  if (dedupKey !== null) return invalid("unique", "either unique or dedupKey, not both", "is given with a dedupKey")
+  const key = unique.key
+  if (typeof key !== "string" || key.length === 0 || key.length > 512 || key.includes("\u0000") || !key.isWellFormed()) {
+    return invalid("unique.key", "a string of 1-512 characters", `${show(key)} is not allowed`)
+  }
+  const forMs = checkDurationMs("unique.for", unique.for, { min: 1 })
+  return forMs instanceof InvalidInput ? forMs : { key, forMs }
+}
 
 /**
  * Check the queue name and every message of a send; each message records the
  * current span as its `traceparent` header (see `Span.currentTraceparent`).
+ * The first refusal fails the send.
  */
 export const prepareSend = (
   queue: string,
@@ -362,7 +427,15 @@ export const prepareSend = (
 ): Effect.Effect<ReadonlyArray<PreparedMessage>, InvalidInput> =>
   Effect.flatMap(name("queue", queue), (q) =>
     Effect.flatMap(Span.currentTraceparent, (traceparent) =>
-      Effect.forEach(messages, (m) => prepareMessage(q, m, limits, traceparent))))
+      Effect.suspend(() => {
+        const prepared = new Array<PreparedMessage>(messages.length)
+        for (let k = 0; k < messages.length; k++) {
+          const checked = prepareOne(q, messages[k]!, limits, traceparent)
+          if (checked instanceof InvalidInput) return Effect.fail(checked)
+          prepared[k] = checked
+        }
+        return Effect.succeed(prepared)
+      })))
 
 const maxMessageId = 2n ** 63n - 1n
 /** The rule of message ids, as error messages state it. */

@@ -1,32 +1,35 @@
 /**
- * The send statements: a bulk INSERT per run of plain messages, one statement per keyed
- * message (dedup key or uniqueness window), and the common single send that announces
- * itself in the same statement.
+ * The send statements: a bulk INSERT per run of plain messages (one array per column, read by
+ * unnest), one statement per keyed message (dedup key or uniqueness window). A send that is one
+ * statement outside any transaction (the common single send, a batch of up to SEND_CHUNK plain
+ * messages) announces itself in that statement: one round trip, one commit.
  *
  * @since 0.1.0
  */
+import { PgTypes } from "@effect/sql-pg"
 import { Effect, Option } from "effect"
 import type { MessageId, SendResult } from "../Message.ts"
 import type { QueueStoreShape } from "../QueueStore.ts"
 import * as Validate from "../internal/validate.ts"
 import type { PreparedMessage } from "../internal/validate.ts"
 import type { PgContext } from "./context.ts"
-import { storeTime } from "./fragments.ts"
+import { array, storeTime, textArray } from "./fragments.ts"
 import { foreignTransaction, foreignTransactionOpen } from "./onePool.ts"
 
-/** Rows per INSERT of a batch send: keeps one statement's parameters well under protocol limits. */
-const SEND_CHUNK = 500
 /**
- * JSON text (UTF-16 code units) per INSERT of a batch send. The batch travels as one jsonb
- * array, and PostgreSQL caps a jsonb value at 268,435,455 bytes; jsonb can take up to 6 bytes
- * per character of JSON text (measured: `[1,1,...]` 6.0, `[[1],...]` 5.0, strings at most 3
- * bytes per code unit), so 32 Mi units stay under the cap (~201 MB at worst) whatever the payloads.
+ * Rows per INSERT of a batch send. The rows travel as one array per column (seven parameters
+ * whatever the count), so this only bounds one statement's work and memory; a call of this
+ * many plain messages outside a transaction is one statement, one commit.
+ */
+export const SEND_CHUNK = 1_000
+/**
+ * JSON text (UTF-16 code units, payloads and headers) per INSERT of a batch send. The payloads
+ * travel as one `text[]` read as `jsonb[]`, and PostgreSQL caps one array value at 1 GB; jsonb
+ * can take up to 6 bytes per character of JSON text (measured: `[1,1,...]` 6.0, `[[1],...]`
+ * 5.0, strings at most 3 bytes per code unit), so 32 Mi units stay far under it (~201 MB at
+ * worst) whatever the payloads.
  */
 const SEND_CHUNK_CHARS = 32 * 1024 * 1024
-
-/** One message as an element of a batch send's jsonb array (read back by `insertBatch`). */
-const batchElement = (m: PreparedMessage): string =>
-  `{"t":${JSON.stringify(m.task)},"p":${m.payloadJson},"h":${JSON.stringify(m.headers)},"pr":${m.priority},"d":${m.delayMs},"ma":${m.maxAttempts},"k":${JSON.stringify(m.key)}}`
 
 /**
  * The answer of a keyed insert (dedup key or uniqueness window): the row inserted, or the
@@ -45,28 +48,78 @@ const untilSettled = (key: "dedup" | "unique") =>
     Effect.catchIf((e): e is "race" => e === "race", () => Effect.die(new Error(`${key} insert raced 6 times`)))
   )
 
-// Bulk insert of messages without a dedup key: one statement per chunk.
-// jsonb_array_elements WITH ORDINALITY + ORDER BY makes ids follow input order.
-// `elements` are the messages as `batchElement` writes them.
-const insertBatch = (ctx: PgContext, queue: string, now: Date | null, elements: ReadonlyArray<string>) => {
-  const { sql, table } = ctx
-  const doc = `[${elements.join(",")}]`
-  return sql<{ id: bigint }>`
-    INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts, flow_key)
-    SELECT ${queue}, e.doc->>'t', e.doc->'p', e.doc->'h', (e.doc->>'pr')::int,
-           ${storeTime(now)},
-           ${storeTime(now)} + (e.doc->>'d')::bigint * interval '1 millisecond',
-           (e.doc->>'ma')::int, e.doc->>'k'
-    FROM jsonb_array_elements(${doc}::jsonb) WITH ORDINALITY AS e(doc, ord)
-    ORDER BY e.ord
-    RETURNING id`.pipe(
-    Effect.map((inserted) =>
-      [...inserted].map((r) => BigInt(r.id)).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)).map((id): SendResult => ({
-        id: String(id) as MessageId,
-        deduplicated: false
-      }))
+/** A run of plain messages (no dedup key, no uniqueness window) written by one `insertBatch`. */
+interface Run {
+  readonly messages: ReadonlyArray<PreparedMessage>
+  /** Their headers as jsonb text, in the same order. */
+  readonly headers: ReadonlyArray<string>
+  /** Whether a message of the run is ready now, so its statement announces the queue. */
+  readonly readyNow: boolean
+}
+
+/**
+ * A column of a batch as an array parameter: one element when every message has the same value
+ * (the usual case: `sendMany` gives one task and one set of options), which the statement reads
+ * for every row; otherwise one element per message.
+ */
+const column = <A>(values: ReadonlyArray<A>): ReadonlyArray<A> => {
+  const first = values[0]
+  for (let k = 1; k < values.length; k++) if (values[k] !== first) return values
+  return [first as A]
+}
+
+/** A column's value in a row of `insertBatch`: the one shared value, or the row's own. */
+const columnValue = (sql: PgContext["sql"], column: string) =>
+  sql.literal(`CASE WHEN cardinality(a.${column}) = 1 THEN a.${column}[1] ELSE r.${column} END`)
+
+// Bulk insert of messages without a dedup key: one statement per run. One array per column,
+// turned into rows by unnest (binary array parameters; each payload parsed once, as jsonb),
+// WITH ORDINALITY + ORDER BY so ids follow input order. A column every message shares is sent
+// as one element (unnest pads it with NULLs; the CASE reads the shared value): no per-row
+// array of it to encode, send and cast. The arrays reach unnest through a sub-select that is
+// never flattened (OFFSET 0), so the generic plan is kept (as complete.ts explains). The ids
+// come back as one text of ascending ids (one row to read, not one per message). When
+// `announce`, the statement also NOTIFYs the queue, once (the aggregate makes one row):
+// delivered at its commit, never before the rows; only set when the statement is a
+// transaction of its own (see `send`).
+const insertBatch = (ctx: PgContext, queue: string, now: Date | null, run: Run, announce: boolean) => {
+  const { channel, sql, table } = ctx
+  const { messages } = run
+  const payload = messages.map((m) => m.payloadJson)
+  const task = column(messages.map((m) => m.task))
+  const priority = column(messages.map((m) => m.priority))
+  const delayMs = column(messages.map((m) => m.delayMs))
+  const maxAttempts = column(messages.map((m) => m.maxAttempts))
+  const flowKey = column(messages.map((m) => m.key))
+  const v = (c: string) => columnValue(sql, c)
+  return sql<{ ids: string }>`
+    WITH ins AS (
+      INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts, flow_key)
+      SELECT ${queue}, ${v("task")}, r.payload, ${v("headers")}, ${v("priority")},
+             ${storeTime(now)},
+             ${storeTime(now)} + ${v("delay_ms")} * interval '1 millisecond',
+             ${v("max_attempts")}, ${v("flow_key")}
+      FROM (
+        SELECT ${textArray(task)} AS task, ${textArray(payload)}::jsonb[] AS payload, ${textArray(column(run.headers))}::jsonb[] AS headers,
+               ${array(priority, PgTypes.OID.int4)} AS priority, ${array(delayMs, PgTypes.OID.float8)}::bigint[] AS delay_ms,
+               ${array(maxAttempts, PgTypes.OID.int4)} AS max_attempts, ${textArray(flowKey)} AS flow_key
+        OFFSET 0
+      ) AS a, unnest(a.task, a.payload, a.headers, a.priority, a.delay_ms, a.max_attempts, a.flow_key)
+        WITH ORDINALITY AS r(task, payload, headers, priority, delay_ms, max_attempts, flow_key, ord)
+      ORDER BY r.ord
+      RETURNING id
     )
+    SELECT string_agg(ins.id::text, ',' ORDER BY ins.id) AS ids,
+           CASE WHEN ${announce && run.readyNow}::boolean THEN pg_notify(${channel}, ${queue}) END AS announced
+    FROM ins`.pipe(
+    Effect.map((rows) => rows[0]!.ids.split(",").map((id): SendResult => ({ id: id as MessageId, deduplicated: false })))
   )
+}
+
+/** A message's headers as jsonb text; most carry none. */
+const headersJson = (headers: Readonly<Record<string, string>>): string => {
+  for (const _ in headers) return JSON.stringify(headers)
+  return "{}"
 }
 
 // Insert one message with a dedup key, or find the live one holding the key.
@@ -149,38 +202,60 @@ const insertAnnounced = ({ announcing, channel, sql, table }: PgContext, queue: 
     Effect.map((rows): ReadonlyArray<SendResult> => rows.map((r) => ({ id: String(r.id) as MessageId, deduplicated: false })))
   )
 
+/** One statement of a send: a run of plain messages, or one keyed message (dedup key or uniqueness window). */
+type Step = { readonly _tag: "Run"; readonly run: Run } | { readonly _tag: "Keyed"; readonly message: PreparedMessage }
+
 /**
- * The writes of a send of several messages (or of one that is delayed, keyed, or inside a
- * transaction), in input order. Consecutive messages without a dedup key go in one bulk
- * INSERT (at most SEND_CHUNK rows and SEND_CHUNK_CHARS of JSON each); keyed ones one by one.
+ * The statements of a send, in input order: consecutive messages without a key in runs (at most
+ * SEND_CHUNK rows and SEND_CHUNK_CHARS of JSON each), keyed ones one by one.
  */
-const writeAll = (ctx: PgContext, queue: string, now: Date | null, prepared: ReadonlyArray<PreparedMessage>) =>
+const plan = (prepared: ReadonlyArray<PreparedMessage>): ReadonlyArray<Step> => {
+  const steps: Array<Step> = []
+  let messages: Array<PreparedMessage> = []
+  let headers: Array<string> = []
+  let chars = 0
+  let readyNow = false
+  const flush = () => {
+    if (messages.length > 0) steps.push({ _tag: "Run", run: { messages, headers, readyNow } })
+    messages = []
+    headers = []
+    chars = 0
+    readyNow = false
+  }
+  for (const m of prepared) {
+    if (m.dedupKey !== null || m.unique !== null) {
+      flush()
+      steps.push({ _tag: "Keyed", message: m })
+      continue
+    }
+    const json = headersJson(m.headers)
+    const size = m.payloadJson.length + json.length
+    if (messages.length > 0 && chars + size > SEND_CHUNK_CHARS) flush()
+    messages.push(m)
+    headers.push(json)
+    chars += size
+    readyNow ||= m.delayMs === 0
+    if (messages.length >= SEND_CHUNK) flush()
+  }
+  flush()
+  return steps
+}
+
+/**
+ * The writes of a send that is more than one statement, or inside a transaction, in input
+ * order; the queue announced after the outermost transaction commits.
+ */
+const writeAll = (ctx: PgContext, queue: string, now: Date | null, prepared: ReadonlyArray<PreparedMessage>, steps: ReadonlyArray<Step>) =>
   Effect.gen(function*() {
     const { channel, sql } = ctx
     const results: Array<SendResult> = []
-    let run: Array<string> = []
-    let runChars = 0
-    const flush = Effect.suspend(() => {
-      const rows = run
-      run = []
-      runChars = 0
-      return rows.length === 0 ? Effect.void : Effect.map(insertBatch(ctx, queue, now, rows), (r) => {
-        results.push(...r)
-      })
-    })
-    for (const m of prepared) {
-      if (m.dedupKey === null && m.unique === null) {
-        const element = batchElement(m)
-        if (run.length > 0 && runChars + element.length + 1 > SEND_CHUNK_CHARS) yield* flush
-        run.push(element)
-        runChars += element.length + 1
-        if (run.length >= SEND_CHUNK) yield* flush
-      } else {
-        yield* flush
+    for (const step of steps) {
+      if (step._tag === "Run") results.push(...(yield* insertBatch(ctx, queue, now, step.run, false)))
+      else {
+        const m = step.message
         results.push(yield* (m.unique === null ? insertDeduplicated(ctx, queue, now, m) : insertUnique(ctx, queue, now, m, m.unique)))
       }
     }
-    yield* flush
     // Wake idle consumers of this queue when something is ready now. Sent after the
     // outermost transaction commits (the caller's, if any; at once without one), on a
     // statement of its own: best effort (a consumer also polls), so it can neither fail
@@ -202,12 +277,17 @@ export const send = (ctx: PgContext): QueueStoreShape["send"] => (queue, message
     if (foreignTransactionOpen(context, sql.transactionService.key)) return yield* Effect.fail(foreignTransaction(queue))
     if (prepared.length === 0) return []
     const now = yield* currentTime
-    const single = prepared.length === 1 ? prepared[0]! : undefined
-    if (single !== undefined && single.dedupKey === null && single.unique === null && single.delayMs === 0) {
-      const inTransaction = yield* Effect.serviceOption(sql.transactionService)
-      if (Option.isNone(inTransaction)) return yield* insertAnnounced(ctx, queue, now, single)
+    const steps = plan(prepared)
+    const single = steps.length === 1 ? steps[0]! : undefined
+    const inTransaction = Option.isSome(yield* Effect.serviceOption(sql.transactionService))
+    // One statement outside any transaction is a transaction of its own: it announces itself.
+    if (single?._tag === "Run" && !inTransaction) {
+      const { messages, readyNow } = single.run
+      return yield* (messages.length === 1 && readyNow
+        ? insertAnnounced(ctx, queue, now, messages[0]!)
+        : ctx.announcing((announce) => insertBatch(ctx, queue, now, single.run, announce)))
     }
-    const write = writeAll(ctx, queue, now, prepared)
+    const write = writeAll(ctx, queue, now, prepared, steps)
     // One statement needs no transaction; several must land together.
-    return yield* (prepared.length === 1 ? write : sql.withTransaction(write))
+    return yield* (steps.length === 1 ? write : sql.withTransaction(write))
   }).pipe((e) => ctx.op("send", { queue, count: messages.length }, e))

@@ -69,6 +69,9 @@ export const input = ({ it }: Suite) => {
       assert.isFalse(ok!.deduplicated)
     }))
 
+  /** `inner` under `depth` objects `{ a: ... }`. */
+  const nested = (depth: number, inner: unknown): unknown => depth === 0 ? inner : { a: nested(depth - 1, inner) }
+
   it.effect("payload values JSON would drop or change, at any depth, are refused with their path; nothing is written", () =>
     Effect.gen(function*() {
       const store = yield* QueueStore
@@ -85,7 +88,9 @@ export const input = ({ it }: Suite) => {
         [{ "a b": { s: Symbol("x") } }, "payload[\"a b\"].s is a symbol"],
         [{ nested: { fn: function named() {} } }, "payload.nested.fn is a function"],
         // What toJSON returns is what JSON would store: checked too.
-        [{ at: { toJSON: () => ({ n: Number.NaN }) } }, "payload.at.n is NaN"]
+        [{ at: { toJSON: () => ({ n: Number.NaN }) } }, "payload.at.n is NaN"],
+        // Deeper than the quick check of plain JSON looks: the full check still finds it.
+        [nested(70, { n: Number.NaN }), `payload${".a".repeat(70)}.n is NaN`]
       ]
       for (const [payload, text] of cases) {
         const e = yield* Effect.flip(store.send(queue, [msg("good"), msg(payload)]))
@@ -98,7 +103,15 @@ export const input = ({ it }: Suite) => {
       const stats = yield* store.stats(queue)
       assert.strictEqual(stats.ready + stats.delayed + stats.inFlight + stats.dead, 0, "nothing was written")
       // JSON data, including dates (stored through toJSON), null, -0 and nested empties, is stored as sent.
-      const fine = { d: new Date(0), list: [1, "x", null, true, { y: -0 }, [], {}], n: 1.5e300 }
+      const bare = Object.assign(Object.create(null) as object, { k: "v" })
+      const fine = {
+        d: new Date(0),
+        list: [1, "x", null, true, { y: -0 }, [], {}],
+        n: 1.5e300,
+        boxed: [new String("s"), new Number(2), new Boolean(false)],
+        bare,
+        deep: nested(70, [1])
+      }
       yield* store.send(queue, [msg(fine)])
       const [claimed] = yield* claimAll(queue)
       assert.deepStrictEqual(claimed!.payload, JSON.parse(JSON.stringify(fine)))

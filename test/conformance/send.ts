@@ -2,7 +2,7 @@
  * Conformance, sends: ids in order, dedup keys, uniqueness windows.
  */
 import { assert } from "@effect/vitest"
-import { type Duration, Effect } from "effect"
+import { type Duration, Effect, Option } from "effect"
 import { TestClock } from "effect/testing"
 import { type NewMessage } from "../../src/Message.ts"
 import { QueueStore } from "../../src/QueueStore.ts"
@@ -22,6 +22,38 @@ export const send = ({ it, movesTime }: Suite) => {
       assert.deepStrictEqual(first.map((c) => c.id), sent.slice(0, 5).map((s) => s.id))
       const rest = yield* claimAll(queue, { limit: 100 })
       assert.strictEqual(rest.length, 7)
+    }))
+
+  it.effect("one send keeps each message's own task, headers, priority, delay, attempts and key, shared or not", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const queue = freshQueue("columns")
+      // The first three share everything but the payload; the rest differ in every field.
+      const shared = { headers: { h: "same" }, priority: 4, maxAttempts: 3, key: "tenant-a" }
+      const batch = [
+        msg(0, shared),
+        msg(1, shared),
+        msg(2, shared),
+        { task: "other", payload: 3, priority: -2, delay: 60_000, maxAttempts: 7 },
+        msg(4, { headers: { a: "1", b: "2" }, key: "tenant-b" }),
+        msg(5, { priority: 2_000_000_000, delay: 30_000 })
+      ]
+      const sent = yield* sendAll(queue, batch)
+      const seen = yield* Effect.forEach(sent, (s) => Effect.map(store.get(s.id), (o) => Option.getOrThrow(o)))
+      const own = (headers: Readonly<Record<string, string>>) => Object.fromEntries(Object.entries(headers).filter(([k]) => k !== "traceparent"))
+      assert.deepStrictEqual(
+        seen.map((m) => [m.payload, m.task, own(m.headers), m.priority, m.maxAttempts, m.key ?? null, m.state]),
+        [
+          [0, "job", { h: "same" }, 4, 3, "tenant-a", "ready"],
+          [1, "job", { h: "same" }, 4, 3, "tenant-a", "ready"],
+          [2, "job", { h: "same" }, 4, 3, "tenant-a", "ready"],
+          [3, "other", {}, -2, 7, null, "delayed"],
+          [4, "job", { a: "1", b: "2" }, 0, 25, "tenant-b", "ready"],
+          [5, "job", {}, 2_000_000_000, 25, null, "delayed"]
+        ]
+      )
+      const delayOf = (m: (typeof seen)[number]) => m.visibleAt!.getTime() - m.enqueuedAt.getTime()
+      assert.deepStrictEqual(seen.map(delayOf), [0, 0, 0, 60_000, 0, 30_000])
     }))
 
   it.effect("dedup: a live message with the key is returned instead of a new one", () =>
