@@ -19,22 +19,25 @@ const PRUNE_BATCH = 5_000
  */
 export const pruneLockKey = (schema: string): number => hash31(`leasehold.prune.${schema}`)
 
-// One batch of retention: the oldest expired records, through the `ended_at` index, at most
-// PRUNE_BATCH of them per statement (a short transaction, however far behind the pruning is).
+// One batch of retention: at most PRUNE_BATCH expired records per statement (a short
+// transaction, however far behind the pruning is), found through the BRIN index on `ended_at`
+// (migration 10: rows are appended in about the order they end) and deleted by their row
+// address. No order among them: every one is past retention, and an ORDER BY would read and
+// sort every expired row on each batch (a BRIN index gives no order).
 // The transaction-level advisory lock makes one consumer the pruner of the moment: a consumer
 // that finds it taken prunes nothing (`locked`), since another one is at it.
 const pruneBatch = ({ attemptsTable, schema, sql }: PgContext, cutoffMs: number, now: Date | null) =>
   sql<{ locked: boolean; n: number }>`
     WITH lock AS (
       SELECT pg_try_advisory_xact_lock(${pruneLockKey(schema)}::bigint) AS got
-    ), doomed AS (
-      SELECT id FROM ${attemptsTable}
-      WHERE (SELECT got FROM lock)
-        AND ended_at < ${storeTime(now)} - ${cutoffMs}::bigint * interval '1 millisecond'
-      ORDER BY ended_at
-      LIMIT ${PRUNE_BATCH}
     ), gone AS (
-      DELETE FROM ${attemptsTable} WHERE id IN (SELECT id FROM doomed) RETURNING 1
+      DELETE FROM ${attemptsTable} WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM ${attemptsTable}
+        WHERE (SELECT got FROM lock)
+          AND ended_at < ${storeTime(now)} - ${cutoffMs}::bigint * interval '1 millisecond'
+        LIMIT ${PRUNE_BATCH}
+      ))
+      RETURNING 1
     )
     SELECT NOT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS n`
 
