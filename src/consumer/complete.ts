@@ -459,26 +459,30 @@ const giveUp = (entries: ReadonlyArray<Pending>, why: string) =>
     for (const p of entries) yield* answer(p, "failed")
   })
 
-/** A flusher: waits for work, takes up to a batch, writes it; forever. */
-const flusher = (s: Completing) =>
-  Effect.gen(function*() {
-    while (true) {
-      yield* s.work.await
-      // Completions queued meanwhile join this batch.
-      if (s.options.beforeFlush !== undefined) yield* s.options.beforeFlush
-      if (s.queue.length === 0) {
-        yield* s.work.close
-        continue
-      }
-      const batch = s.queue.splice(0, s.options.maxBatch)
-      if (s.queue.length === 0) yield* s.work.close
-      // Uninterruptible: every entry taken is answered (the flush is bounded by the attempt timeout).
-      yield* flush(s, batch).pipe(
-        Span.within("leasehold.complete", { count: batch.length }),
-        Effect.uninterruptible
-      )
-    }
-  })
+/**
+ * One turn of a flusher: wait for work, take up to a batch, write it. A turn of its own (not a
+ * local of a looping generator, whose frame would keep the last batch, and every claim and
+ * payload in it, for as long as the consumer then sits idle): once written, nothing of the
+ * batch is left reachable.
+ */
+const flushNext = (s: Completing): Effect.Effect<void> =>
+  Effect.andThen(
+    s.work.await,
+    // Completions queued meanwhile join this batch.
+    Effect.andThen(
+      s.options.beforeFlush ?? Effect.void,
+      Effect.suspend(() => {
+        if (s.queue.length === 0) return s.work.close
+        const batch = s.queue.splice(0, s.options.maxBatch)
+        // Uninterruptible: every entry taken is answered (the flush is bounded by the attempt timeout).
+        const written = flush(s, batch).pipe(Span.within("leasehold.complete", { count: batch.length }), Effect.uninterruptible)
+        return s.queue.length === 0 ? Effect.andThen(s.work.close, written) : written
+      })
+    )
+  )
+
+/** A flusher: {@link flushNext}, forever. */
+const flusher = (s: Completing): Effect.Effect<never> => Effect.forever(flushNext(s))
 
 const annotate = (claim: Claim) =>
   Effect.annotateLogs({ queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts })
