@@ -51,9 +51,19 @@ export const runTable = (run: RunResult, every: number): string => {
     `${int(run.handled)} handled in ${run.seconds.toFixed(1)} s = ${int(run.handled / run.seconds)}/s${run.complete ? "" : " (duration ran out)"}\n${table(rows)}${tail}`
 }
 
-/** Bloated against clean by messages finished: the rate over each tenth of the messages, and what a claim scanned at its end. */
+/** A tenth of `n`, rounded down to 1, 2 or 5 times a power of ten. */
+const tenthOf = (n: number) => {
+  const raw = Math.max(1, n / 10)
+  const power = 10 ** Math.floor(Math.log10(raw))
+  return [5, 2, 1].map((m) => m * power).find((s) => s <= raw) ?? power
+}
+
+/**
+ * Bloated against clean by messages finished: the rate over each tenth of what the bloated run
+ * finished (rounded), and what a claim scanned at its end.
+ */
 export const progressTable = (clean: RunResult, bloated: RunResult): string => {
-  const step = settings.jobs / 10
+  const step = tenthOf(Math.min(settings.jobs, bloated.samples.at(-1)?.finished ?? settings.jobs))
   const rows = [["finished", "clean msg/s", "bloated msg/s", "ratio", "bloated queue dead", "claim buffers clean", "bloated", "claim ms clean", "bloated", "dead entries / claim"]]
   for (let k = 1; k <= 10; k++) {
     const rate = (r: RunResult) => {
@@ -69,7 +79,7 @@ export const progressTable = (clean: RunResult, bloated: RunResult): string => {
       cs?.claim.ms.toFixed(2) ?? "-", bs?.claim.ms.toFixed(2) ?? "-", int(bs?.claim.deadEntries)
     ])
   }
-  return `${bloated.adapter}: bloated / clean by messages finished (rate over each tenth; the claim sampled nearest its end)\n${table(rows)}`
+  return `${bloated.adapter}: bloated / clean by messages finished (the rate over each step; the claim sampled nearest its end)\n${table(rows)}`
 }
 
 /** Bloated against clean by elapsed minute, while both ran. */

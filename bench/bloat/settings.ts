@@ -12,7 +12,8 @@
  *   BLOAT_CHUNK          messages per bulk send call (default 1,000)
  *   BLOAT_INSTALL=1      npm install --prefix .tmp/peers graphile-worker@0.18 pg-boss@12 first
  *   BLOAT_LOG_DIR        worker output and results.json (default .tmp/bench-bloat/<time>)
- *   BLOAT_REPORT         a results.json: print its tables and exit (a long run stopped early too)
+ *   BLOAT_REPORT         a results.json: print its tables and exit (a long run stopped early too;
+ *                        with the BLOAT_JOBS, BLOAT_DURATION and BLOAT_SAMPLE that run had)
  */
 import { join } from "node:path"
 import { envInt, envMs, repoRoot } from "../chaos/lib.ts"
