@@ -51,7 +51,7 @@ export const runTable = (run: RunResult, every: number): string => {
     `${int(run.handled)} handled in ${run.seconds.toFixed(1)} s = ${int(run.handled / run.seconds)}/s${run.complete ? "" : " (duration ran out)"}\n${table(rows)}${tail}`
 }
 
-/** A tenth of `n`, rounded down to 1, 2 or 5 times a power of ten. */
+/** A tenth of `n`, rounded down to 1, 2 or 5 times a power of ten (10 to 25 steps over `n`). */
 const tenthOf = (n: number) => {
   const raw = Math.max(1, n / 10)
   const power = 10 ** Math.floor(Math.log10(raw))
@@ -65,7 +65,8 @@ const tenthOf = (n: number) => {
 export const progressTable = (clean: RunResult, bloated: RunResult): string => {
   const step = tenthOf(Math.min(settings.jobs, bloated.samples.at(-1)?.finished ?? settings.jobs))
   const rows = [["finished", "clean msg/s", "bloated msg/s", "ratio", "bloated queue dead", "claim buffers clean", "bloated", "claim ms clean", "bloated", "dead entries / claim"]]
-  for (let k = 1; k <= 10; k++) {
+  const last = Math.min(settings.jobs, bloated.samples.at(-1)?.finished ?? settings.jobs)
+  for (let k = 1; k * step <= last; k++) {
     const rate = (r: RunResult) => {
       const a = timeAt(r.samples, (k - 1) * step)
       const b = timeAt(r.samples, k * step)
