@@ -12,12 +12,17 @@ export interface PgSession {
 
 const pgModule = "pg"
 const pg = (await import(pgModule)).default as {
-  Client: new(options: { connectionString: string; application_name?: string }) => PgSession & { connect: () => Promise<void> }
+  Client: new(options: { connectionString: string; application_name?: string }) => PgSession & {
+    connect: () => Promise<void>
+    on: (event: "error", listener: (error: Error) => void) => void
+  }
 }
 
 /** Connect one session to `url` as `applicationName`. */
 export const connect = async (url: string, applicationName: string): Promise<PgSession> => {
   const client = new pg.Client({ connectionString: url, application_name: applicationName })
+  // A session the server ends (the server stopped on a signal) reports it on its next query, not as a crash.
+  client.on("error", () => undefined)
   await client.connect()
   return client
 }
