@@ -46,7 +46,7 @@ const statOf = (table: string, expression: string) =>
 const specs: Record<Adapter, AdapterSpec> = {
   "leasehold": {
     script: (buildDir, role) =>
-      role === "send" ? join(buildDir, "bench", "peers", "leasehold-send.js") : join(buildDir, "bench", "throughput", "leasehold-worker.js"),
+      role === "send" ? join(buildDir, "bench", "peers", "leasehold-send.js") : join(buildDir, "bench", "peers", "leasehold-worker.js"),
     tables: async () => [{ role: "queue", name: "leasehold.messages" }, { role: "history", name: "leasehold.attempts" }],
     // An ack deletes the message (and inserts its history row).
     finishedSql: (table) => statOf(table, "n_tup_del"),

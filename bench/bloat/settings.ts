@@ -10,7 +10,8 @@
  *                        a peer not installed under .tmp/peers is skipped)
  *   BLOAT_MODES          "clean,bloated" (default), or one of them
  *   BLOAT_CHUNK          messages per bulk send call (default 1,000)
- *   BLOAT_INSTALL=1      npm install --prefix .tmp/peers graphile-worker@0.18 pg-boss@12 first
+ *   PEERS_SKIP_INSTALL=1 use .tmp/peers as it is (else leasehold's tarball and the peers are
+ *                        installed first, as `npm run bench` does)
  *   BLOAT_LOG_DIR        worker output and results.json (default .tmp/bench-bloat/<time>)
  *   BLOAT_REPORT         a results.json: print its tables and exit (a long run stopped early too;
  *                        with the BLOAT_JOBS, BLOAT_DURATION and BLOAT_SAMPLE that run had)
@@ -46,7 +47,6 @@ export const settings = {
   adapters: checked("BLOAT_ADAPTERS", list("BLOAT_ADAPTERS", ADAPTERS.join(",")), ADAPTERS),
   modes: checked<Mode>("BLOAT_MODES", list("BLOAT_MODES", "clean,bloated"), ["clean", "bloated"]),
   chunk: Math.max(1, envInt("BLOAT_CHUNK", 1_000)),
-  install: process.env["BLOAT_INSTALL"] === "1",
   peersPrefix: join(repoRoot, ".tmp", "peers"),
   logDir: process.env["BLOAT_LOG_DIR"] ?? join(repoRoot, ".tmp", "bench-bloat", new Date().toISOString().replace(/[:.]/g, "-"))
 }

@@ -1,55 +1,40 @@
 /**
- * What `npm run bench:bloat` does before its runs: the peers installed under .tmp/peers (as
- * bench/peers does, with BLOAT_INSTALL=1; for the benchmark only), the adapter scripts compiled
- * with bench/peers/tsconfig.json (leasehold with the src/ it imports, as an application runs
- * dist/), and the header: code, machine, server settings, and what else was running.
+ * What `npm run bench:bloat` does before its runs: leasehold's tarball and the peers installed
+ * under .tmp/peers and the adapter scripts compiled into .tmp/peers/app, both as `npm run bench`
+ * does (bench/peers/install.ts; for the benchmark only), and the header: code, machine, server settings, and what else was running.
  */
 import { execFileSync } from "node:child_process"
-import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs"
 import { availableParallelism, cpus, loadavg, totalmem } from "node:os"
-import { join, relative } from "node:path"
-import { nodeBinary, repoRoot } from "../chaos/lib.ts"
+import { relative } from "node:path"
+import { repoRoot } from "../chaos/lib.ts"
 import { peerVersion } from "../peers/common.ts"
+import { appDir, prefix } from "../peers/config.ts"
+import { compile, install, leaseholdEntry } from "../peers/install.ts"
 import type { PgSession } from "./pg.ts"
 import { type Adapter, settings } from "./settings.ts"
 
-const peerSpecs: Partial<Record<Adapter, string>> = { "graphile-worker": "graphile-worker@0.18", "pg-boss": "pg-boss@12" }
-
-/** The adapters to run: leasehold and raw-pg always, a peer when installed under .tmp/peers. */
+/**
+ * The adapters to run, installed as `npm run bench` installs them (bench/peers/install.ts):
+ * leasehold's packed tarball with its Effect peers always, and the peers asked for (skipped with
+ * a message when their install fails). PEERS_SKIP_INSTALL=1 uses .tmp/peers as it is.
+ */
 export const availableAdapters = (log: (text: string) => void): Array<Adapter> => {
-  const peers = settings.adapters.filter((a) => peerSpecs[a] !== undefined)
-  if (settings.install && peers.length > 0) {
-    mkdirSync(settings.peersPrefix, { recursive: true })
-    const manifest = join(settings.peersPrefix, "package.json")
-    if (!existsSync(manifest)) writeFileSync(manifest, `${JSON.stringify({ name: "leasehold-bench-peers", private: true })}\n`)
-    execFileSync("npm", ["install", "--prefix", settings.peersPrefix, "--no-audit", "--no-fund", "--loglevel=error", ...peers.map((a) => peerSpecs[a]!)], {
-      cwd: settings.peersPrefix,
-      stdio: ["ignore", "inherit", "inherit"]
-    })
-  }
+  const present = install(settings.adapters)
   return settings.adapters.filter((a) => {
-    if (peerSpecs[a] === undefined || peerVersion(settings.peersPrefix, a) !== undefined) return true
-    log(`skipping ${a}: not installed under ${relative(repoRoot, settings.peersPrefix)} (npm install --prefix .tmp/peers ${peerSpecs[a]}, or BLOAT_INSTALL=1)`)
+    if (present.has(a)) return true
+    log(`skipping ${a}: not installed under ${relative(repoRoot, prefix)}`)
     return false
   })
 }
 
-/** Compile the adapter scripts into `<log dir>/build`; the folder. */
+/**
+ * The adapter scripts compiled as `npm run bench` compiles them, into .tmp/peers/app (leasehold
+ * imported by name from its tarball's dist/, never from src/); the folder.
+ */
 export const compileAdapters = (log: (text: string) => void): string => {
-  const buildDir = join(settings.logDir, "build")
-  rmSync(buildDir, { recursive: true, force: true })
-  mkdirSync(buildDir, { recursive: true })
-  try {
-    execFileSync(nodeBinary, [join(repoRoot, "node_modules", ".bin", "tsc"), "-p", join(repoRoot, "bench", "peers", "tsconfig.json"), "--outDir", buildDir], {
-      cwd: repoRoot,
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-  } catch (error) {
-    const e = error as { stdout?: Buffer; stderr?: Buffer }
-    log(`tsc reported errors; the emitted JavaScript runs anyway:\n${`${e.stdout ?? ""}${e.stderr ?? ""}`.trimEnd()}`)
-  }
-  writeFileSync(join(buildDir, "package.json"), `${JSON.stringify({ type: "module", private: true })}\n`)
-  return buildDir
+  const ms = compile()
+  log(`compiled the adapters into ${relative(repoRoot, appDir)} in ${(ms / 1000).toFixed(1)} s; leasehold is ${leaseholdEntry()}`)
+  return appDir
 }
 
 const git = (args: ReadonlyArray<string>) => execFileSync("git", args, { cwd: repoRoot, encoding: "utf8" }).trim()
@@ -80,7 +65,7 @@ export const headerLines = async (admin: PgSession, adapters: ReadonlyArray<Adap
     `PostgreSQL ${setting("server_version")} (embedded, durable): fsync=${setting("fsync")}, synchronous_commit=${setting("synchronous_commit")}, ` +
       `full_page_writes=${setting("full_page_writes")}, shared_buffers=${Math.round(Number(setting("shared_buffers")) * 8 / 1024)} MB, ` +
       `autovacuum=${setting("autovacuum")} (naptime ${setting("autovacuum_naptime")} s, scale factor ${setting("autovacuum_vacuum_scale_factor")})`,
-    `adapters: ${adapters.map((a) => (peerSpecs[a] === undefined ? a : `${a} ${peerVersion(settings.peersPrefix, a)}`)).join(", ")}`,
+    `adapters: ${adapters.map((a) => `${a} ${peerVersion(prefix, a) ?? ""}`.trim()).join(", ")}`,
     `per run: ${settings.jobs.toLocaleString("en-US")} messages bulk-sent, VACUUM ANALYZE, CHECKPOINT, then one worker at C=${settings.concurrency} until all ran ` +
       `or ${Math.round(settings.durationMs / 1000)} s; a sample every ${settings.sampleMs / 1000} s; bloated: a REPEATABLE READ transaction idle for the whole run ` +
       `(its snapshot taken by SELECT 1 FROM the queue table); clean and bloated alternate (the order flips per adapter)`
