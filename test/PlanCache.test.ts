@@ -42,7 +42,7 @@ layer(PgTest.storeLayer({ clock: "database", maxConnections: 1, leasePool: false
           return { generic: Number(found[0]!.generic_plans), custom: Number(found[0]!.custom_plans), name, params }
         }
         const claim = of("FOR UPDATE SKIP LOCKED")
-        const complete = of("unnest(")
+        const complete = of("unnest(a.id, a.token")
         console.log(`claim: ${claim.custom} custom, ${claim.generic} generic plans; finishing write: ${complete.custom} custom, ${complete.generic} generic`)
         for (const [name, p] of [["claim", claim], ["finishing write", complete]] as const) {
           assert.strictEqual(p.custom + p.generic, rounds, `${name}: every execution counted`)
