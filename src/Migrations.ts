@@ -15,6 +15,7 @@ import pauseAndCancel from "./migrations/0006_pause_and_cancel.ts"
 import schedulesAndUniqueKeys from "./migrations/0007_schedules_and_unique_keys.ts"
 import claimIndexOnly from "./migrations/0008_claim_index_only.ts"
 import flowControl from "./migrations/0009_flow_control.ts"
+import workflows from "./migrations/0010_workflows.ts"
 import { classify, type InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
 import * as Statements from "./pg/migrate.ts"
@@ -32,7 +33,8 @@ const all: ReadonlyArray<readonly [id: number, name: string, make: (schema: stri
   [6, "pause_and_cancel", pauseAndCancel],
   [7, "schedules_and_unique_keys", schedulesAndUniqueKeys],
   [8, "claim_index_only", claimIndexOnly],
-  [9, "flow_control", flowControl]
+  [9, "flow_control", flowControl],
+  [10, "workflows", workflows]
 ]
 
 /** The ids and names of every migration, in order: what a fully migrated schema has run. */
