@@ -7,7 +7,7 @@
  */
 import { assert, type Vitest } from "@effect/vitest"
 import { Cause, Effect, Exit, Option } from "effect"
-import { DurableDeferred, type Workflow, type WorkflowEngine } from "effect/workflow"
+import { DurableDeferred, type Workflow, WorkflowEngine } from "effect/workflow"
 import { waitFor } from "../support/Wait.ts"
 import * as W from "./workflows.ts"
 
@@ -107,6 +107,18 @@ export const behaviours = (it: It) => {
       const result = yield* pollUntil(W.Waits, executionId, complete)
       assert.isTrue(result._tag === "Complete" && Exit.isFailure(result.exit) && Cause.hasInterrupts(result.exit.cause))
       assert.isAtLeast(W.count(id, "finalizer"), 1)
+    }))
+
+  it.effect("interruptUnsafe: a run inside an activity that never ends is stopped and completes interrupted", () =>
+    Effect.gen(function*() {
+      const id = freshId("stuck")
+      const executionId = yield* W.Stuck.execute({ id }, { discard: true })
+      yield* waitFor("the activity to start", Effect.sync(() => W.count(id, "stuck") > 0 ? Option.some(true) : Option.none()))
+      const engine = yield* WorkflowEngine.WorkflowEngine
+      yield* engine.interruptUnsafe(W.Stuck, executionId)
+      const result = yield* pollUntil(W.Stuck, executionId, complete)
+      assert.isTrue(result._tag === "Complete" && Exit.isFailure(result.exit) && Cause.hasInterrupts(result.exit.cause))
+      assert.strictEqual(W.count(id, "stuck"), 1, "the activity is not started again")
     }))
 
   it.effect("resume: an execution suspended on failure runs again when resumed", () =>

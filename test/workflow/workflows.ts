@@ -52,6 +52,8 @@ export const Child = Workflow.make("Child", {
 export const Parent = Workflow.make("Parent", { payload, success: Schema.Number, idempotencyKey })
 /** Waits on `Never` with a finalizer: what an interrupt ends. */
 export const Waits = Workflow.make("Waits", { payload, success: Schema.Number, idempotencyKey })
+/** Stuck in an activity that never ends: what an unsafe interrupt stops. */
+export const Stuck = Workflow.make("Stuck", { payload, success: Schema.Number, idempotencyKey })
 /** Fails until its id is `ready`, suspended on failure: what `resume` brings back. */
 export const Fragile = Workflow.make("Fragile", { payload, success: Schema.Number, error: Schema.String, idempotencyKey })
   .annotate(Workflow.SuspendOnFailure, true)
@@ -113,6 +115,10 @@ const WaitsLive = Waits.toLayer(({ id }) =>
   })
 )
 
+const StuckLive = Stuck.toLayer(({ id }) =>
+  Activity.make({ name: "stuck", success: Schema.Number, execute: Effect.andThen(bump(id, "stuck"), Effect.never) })
+)
+
 const FragileLive = Fragile.toLayer(({ id }) =>
   Effect.suspend(() => ready.has(id) ? Effect.succeed(5) : Effect.fail("not ready"))
 )
@@ -127,5 +133,6 @@ export const WorkflowsLive = Layer.mergeAll(
   ChildLive,
   ParentLive,
   WaitsLive,
+  StuckLive,
   FragileLive
 )
