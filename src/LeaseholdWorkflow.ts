@@ -13,6 +13,7 @@ import { defaultSchema } from "./Migrations.ts"
 import type { InvalidInput } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
 import * as Sql from "./pg/workflow.ts"
+import * as WorkflowAdmin from "./workflow/admin.ts"
 import { encoded } from "./workflow/engine.ts"
 import { claimLoop } from "./workflow/runner.ts"
 import * as Signals from "./workflow/signals.ts"
@@ -59,3 +60,18 @@ export const make = (
 /** The engine as a layer: effect's `WorkflowEngine`, on leasehold's tables. */
 export const layer = (options: WorkflowOptions = {}): Layer.Layer<WorkflowEngine.WorkflowEngine, InvalidInput, SqlClient.SqlClient> =>
   Layer.effect(WorkflowEngine.WorkflowEngine, make(options))
+
+/** List executions (status, what each is suspended on, its clocks, counts): see `workflow/admin.ts`. */
+export const list = WorkflowAdmin.list
+
+/** The recorded activity attempts of one execution. */
+export const activities = WorkflowAdmin.activities
+
+/** Delete executions completed longer ago than `olderThan` (default 7 days). */
+export const prune = WorkflowAdmin.prune
+
+/** The statuses an execution can have. */
+export const statuses = WorkflowAdmin.statuses
+
+/** An execution as listed. */
+export type Execution = WorkflowAdmin.Execution

@@ -2,7 +2,8 @@
  * Migration 10: durable workflows (see docs/workflows.md).
  *
  * - `workflow_executions`: one row per execution, claimed like a message (`visible_at`,
- *   `lease_token`); `wake` and `interrupt` record what was heard while a run held it.
+ *   `lease_token`); `wake` and `interrupt` record what was heard while a run held it;
+ *   `suspended_on` what its last run suspended on (deferreds, children), for operators.
  * - `workflow_activities`: recorded activity results per attempt, written fenced.
  * - `workflow_deferreds`: deferred results, first writer wins (clocks fire into it).
  * - `workflow_clocks`: durable clocks and when they are due.
@@ -25,6 +26,7 @@ export default (schema: string) =>
                                    CHECK (status IN ('runnable', 'running', 'suspended', 'complete')),
       result           jsonb,
       failed           boolean     NOT NULL DEFAULT false,
+      suspended_on     jsonb,
       visible_at       timestamptz DEFAULT now(),
       lease_token      uuid,
       wake             smallint    NOT NULL DEFAULT 0 CHECK (wake BETWEEN 0 AND 2),

@@ -247,6 +247,8 @@ export interface Finish {
   readonly result: unknown
   readonly complete: boolean
   readonly failed: boolean
+  /** What a suspended run waited for (deferred names, child executions), shown to operators. */
+  readonly suspendedOn?: { readonly deferreds: ReadonlyArray<string>; readonly children: ReadonlyArray<string> } | undefined
 }
 
 /**
@@ -262,6 +264,7 @@ export const finish = (w: WorkflowSql, claimed: Claimed, outcome: Finish): Sql<b
       UPDATE ${w.executions} AS e SET
         result       = ${JSON.stringify(outcome.result)}::jsonb,
         failed       = ${outcome.failed},
+        suspended_on = ${outcome.suspendedOn === undefined ? null : JSON.stringify(outcome.suspendedOn)}::jsonb,
         lease_token  = NULL,
         status       = CASE WHEN ${outcome.complete} THEN 'complete'
                             WHEN e.wake = 2 OR (e.wake = 1 AND NOT ${outcome.failed}) THEN 'runnable'

@@ -60,7 +60,11 @@ const execute = (state: EngineState): WorkflowEngine.Encoded["execute"] => (work
     // Inside a workflow the child runs wherever it is claimed: the parent suspends until it is woken.
     if (options.parent !== undefined) {
       const now = yield* settled(state, key, true)
-      return (Option.isSome(now) ? now.value : new Workflow.Suspended({})) as never
+      if (Option.isSome(now)) return now.value as never
+      state.runs.get(keyOf(options.parent.workflow._tag, options.parent.executionId))?.awaiting.children.add(
+        `${key.workflow}/${key.executionId}`
+      )
+      return new Workflow.Suspended({}) as never
     }
     return (yield* awaitSettled(state, key, false)) as never
   })
@@ -122,7 +126,9 @@ export const encoded = (state: EngineState): WorkflowEngine.Encoded => ({
     Effect.gen(function*() {
       const instance = yield* WorkflowEngine.WorkflowInstance
       const exit = yield* statement(Sql.deferredResult(state.w, keyFor(instance.workflow, instance.executionId), deferred.name))
-      return exit === undefined ? Option.none() : Option.some(yield* Codec.decodeExit(exit))
+      if (exit !== undefined) return Option.some(yield* Codec.decodeExit(exit))
+      state.runs.get(keyOf(instance.workflow._tag, instance.executionId))?.awaiting.deferreds.add(deferred.name)
+      return Option.none()
     }),
   deferredDone: (options) =>
     Effect.gen(function*() {

@@ -66,7 +66,14 @@ const runOne = (
   Effect.gen(function*() {
     const key = keyOf(claimed.workflow, claimed.executionId)
     const instance = WorkflowEngine.WorkflowInstance.initial(entry.workflow, claimed.executionId)
-    const run: Run = { claimed, instance, fiber: undefined, interrupt: claimed.interrupt, lost: false }
+    const run: Run = {
+      claimed,
+      instance,
+      fiber: undefined,
+      interrupt: claimed.interrupt,
+      lost: false,
+      awaiting: { deferreds: new Set(), children: new Set() }
+    }
     state.runs.set(key, run)
     yield* Effect.addFinalizer(() => Effect.sync(() => state.runs.delete(key)))
     const renewer = yield* Effect.forkScoped(renew(state, run))
@@ -108,7 +115,11 @@ const settle = (state: EngineState, run: Run, exit: Exit.Exit<Workflow.Result<un
       yield* Scope.close(instance.scope, Exit.void)
     }
     const failed = result._tag === "Suspended" && result.failed === true
-    const held = yield* statement(Sql.finish(state.w, claimed, { result: yield* Codec.encodeResult(result), complete, failed }))
+    const suspendedOn = complete
+      ? undefined
+      : { deferreds: [...run.awaiting.deferreds], children: [...run.awaiting.children] }
+    const encoded = yield* Codec.encodeResult(result)
+    const held = yield* statement(Sql.finish(state.w, claimed, { result: encoded, complete, failed, suspendedOn }))
     if (!held) return yield* Effect.logWarning("leasehold workflow: lease lost before the result was written")
     yield* state.signals.publish(donePayload(claimed.workflow, claimed.executionId))
   })

@@ -31,6 +31,8 @@ export interface Run {
   interrupt: number
   /** Set when a renewal found the lease gone: the run is abandoned and writes nothing more. */
   lost: boolean
+  /** Deferred names this run found not done, and children it found not complete: what it suspends on. */
+  readonly awaiting: { readonly deferreds: Set<string>; readonly children: Set<string> }
 }
 
 /** The engine's settings, resolved. */
