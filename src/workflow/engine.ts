@@ -6,8 +6,9 @@
  *
  * @since 0.1.0
  */
-import { Duration, Effect, Fiber, Option, Schema } from "effect"
+import { Duration, Effect, Fiber, Metric, Option, Schema } from "effect"
 import { Workflow, WorkflowEngine } from "effect/workflow"
+import * as QueueMetrics from "../QueueMetrics.ts"
 import * as Sql from "../pg/workflow.ts"
 import * as Codec from "./codec.ts"
 import { donePayload } from "./signals.ts"
@@ -92,7 +93,7 @@ const activityExecute = (state: EngineState): WorkflowEngine.Encoded["activityEx
 const record = (state: EngineState, run: Run, name: string, attempt: number, result: Workflow.Result<unknown, unknown>) =>
   Effect.gen(function*() {
     const held = yield* statement(Sql.recordActivity(state.w, run.claimed, name, attempt, yield* Codec.encodeResult(result)))
-    if (held) return
+    if (held) return yield* Metric.update(QueueMetrics.workflowActivitiesRecorded, 1)
     run.lost = true
     run.instance.abandoned = true
     yield* Effect.logWarning("leasehold workflow: lease lost; activity result not recorded").pipe(

@@ -5,9 +5,10 @@
  *
  * @since 0.1.0
  */
-import { Context, Effect, Exit, Fiber, Schema, Scope } from "effect"
+import { Context, Effect, Exit, Fiber, Metric, Schema, Scope } from "effect"
 import { Workflow, WorkflowEngine } from "effect/workflow"
 import { isConnectionDead } from "../QueueError.ts"
+import * as QueueMetrics from "../QueueMetrics.ts"
 import * as Sql from "../pg/workflow.ts"
 import * as Codec from "./codec.ts"
 import { donePayload } from "./signals.ts"
@@ -75,7 +76,13 @@ const runOne = (
       awaiting: { deferreds: new Set(), children: new Set() }
     }
     state.runs.set(key, run)
-    yield* Effect.addFinalizer(() => Effect.sync(() => state.runs.delete(key)))
+    yield* Metric.update(QueueMetrics.workflowInFlight, state.runs.size)
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        state.runs.delete(key)
+        return Metric.update(QueueMetrics.workflowInFlight, state.runs.size)
+      })
+    )
     const renewer = yield* Effect.forkScoped(renew(state, run))
     yield* statement(Sql.fireClocks(state.w, claimed, Codec.voidExitJson))
     const payload = yield* decodePayload(entry.workflow, claimed.payload)
@@ -101,11 +108,11 @@ const runOne = (
 const settle = (state: EngineState, run: Run, exit: Exit.Exit<Workflow.Result<unknown, unknown>>) =>
   Effect.gen(function*() {
     const { claimed, instance } = run
-    if (run.lost) return yield* Effect.logWarning("leasehold workflow: lease lost; the run wrote nothing more")
+    if (run.lost) return yield* lost("leasehold workflow: lease lost; the run wrote nothing more")
     if (Exit.isFailure(exit)) {
       // Interrupted without a result (shutdown, an unsafe interrupt) or a defect not captured.
       yield* statement(Sql.release(state.w, claimed, Exit.hasInterrupts(exit) ? 0 : DEFECT_DELAY_MS))
-      return
+      return yield* Metric.update(QueueMetrics.workflowRunsBy("released"), 1)
     }
     const result = exit.value
     const complete = result._tag === "Complete"
@@ -120,9 +127,14 @@ const settle = (state: EngineState, run: Run, exit: Exit.Exit<Workflow.Result<un
       : { deferreds: [...run.awaiting.deferreds], children: [...run.awaiting.children] }
     const encoded = yield* Codec.encodeResult(result)
     const held = yield* statement(Sql.finish(state.w, claimed, { result: encoded, complete, failed, suspendedOn }))
-    if (!held) return yield* Effect.logWarning("leasehold workflow: lease lost before the result was written")
+    if (!held) return yield* lost("leasehold workflow: lease lost before the result was written")
+    yield* Metric.update(QueueMetrics.workflowRunsBy(complete ? "complete" : "suspended"), 1)
     yield* state.signals.publish(donePayload(claimed.workflow, claimed.executionId))
   })
+
+/** A run that found its lease gone: said, and counted. */
+const lost = (message: string) =>
+  Effect.andThen(Effect.logWarning(message), Metric.update(QueueMetrics.workflowRunsBy("lost"), 1))
 
 /**
  * The renewer: every lease/3, extend the lease fenced by token. A lost lease (no row) abandons the

@@ -1,13 +1,14 @@
 /**
  * Operating workflows on PostgreSQL (leasehold's engine in-process): executions listed with their
  * status and what they are suspended on (a deferred, a clock), an execution's recorded activity
- * attempts with their outcomes, and pruning of finished executions only.
+ * attempts with their outcomes, the workflow metrics, and pruning of finished executions only.
  */
 import { assert, layer } from "@effect/vitest"
-import { Effect, Layer, Option } from "effect"
+import { Effect, Layer, Metric, Option } from "effect"
 import { SqlClient } from "effect/sql"
 import * as LeaseholdWorkflow from "../../src/LeaseholdWorkflow.ts"
 import * as Migrations from "../../src/Migrations.ts"
+import * as QueueMetrics from "../../src/QueueMetrics.ts"
 import * as PgTest from "../support/PgTest.ts"
 import { waitFor } from "../support/Wait.ts"
 import * as W from "./workflows.ts"
@@ -19,6 +20,15 @@ const Engine = LeaseholdWorkflow.layer({ schema, pollInterval: "200 millis", lea
   Layer.provideMerge(PgTest.clientLayer())
 )
 
+const count = (metric: Metric.Metric<number, Metric.CounterState<number>>) =>
+  Effect.map(Metric.value(metric), (state) => Number(state.count))
+
+const metrics = Effect.all({
+  recorded: count(QueueMetrics.workflowActivitiesRecorded),
+  complete: count(QueueMetrics.workflowRunsBy("complete")),
+  suspended: count(QueueMetrics.workflowRunsBy("suspended"))
+})
+
 const listed = (workflow: string, executionId: string) =>
   Effect.map(LeaseholdWorkflow.list({ schema, workflow }), (rows) => rows.find((r) => r.execution_id === executionId))
 
@@ -26,6 +36,7 @@ layer(W.WorkflowsLive.pipe(Layer.provideMerge(Engine)), { excludeTestServices: t
   it.effect("list shows status and what an execution is suspended on; activities show attempts", () =>
     Effect.gen(function*() {
       const id = `op-${Date.now()}`
+      const before = yield* metrics
       const chain = yield* W.Chain.execute({ id }, { discard: true })
       const waiting = yield* waitFor("Chain to suspend", Effect.map(listed("Chain", chain), (row) =>
         Option.filter(Option.fromNullishOr(row), (r) => r.status === "suspended")))
@@ -34,17 +45,21 @@ layer(W.WorkflowsLive.pipe(Layer.provideMerge(Engine)), { excludeTestServices: t
       assert.isFalse(waiting.held)
       assert.isNull(waiting.next_run_at, "nothing due: it holds nothing and waits to be woken")
 
-      const nap = yield* W.Nap.execute({ id: `${id}-nap` }, { discard: true })
-      const sleeping = yield* waitFor("Nap to suspend", Effect.map(listed("Nap", nap), (row) =>
-        Option.filter(Option.fromNullishOr(row), (r) => r.status === "suspended")))
-      assert.deepStrictEqual((sleeping.clocks as Array<{ name: string }>).map((c) => c.name), ["DurableClock/nap"])
-      assert.isNotNull(sleeping.next_run_at, "visible again at its clock")
-
       const doomed = yield* W.Doomed.execute({ id: `${id}-doomed` }, { discard: true })
       yield* waitFor("Doomed to complete", Effect.map(listed("Doomed", doomed), (row) =>
         Option.filter(Option.fromNullishOr(row), (r) => r.status === "complete")))
       const attempts = yield* LeaseholdWorkflow.activities({ schema, workflow: "Doomed", executionId: doomed })
       assert.deepStrictEqual(attempts.map((a) => [a.activity, a.attempt, a.outcome]), [["doomed", 1, "failure"], ["doomed", 2, "failure"]])
+      const after = yield* metrics
+      assert.strictEqual(after.recorded - before.recorded, 3, "Chain's a and Doomed's two attempts")
+      assert.strictEqual(after.complete - before.complete, 1, "Doomed")
+      assert.strictEqual(after.suspended - before.suspended, 1, "Chain, suspended on its deferred")
+
+      const nap = yield* W.Nap.execute({ id: `${id}-nap` }, { discard: true })
+      const sleeping = yield* waitFor("Nap to suspend", Effect.map(listed("Nap", nap), (row) =>
+        Option.filter(Option.fromNullishOr(row), (r) => r.status === "suspended")))
+      assert.deepStrictEqual((sleeping.clocks as Array<{ name: string }>).map((c) => c.name), ["DurableClock/nap"])
+      assert.isNotNull(sleeping.next_run_at, "visible again at its clock")
     }))
 
   it.effect("prune deletes finished executions older than the bound, with what they recorded, and nothing else", () =>
