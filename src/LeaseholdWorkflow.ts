@@ -15,6 +15,7 @@ import * as Validate from "./internal/validate.ts"
 import * as Sql from "./pg/workflow.ts"
 import * as WorkflowAdmin from "./workflow/admin.ts"
 import { encoded } from "./workflow/engine.ts"
+import * as Transactional from "./workflow/transactional.ts"
 import { claimLoop } from "./workflow/runner.ts"
 import * as Signals from "./workflow/signals.ts"
 import type { EngineState } from "./workflow/state.ts"
@@ -60,6 +61,14 @@ export const make = (
 /** The engine as a layer: effect's `WorkflowEngine`, on leasehold's tables. */
 export const layer = (options: WorkflowOptions = {}): Layer.Layer<WorkflowEngine.WorkflowEngine, InvalidInput, SqlClient.SqlClient> =>
   Layer.effect(WorkflowEngine.WorkflowEngine, make(options))
+
+/**
+ * Mark an activity exactly-once for its writes to the engine's database:
+ * `activity.annotate(LeaseholdWorkflow.WithTransaction, true)`. Its writes and its recorded result
+ * commit in one transaction, the execution locked by its lease token first (the same key as
+ * effect's `ClusterSchema.WithTransaction`).
+ */
+export const WithTransaction = Transactional.WithTransaction
 
 /** List executions (status, what each is suspended on, its clocks, counts): see `workflow/admin.ts`. */
 export const list = WorkflowAdmin.list

@@ -317,3 +317,16 @@ export const release = (w: WorkflowSql, claimed: Claimed, delayMs: number): Sql<
       RETURNING 1
     )
     SELECT count(pg_notify(${w.channel}, 'run')) FROM released`.pipe(Effect.asVoid)
+
+/**
+ * Lock the held execution by its token (`FOR UPDATE`), inside a transactional activity's
+ * transaction: the fence taken before the activity's writes, as the commit step locks a message.
+ * False: the lease is gone, and the transaction must roll back. Claims skip the locked row and a
+ * renewal waits for it, so nobody takes the execution while the writes run.
+ */
+export const lockHeld = (w: WorkflowSql, claimed: Claimed): Sql<boolean> =>
+  w.sql<{ held: number }>`
+    SELECT 1 AS held FROM ${w.executions}
+    WHERE workflow = ${claimed.workflow} AND execution_id = ${claimed.executionId}
+      AND lease_token = ${claimed.token}::uuid
+    FOR UPDATE`.pipe(Effect.map((rows) => rows.length > 0))

@@ -6,13 +6,14 @@
  *
  * @since 0.1.0
  */
-import { Duration, Effect, Fiber, Metric, Option, Schema } from "effect"
+import { Context, Duration, Effect, Fiber, Metric, Option, Schema } from "effect"
 import { Workflow, WorkflowEngine } from "effect/workflow"
 import * as QueueMetrics from "../QueueMetrics.ts"
 import * as Sql from "../pg/workflow.ts"
 import * as Codec from "./codec.ts"
 import { donePayload } from "./signals.ts"
 import { type EngineState, keyOf, type Run, statement } from "./state.ts"
+import { runTransactional, WithTransaction } from "./transactional.ts"
 
 const keyFor = (workflow: Workflow.Any, executionId: string): Sql.Key => ({ workflow: workflow._tag, executionId })
 
@@ -81,10 +82,19 @@ const activityExecute = (state: EngineState): WorkflowEngine.Encoded["activityEx
     if (run.interrupt > 0 && !instance.interrupted) return new Workflow.Suspended({})
     const activityInstance = WorkflowEngine.WorkflowInstance.initial(instance.workflow, instance.executionId)
     activityInstance.interrupted = instance.interrupted
-    const result = yield* activity.executeEncoded.pipe(
+    const execute = activity.executeEncoded.pipe(
       Workflow.intoResult,
       Effect.provideService(WorkflowEngine.WorkflowInstance, activityInstance)
     )
+    if (Context.get(activity.annotations, WithTransaction)) {
+      const outcome = yield* runTransactional(state, run, activity.name, attempt, execute)
+      if (outcome === "lost") return yield* abandon(run, activity.name)
+      // Committed with its record; or a failed attempt, rolled back, recorded below.
+      if (outcome._tag === "Complete" && outcome.exit._tag === "Success") return outcome
+      yield* record(state, run, activity.name, attempt, outcome)
+      return outcome
+    }
+    const result = yield* execute
     if (result._tag === "Complete") yield* record(state, run, activity.name, attempt, result)
     return result
   })
@@ -94,10 +104,16 @@ const record = (state: EngineState, run: Run, name: string, attempt: number, res
   Effect.gen(function*() {
     const held = yield* statement(Sql.recordActivity(state.w, run.claimed, name, attempt, yield* Codec.encodeResult(result)))
     if (held) return yield* Metric.update(QueueMetrics.workflowActivitiesRecorded, 1)
+    return yield* abandon(run, name)
+  })
+
+/** The lease is gone: the run is abandoned (it writes nothing more) and stops. */
+const abandon = (run: Run, activity: string) =>
+  Effect.gen(function*() {
     run.lost = true
     run.instance.abandoned = true
     yield* Effect.logWarning("leasehold workflow: lease lost; activity result not recorded").pipe(
-      Effect.annotateLogs({ workflow: run.claimed.workflow, executionId: run.claimed.executionId, activity: name })
+      Effect.annotateLogs({ workflow: run.claimed.workflow, executionId: run.claimed.executionId, activity })
     )
     return yield* Effect.interrupt
   })

@@ -58,7 +58,7 @@ export const keyOf = (workflow: string, executionId: string): string => `${workf
  * A statement of the engine: retried while its connection is dead (the pool reconnects), a
  * defect otherwise, since effect's `Encoded` operations have no error channel.
  */
-export const statement = <A>(effect: Effect.Effect<A, SqlError.SqlError>): Effect.Effect<A> =>
+export const statement = <A, R = never>(effect: Effect.Effect<A, SqlError.SqlError, R>): Effect.Effect<A, never, R> =>
   effect.pipe(
     Effect.retry({ while: isConnectionDead, schedule: Schedule.exponential(100, 2), times: 8 }),
     Effect.orDie
