@@ -68,6 +68,22 @@ export const reaped = Metric.counter("leasehold_messages_reaped", { description:
 /** Schedule slots this process fired (one message each); slots another worker fired first are not counted. */
 export const schedulesFired = Metric.counter("leasehold_schedule_slots_fired", { description: "Schedule slots fired by this process" })
 
+/**
+ * Workflow runs this process finished, by `outcome`: `complete`, `suspended` (a sleep, a deferred,
+ * a child, a failure it suspends on), `released` (stopped without a result: shutdown, an unsafe
+ * interrupt, a defect), `lost` (its lease was gone: it wrote nothing more).
+ */
+export const workflowRuns = Metric.counter("leasehold_workflow_runs", { description: "Workflow runs finished, by outcome" })
+/** {@link workflowRuns} with its outcome attribute. */
+export const workflowRunsBy = (outcome: "complete" | "suspended" | "released" | "lost") =>
+  Metric.withAttributes(workflowRuns, { outcome })
+/** Workflow activity results this process recorded (fenced; a replayed result is not counted again). */
+export const workflowActivitiesRecorded = Metric.counter("leasehold_workflow_activities_recorded", {
+  description: "Workflow activity results recorded"
+})
+/** Workflow executions this process holds (runs under way). */
+export const workflowInFlight = Metric.gauge("leasehold_workflow_in_flight", { description: "Workflow runs under way in this process" })
+
 // ---------------------------------------------------------------------------
 // Per queue and task. The series above without attributes are the totals of the process
 // (kept as they were); the families below carry `queue` and `task` (bounded: see

@@ -4,14 +4,14 @@
  * command's flags before its handler runs, so a bad one is refused (exit 2,
  * naming the flag and the rule) before anything connects; unknown flags are
  * refused too. Only `migrate`, `send`, `dead-letters redrive`, `dead-letters purge`,
- * `queues pause|resume`, `cancel`, `schedules trigger`, `schedules remove` and
+ * `queues pause|resume`, `cancel`, `schedules trigger`, `schedules remove`, `workflows prune` and
  * `limits set|clear|weight` may migrate the schema; the read-only commands work with a read-only role, and on
  * a schema not (fully) migrated they fail with
  * `SchemaNotMigrated` (exit 1). Message ids that match nothing fail with
  * `UnknownIds` (exit 1), schedule keys that match nothing with `UnknownSchedule` (exit 1).
  *
  * The commands are grouped by what they act on: messages.ts (send, get, messages, attempts,
- * cancel), queues.ts (stats, queues), deadLetters.ts, schedules.ts, limits.ts (limits, flow), serve.ts; they share the
+ * cancel), queues.ts (stats, queues), deadLetters.ts, schedules.ts, limits.ts (limits, flow), workflows.ts, serve.ts; they share the
  * checked flags of args.ts, the connection of connect.ts, the failures of errors.ts and the
  * printing of output.ts. No command writes SQL of its own: each asks the store's operations.
  */
@@ -26,6 +26,7 @@ import { attempts, cancel, get, messages, send } from "./messages.ts"
 import { queues, stats } from "./queues.ts"
 import { schedules } from "./schedules.ts"
 import { serve } from "./serve.ts"
+import { workflows } from "./workflows.ts"
 
 export { SchemaNotMigrated, UnknownIds, UnknownQueues, UnknownSchedule } from "./errors.ts"
 
@@ -58,7 +59,7 @@ export const leasehold = Command.make("leasehold").pipe(
   Command.withDescription(
     "Operate leasehold queues. Connects with LEASEHOLD_DATABASE_URL (required); tables in LEASEHOLD_SCHEMA (default leasehold)"
   ),
-  Command.withSubcommands([migrate, send, stats, get, messages, attempts, deadLetters, queues, cancel, schedules, limits, flow, serve])
+  Command.withSubcommands([migrate, send, stats, get, messages, attempts, deadLetters, queues, cancel, schedules, limits, flow, workflows, serve])
 )
 
 // ---------------------------------------------------------------------------

@@ -1,0 +1,29 @@
+/**
+ * A runner process of the workflow chaos run (bench/workflow/chaos.ts): leasehold's workflow engine
+ * on `LEASEHOLD_SCHEMA` (lease `BENCH_WF_LEASE_MS`, default 5000; 16 runs at once) running the `Chaos` workflow.
+ * Prints `READY` once registered.
+ */
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import { Effect, Layer } from "effect"
+import * as LeaseholdWorkflow from "../../src/LeaseholdWorkflow.ts"
+import * as QueueConfig from "../../src/QueueConfig.ts"
+import { chaosLayer } from "./chaosWorkflow.ts"
+
+const schema = process.env["LEASEHOLD_SCHEMA"] ?? "leasehold"
+
+const Pg = QueueConfig.pgLayerFromEnv({ applicationName: "leasehold-workflow-bench", maxConnections: 6 })
+
+const Ready = Layer.effectDiscard(Effect.sync(() => process.stdout.write("READY\n")))
+
+const Runner = Ready.pipe(
+  Layer.provideMerge(chaosLayer(schema)),
+  Layer.provideMerge(LeaseholdWorkflow.layer({
+    schema,
+    lease: Number(process.env["BENCH_WF_LEASE_MS"] ?? 5_000),
+    concurrency: 16,
+    pollInterval: "250 millis"
+  })),
+  Layer.provideMerge(Pg)
+)
+
+Layer.launch(Runner).pipe(NodeRuntime.runMain)

@@ -1,0 +1,86 @@
+/**
+ * leasehold as the engine of effect's `effect/workflow`: `make` builds effect's `WorkflowEngine`
+ * service on PostgreSQL (docs/workflows.md), `layer` provides it. Each execution is a row held by a
+ * fenced lease; activity results are recorded fenced and replayed, not re-run; sleeps and deferreds
+ * hold no lease; a dead runner's execution resumes on another within the lease.
+ *
+ * @since 0.1.0
+ */
+import { type Duration, Effect, Layer, type Scope } from "effect"
+import { SqlClient } from "effect/sql"
+import { WorkflowEngine } from "effect/workflow"
+import { defaultSchema } from "./Migrations.ts"
+import type { InvalidInput } from "./QueueError.ts"
+import * as Validate from "./internal/validate.ts"
+import * as Sql from "./pg/workflow.ts"
+import * as WorkflowAdmin from "./workflow/admin.ts"
+import { encoded } from "./workflow/engine.ts"
+import * as Transactional from "./workflow/transactional.ts"
+import { claimLoop } from "./workflow/runner.ts"
+import * as Signals from "./workflow/signals.ts"
+import type { EngineState } from "./workflow/state.ts"
+
+/** How the engine runs. */
+export interface WorkflowOptions {
+  /** The schema of leasehold's tables (migrated, migration 11 or later). Default `leasehold`. */
+  readonly schema?: string | undefined
+  /** How long a run holds its execution between renewals (renewed every lease/3). Default 10 seconds. */
+  readonly lease?: Duration.Input | undefined
+  /** The longest a runner or a waiting caller goes without looking (NOTIFY usually comes first). Default 1 second. */
+  readonly pollInterval?: Duration.Input | undefined
+  /** How many executions this process runs at once. Default 32. */
+  readonly concurrency?: number | undefined
+}
+
+/**
+ * Build the engine: the `WorkflowEngine` service, and this process's runner (claiming executions of
+ * the workflows registered with it) forked into the scope. Needs a `SqlClient` (and a `PgClient` for
+ * LISTEN; without one, everything polls).
+ */
+export const make = (
+  options: WorkflowOptions = {}
+): Effect.Effect<WorkflowEngine.WorkflowEngine["Service"], InvalidInput, SqlClient.SqlClient | Scope.Scope> =>
+  Effect.gen(function*() {
+    const schema = yield* Validate.schemaName(options.schema ?? defaultSchema)
+    const leaseMs = yield* Validate.durationMs("lease", options.lease ?? "10 seconds", { min: 30 })
+    const pollMs = yield* Validate.durationMs("pollInterval", options.pollInterval ?? "1 second", { min: 1 })
+    const concurrency = yield* Validate.positiveInt("concurrency", options.concurrency ?? 32, 10_000)
+    const w = Sql.make(yield* SqlClient.SqlClient, schema)
+    const state: EngineState = {
+      w,
+      settings: { leaseMs, pollMs, concurrency },
+      registry: new Map(),
+      runs: new Map(),
+      signals: yield* Signals.make(w.channel)
+    }
+    const engine = WorkflowEngine.makeUnsafe(encoded(state))
+    yield* Effect.forkScoped(claimLoop(state, engine))
+    return engine
+  })
+
+/** The engine as a layer: effect's `WorkflowEngine`, on leasehold's tables. */
+export const layer = (options: WorkflowOptions = {}): Layer.Layer<WorkflowEngine.WorkflowEngine, InvalidInput, SqlClient.SqlClient> =>
+  Layer.effect(WorkflowEngine.WorkflowEngine, make(options))
+
+/**
+ * Mark an activity exactly-once for its writes to the engine's database:
+ * `activity.annotate(LeaseholdWorkflow.WithTransaction, true)`. Its writes and its recorded result
+ * commit in one transaction, the execution locked by its lease token first (the same key as
+ * effect's `ClusterSchema.WithTransaction`).
+ */
+export const WithTransaction = Transactional.WithTransaction
+
+/** List executions (status, what each is suspended on, its clocks, counts): see `workflow/admin.ts`. */
+export const list = WorkflowAdmin.list
+
+/** The recorded activity attempts of one execution. */
+export const activities = WorkflowAdmin.activities
+
+/** Delete executions completed longer ago than `olderThan` (default 7 days). */
+export const prune = WorkflowAdmin.prune
+
+/** The statuses an execution can have. */
+export const statuses = WorkflowAdmin.statuses
+
+/** An execution as listed. */
+export type Execution = WorkflowAdmin.Execution

@@ -1,0 +1,102 @@
+/**
+ * The operator's statements on workflow executions (docs/workflows.md): list them with what they
+ * are suspended on, show an execution's recorded activities, prune finished ones. Read-only but
+ * for the prune; none takes a lease.
+ *
+ * @since 0.1.0
+ */
+import { Effect } from "effect"
+import type { SqlError } from "effect/sql"
+import type { Key, WorkflowSql } from "./workflow.ts"
+
+/** One execution as an operator sees it. */
+export interface ExecutionRow {
+  readonly workflow: string
+  readonly execution_id: string
+  readonly status: string
+  readonly failed: boolean
+  readonly held: boolean
+  readonly suspended_on: unknown
+  readonly clocks: unknown
+  readonly parent: string | null
+  readonly runs: number
+  readonly activities: number
+  readonly next_run_at: Date | null
+  readonly created_at: Date
+  readonly completed_at: Date | null
+}
+
+/** Which executions to list. */
+export interface ListFilter {
+  readonly workflow?: string | undefined
+  readonly status?: string | undefined
+  readonly limit: number
+}
+
+/**
+ * Executions, newest first, filtered by workflow and status (null parameters match all): with
+ * their unfired clocks and how many activity results they recorded, read per listed row only.
+ */
+export const list = (w: WorkflowSql, filter: ListFilter): Effect.Effect<ReadonlyArray<ExecutionRow>, SqlError.SqlError> =>
+  w.sql<ExecutionRow>`
+    SELECT e.workflow, e.execution_id, e.status, e.failed, e.lease_token IS NOT NULL AS held, e.suspended_on,
+           (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.name, 'due_at', c.due_at) ORDER BY c.due_at), '[]')
+            FROM ${w.clocks} c
+            WHERE c.workflow = e.workflow AND c.execution_id = e.execution_id
+              AND NOT EXISTS (SELECT 1 FROM ${w.deferreds} d
+                              WHERE d.workflow = c.workflow AND d.execution_id = c.execution_id AND d.name = c.name)) AS clocks,
+           CASE WHEN e.parent_workflow IS NOT NULL THEN e.parent_workflow || '/' || e.parent_execution END AS parent,
+           e.runs,
+           (SELECT count(*)::int FROM ${w.activities} a
+            WHERE a.workflow = e.workflow AND a.execution_id = e.execution_id) AS activities,
+           e.visible_at AS next_run_at, e.created_at, e.completed_at
+    FROM ${w.executions} e
+    WHERE (${filter.workflow ?? null}::text IS NULL OR e.workflow = ${filter.workflow ?? null})
+      AND (${filter.status ?? null}::text IS NULL OR e.status = ${filter.status ?? null})
+    ORDER BY e.created_at DESC
+    LIMIT ${filter.limit}`
+
+/** One recorded activity attempt: how it ended (`success`, `failure`, `defect`) and when. */
+export interface ActivityRow {
+  readonly activity: string
+  readonly attempt: number
+  readonly outcome: string
+  readonly recorded_at: Date
+}
+
+/**
+ * An execution's recorded activity attempts, in the order they were recorded; the outcome read
+ * from the stored `Workflow.Result` JSON (a failed exit's cause holds `Fail` or `Die` reasons).
+ */
+export const activities = (w: WorkflowSql, key: Key): Effect.Effect<ReadonlyArray<ActivityRow>, SqlError.SqlError> =>
+  w.sql<ActivityRow>`
+    SELECT activity, attempt,
+           CASE WHEN result #>> '{exit,_tag}' = 'Success' THEN 'success'
+                WHEN jsonb_path_exists(result, '$.exit.cause[*] ? (@._tag == "Fail")') THEN 'failure'
+                ELSE 'defect' END AS outcome,
+           recorded_at
+    FROM ${w.activities}
+    WHERE workflow = ${key.workflow} AND execution_id = ${key.executionId}
+    ORDER BY recorded_at, activity, attempt`
+
+/**
+ * Delete up to `limit` executions completed more than `olderThanMs` ago, oldest first, with their
+ * deferreds (their activities and clocks go by cascade); a batch per call keeps each statement short.
+ */
+export const prune = (w: WorkflowSql, olderThanMs: number, limit: number): Effect.Effect<number, SqlError.SqlError> =>
+  w.sql<{ pruned: number }>`
+    WITH gone AS (
+      DELETE FROM ${w.executions} e
+      WHERE (e.workflow, e.execution_id) IN (
+        SELECT workflow, execution_id FROM ${w.executions}
+        WHERE completed_at < now() - ${olderThanMs}::bigint * interval '1 millisecond'
+        ORDER BY completed_at
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED
+      )
+      RETURNING e.workflow, e.execution_id
+    ), deferreds AS (
+      DELETE FROM ${w.deferreds} d USING gone
+      WHERE d.workflow = gone.workflow AND d.execution_id = gone.execution_id
+    )
+    SELECT count(*)::int AS pruned FROM gone`.pipe(Effect.map((rows) => rows[0]?.pruned ?? 0))

@@ -1,0 +1,75 @@
+/**
+ * What operators read and prune of workflow executions, store-shaped: the CLI (`leasehold
+ * workflows`) and applications call these with a `SqlClient` in context.
+ *
+ * @since 0.1.0
+ */
+import { type Duration, Effect } from "effect"
+import { SqlClient } from "effect/sql"
+import { defaultSchema } from "../Migrations.ts"
+import { classify, type InvalidInput, type StoreError } from "../QueueError.ts"
+import * as Validate from "../internal/validate.ts"
+import * as Admin from "../pg/workflowAdmin.ts"
+import * as Sql from "../pg/workflow.ts"
+
+/** The statuses an execution can have. */
+export const statuses = ["runnable", "running", "suspended", "complete"] as const
+
+/** An execution as listed: status, what it is suspended on, its clocks, counts and times. */
+export type Execution = Admin.ExecutionRow
+
+/** A recorded activity attempt. */
+export type RecordedActivity = Admin.ActivityRow
+
+const statementsFor = (schema: string | undefined) =>
+  Effect.gen(function*() {
+    const validated = yield* Validate.schemaName(schema ?? defaultSchema)
+    return Sql.make(yield* SqlClient.SqlClient, validated)
+  })
+
+/** List executions, newest first (at most `limit`, default 100), by workflow and status. */
+export const list = (options: {
+  readonly schema?: string | undefined
+  readonly workflow?: string | undefined
+  readonly status?: string | undefined
+  readonly limit?: number | undefined
+} = {}): Effect.Effect<ReadonlyArray<Execution>, InvalidInput | StoreError, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const w = yield* statementsFor(options.schema)
+    const limit = yield* Validate.positiveInt("limit", options.limit ?? 100, 10_000)
+    return yield* Admin.list(w, { workflow: options.workflow, status: options.status, limit }).pipe(classify("workflows.list"))
+  })
+
+/** The recorded activity attempts of one execution. */
+export const activities = (options: {
+  readonly schema?: string | undefined
+  readonly workflow: string
+  readonly executionId: string
+}): Effect.Effect<ReadonlyArray<RecordedActivity>, InvalidInput | StoreError, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const w = yield* statementsFor(options.schema)
+    return yield* Admin.activities(w, { workflow: options.workflow, executionId: options.executionId }).pipe(
+      classify("workflows.activities")
+    )
+  })
+
+/**
+ * Delete executions completed more than `olderThan` ago (default 7 days), in batches of `batch`
+ * (default 1,000) until none is left; returns how many went.
+ */
+export const prune = (options: {
+  readonly schema?: string | undefined
+  readonly olderThan?: Duration.Input | undefined
+  readonly batch?: number | undefined
+} = {}): Effect.Effect<number, InvalidInput | StoreError, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const w = yield* statementsFor(options.schema)
+    const olderThanMs = yield* Validate.durationMs("olderThan", options.olderThan ?? "7 days", { min: 0 })
+    const batch = yield* Validate.positiveInt("batch", options.batch ?? 1_000, 100_000)
+    let total = 0
+    while (true) {
+      const pruned = yield* Admin.prune(w, olderThanMs, batch).pipe(classify("workflows.prune"))
+      total += pruned
+      if (pruned < batch) return total
+    }
+  })
