@@ -10,7 +10,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { type PostgresServer, startPostgres } from "../../dev/EmbeddedPostgres.ts"
-import { endLogs, live, stopOnSignal, stopProcess } from "../support/orchestrator.ts"
+import { stopOnSignal, runAsProcess, shutDown } from "../support/orchestrator.ts"
 import { connect, type PgSession } from "./pg.ts"
 import { minuteTable, progressTable, runTable, summaryTable } from "./report.ts"
 import { type RunResult, runOne } from "./runOne.ts"
@@ -81,17 +81,8 @@ const main = async (): Promise<number> => {
     console.log(failures.length === 0 ? "DONE" : "FAIL")
     return failures.length === 0 ? 0 : 1
   } finally {
-    for (const p of [...live]) await stopProcess(p, 5_000)
-    await admin?.end().catch(() => undefined)
-    await server?.destroy().catch(() => undefined)
-    await endLogs()
+    await shutDown(admin, server)
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  (error) => {
-    console.error(`bench:bloat: ${error instanceof Error ? error.stack ?? error.message : String(error)}`)
-    process.exit(1)
-  }
-)
+runAsProcess("bench:bloat", main)

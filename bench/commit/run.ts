@@ -56,11 +56,9 @@ import {
   countOf,
   cpuSeconds,
   dropSchema,
-  endLogs,
   fmtPct,
   fmtRate,
   handledOrBudget,
-  live,
   median,
   openAdmin,
   type Proc,
@@ -69,7 +67,9 @@ import {
   startProcess,
   stopOnSignal,
   stopProcess,
-  whenEmpty
+  whenEmpty,
+  runAsProcess,
+  shutDown
 } from "../support/orchestrator.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
 import { envInt, envMs, nodeBinary, repoRoot, sleep, table } from "../chaos/lib.ts"
@@ -564,17 +564,8 @@ const main = async (): Promise<number> => {
     console.log(dishonest.length === 0 ? "DONE" : "FAIL")
     return dishonest.length === 0 ? 0 : 1
   } finally {
-    for (const p of [...live]) await stopProcess(p, 5_000)
-    await admin?.dispose().catch(() => undefined)
-    await server?.destroy().catch(() => undefined)
-    await endLogs()
+    await shutDown(admin, server)
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  (error) => {
-    console.error(`bench:commit: ${error instanceof Error ? error.stack ?? error.message : String(error)}`)
-    process.exit(1)
-  }
-)
+runAsProcess("bench:commit", main)

@@ -55,7 +55,7 @@ import { writeFileSync } from "node:fs"
 import { relative } from "node:path"
 import { type PostgresServer, startPostgres } from "../../dev/EmbeddedPostgres.ts"
 import { repoRoot } from "../chaos/lib.ts"
-import { endLogs, live, stopOnSignal, stopProcess } from "../support/orchestrator.ts"
+import { stopOnSignal, runAsProcess, shutDown } from "../support/orchestrator.ts"
 import { peerVersion } from "./common.ts"
 import { type Adapter, config, log, PEERS, prefix, steadyJobs } from "./config.ts"
 import { compile, install, leaseholdEntry } from "./install.ts"
@@ -174,17 +174,8 @@ const main = async (): Promise<number> => {
     return failures.length === 0 ? 0 : 1
   } finally {
     load.stop()
-    for (const p of [...live]) await stopProcess(p, 5_000)
-    await admin?.end().catch(() => undefined)
-    await server?.destroy().catch(() => undefined)
-    await endLogs()
+    await shutDown(admin, server)
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  (error) => {
-    console.error(`bench: ${error instanceof Error ? error.stack ?? error.message : String(error)}`)
-    process.exit(1)
-  }
-)
+runAsProcess("bench", main)

@@ -294,3 +294,28 @@ export const stopOnSignal = (label: string, server: () => { readonly destroy: ()
   process.once("SIGINT", onSignal)
   process.once("SIGTERM", onSignal)
 }
+
+/**
+ * The end of every orchestrator: stop the processes still running, close the admin connection
+ * (`end` or `dispose`, whichever it has) and the server, flush the logs; nothing here throws.
+ */
+export const shutDown = async (
+  admin: { readonly end?: () => Promise<unknown>; readonly dispose?: () => Promise<unknown> } | undefined,
+  server: { readonly destroy: () => Promise<unknown> } | undefined
+): Promise<void> => {
+  for (const p of [...live]) await stopProcess(p, 5_000)
+  await (admin?.end ?? admin?.dispose)?.call(admin).catch(() => undefined)
+  await server?.destroy().catch(() => undefined)
+  await endLogs()
+}
+
+/** Run an orchestrator's `main` as the process: exit with its code, or print the error and exit 1. */
+export const runAsProcess = (label: string, main: () => Promise<number>): void => {
+  main().then(
+    (code) => process.exit(code),
+    (error) => {
+      console.error(`${label}: ${error instanceof Error ? error.stack ?? error.message : String(error)}`)
+      process.exit(1)
+    }
+  )
+}

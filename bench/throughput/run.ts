@@ -89,14 +89,12 @@ import {
   commitProbe,
   cpuSeconds,
   dropSchema,
-  endLogs,
   fmtMb,
   fmtMs,
   fmtLatencies,
   fmtPct,
   fmtRate,
   handledOrBudget,
-  live,
   median,
   openAdmin,
   type Proc,
@@ -105,7 +103,9 @@ import {
   stopOnSignal,
   stopProcess,
   vmHwmKb,
-  whenEmpty
+  whenEmpty,
+  runAsProcess,
+  shutDown
 } from "../support/orchestrator.ts"
 import { format as formatProfile, hottest } from "./profile.ts"
 import { QUEUE, wallMs } from "./protocol.ts"
@@ -759,17 +759,8 @@ const main = async (): Promise<number> => {
     console.log(`\n${code === 0 ? "DONE" : "FAIL"}${config.strict ? "" : " (BENCH_STRICT=1 to fail on a missed target)"}`)
     return code
   } finally {
-    for (const p of [...live]) await stopProcess(p, 5_000)
-    await admin?.dispose().catch(() => undefined)
-    await server?.destroy().catch(() => undefined)
-    await endLogs()
+    await shutDown(admin, server)
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  (error) => {
-    console.error(`bench: ${error instanceof Error ? error.stack ?? error.message : String(error)}`)
-    process.exit(1)
-  }
-)
+runAsProcess("bench", main)
