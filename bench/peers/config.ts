@@ -44,6 +44,7 @@ export const config = {
   latencyWarm: 10,
   kill: process.env["PEERS_KILL"] !== "0",
   killBudgetMs: envMs("PEERS_KILL_BUDGET", quick ? 35_000 : 60_000),
+  killReps: Math.max(1, envInt("PEERS_KILL_REPS", quick ? 1 : 3)),
   skipInstall: process.env["PEERS_SKIP_INSTALL"] === "1",
   fastPg: process.env["PEERS_FAST_PG"] === "1",
   logDir: process.env["PEERS_LOG_DIR"] ?? join(repoRoot, ".tmp", "bench-peers", startedAt.toISOString().replace(/[:.]/g, "-")),

@@ -53,6 +53,8 @@ export interface KillResult {
   readonly adapter: Adapter
   /** Kill -> the job's handler start on the fresh worker; undefined: not within the budget. */
   readonly rerunMs: number | undefined
+  /** Kill -> the fresh worker's READY line (its start-up, as this orchestrator reads it); undefined: none. */
+  readonly readyMs: number | undefined
 }
 
 /** One never-ending job; its worker SIGKILLed half a second into it; a fresh worker started at once. */
@@ -68,9 +70,14 @@ export const killRun = async (admin: PgClient, serverUrl: string, adapter: Adapt
     a.child.kill("SIGKILL")
     await Promise.race([a.closed, sleep(5_000)])
     b = startAdapter(`${adapter}-kill-b`, adapter, "hang", env)
+    const ready = b.waitLine("READY", config.killBudgetMs).then(() => wallMs() - killedAt, () => undefined)
     const rerun = await b.waitLine("RUN", config.killBudgetMs).then((line) => Number(line.split(" ")[1]) - killedAt, () => undefined)
-    log(`${adapter} SIGKILL-to-rerun: ${rerun === undefined ? `not rerun within ${fmtS(config.killBudgetMs)}` : fmtS(rerun)}`)
-    return { adapter, rerunMs: rerun }
+    const readyMs = await Promise.race([ready, sleep(1_000).then(() => undefined)])
+    log(
+      `${adapter} SIGKILL-to-rerun: ${rerun === undefined ? `not rerun within ${fmtS(config.killBudgetMs)}` : fmtS(rerun)}` +
+        ` (B ready ${readyMs === undefined ? "?" : fmtS(readyMs)} after the kill)`
+    )
+    return { adapter, rerunMs: rerun, readyMs }
   } finally {
     a.child.kill("SIGKILL")
     b?.child.kill("SIGKILL")
@@ -82,7 +89,7 @@ export const killRun = async (admin: PgClient, serverUrl: string, adapter: Adapt
 /** What each adapter documents as the bound on a killed worker's job (printed beside the measurement). */
 export const killBound: Record<Adapter, string> = {
   "raw-pg": "its 30 s visibility timeout (vt)",
-  "leasehold": "session liveness (dead sessions reaped within seconds), else one 30 s lease",
+  "leasehold": "session liveness (a dead worker's presence lock seen free for 0.3 s), else one 30 s lease",
   "graphile-worker": "a locked job is freed after 4 hours",
   "pg-boss": "an active job expires after expireInSeconds (default 15 min)"
 }
