@@ -82,10 +82,21 @@ export interface PresenceOptions {
   readonly mode?: Mode | undefined
   /** How often a consumer heartbeats its row and checks its presence session (default 500 ms). */
   readonly heartbeat?: Duration.Input | undefined
-  /** A heartbeat older than this, with the lock free, means dead (default 2 s; at least 2 heartbeats). */
+  /**
+   * A heartbeat older than this marks a consumer id as free to take over (no warning), and
+   * after a server start reapers release nothing for this long (default 2 s; at least 2
+   * heartbeats). It no longer decides death: the presence lock does (see `reapAfter`).
+   */
   readonly staleAfter?: Duration.Input | undefined
-  /** How often each consumer's reaper looks for dead consumers (default 500 ms). */
+  /** How often each consumer's reaper probes the other consumers' presence locks (default 100 ms). */
   readonly reapEvery?: Duration.Input | undefined
+  /**
+   * A consumer whose presence lock a reaper has seen free for this long (on its first look
+   * and on one at least this much later) is dead, and its claims are released (default
+   * 300 ms; at least `reapEvery`). A live consumer that lost every presence session at once
+   * has this long to hold its lock again; it stops its handlers first if it cannot.
+   */
+  readonly reapAfter?: Duration.Input | undefined
   /** Rows whose heartbeat is older than this are deleted, whatever their lock (default 1 h). */
   readonly forgetAfter?: Duration.Input | undefined
   /** Run the migrations when the layer is built (default true). */
@@ -171,7 +182,8 @@ export const variables = Keeper.variables
 export const defaults = {
   heartbeatMs: 500,
   staleAfterMs: 2_000,
-  reapEveryMs: 500,
+  reapEveryMs: 100,
+  reapAfterMs: 300,
   forgetAfterMs: 3_600_000
 } as const
 
@@ -191,6 +203,24 @@ const offRegistration = (consumerId: string): Registration => ({
   reaped: Effect.never,
   reapableAt: Effect.succeed(Option.none())
 })
+
+/**
+ * When another consumer's reaper could release this consumer's claims (see
+ * `Registration.reapableAt`): none while the row advertises no key, or while a session
+ * holding the advertised key is held; else a reaper that saw that key free at the earliest
+ * right after it was last known held (`aliveAt`) releases after `reapAfter`, and none
+ * releases within the stale bound of a server start (a refusal seen at `serverDownSeenAt`
+ * means the server starts after it). A session regained too late keeps the moment a while
+ * (`State.exposure`), so the presence watch stops what may have been released.
+ */
+const reapableAt = (state: Keeper.State, now: number, reapAfterMs: number, staleMs: number): Option.Option<number> => {
+  const restart = state.serverDownSeenAt + staleMs
+  const exposure = state.exposure
+  if (exposure !== undefined && exposure.until !== Infinity && now >= exposure.until) state.exposure = undefined
+  if (state.exposure !== undefined) return Option.some(Math.max(state.exposure.at, restart))
+  if (state.advertisedKey === null || state.held.some((h) => h.session.lockKey === state.advertisedKey)) return Option.none()
+  return Option.some(Math.max(state.aliveAt + reapAfterMs, restart))
+}
 
 /**
  * One source of truth for the schema: the store's, when presence sits on a
@@ -257,6 +287,14 @@ export const make = (
     const heartbeatMs = yield* duration("heartbeat", options.heartbeat, defaults.heartbeatMs)
     const staleMs = yield* duration("staleAfter", options.staleAfter, defaults.staleAfterMs)
     const reapMs = yield* duration("reapEvery", options.reapEvery, defaults.reapEveryMs)
+    const reapAfterMs = yield* duration("reapAfter", options.reapAfter, Math.max(defaults.reapAfterMs, reapMs))
+    if (reapAfterMs < reapMs) {
+      return yield* new InvalidInput({
+        field: "reapAfter",
+        rule: "at least reapEvery",
+        message: `reapAfter ${reapAfterMs} ms is under reapEvery ${reapMs} ms: a lock must be seen free on two looks`
+      })
+    }
     const forgetMs = yield* duration("forgetAfter", options.forgetAfter, defaults.forgetAfterMs)
     if (staleMs < 2 * heartbeatMs) {
       return yield* new InvalidInput({
@@ -294,29 +332,34 @@ export const make = (
     }).pipe(Effect.provide(Reactivity.layer), classify("connect presence pool"))
     const ctx = PresenceSql.makeContext(pool.withoutTransforms(), schema, classKey(schema), staleMs)
     const host = os.hostname().slice(0, 255)
-    const openSession = Session.open({ ctx, where, appName, mode })
+    const openSession = (key: number | undefined) => Session.open({ ctx, where, appName, mode, key })
 
     /** The registrations in force, by consumer id (what `registration` reads). */
     const registered = new Map<string, Registration>()
 
     const register = (consumerId: string): Effect.Effect<Registration, never, Scope.Scope> =>
       Effect.gen(function*() {
+        const startedAt = yield* Clock.currentTimeMillis
         const state: Keeper.State = {
           liveness: "reconnecting",
-          session: undefined,
+          held: [],
           lockKey: null,
           backendPid: null,
           sessions: 0,
-          heartbeatOkAt: yield* Clock.currentTimeMillis,
+          heartbeatOkAt: startedAt,
           advertisedKey: null,
-          serverDownSeenAt: 0
+          aliveAt: startedAt,
+          serverDownSeenAt: 0,
+          exposure: undefined
         }
         let reapedSignal = Deferred.makeUnsafe<void>()
         const keeper: Keeper.Keeper = {
           ctx,
           state,
           heartbeatMs,
-          openSession,
+          probeMs: Math.max(25, Math.min(heartbeatMs, Math.floor(reapAfterMs / 3))),
+          reapAfterMs,
+          openSession: (key) => openSession(key ?? undefined),
           heartbeatOnce: Keeper.heartbeatOnce(ctx, state, { id: consumerId, host, pid: process.pid })
         }
         const annotate = Effect.annotateLogs({ module: "ConsumerPresence", consumer: consumerId })
@@ -328,9 +371,7 @@ export const make = (
               Effect.timeoutOption(5_000),
               Effect.catchCause(() => Effect.logWarning("could not delete the consumers row on shutdown; it will be forgotten"))
             )
-            const session = state.session
-            state.session = undefined
-            if (session !== undefined) yield* Session.close(session)
+            for (const held of state.held.splice(0)) yield* Session.close(held.session)
           }).pipe(annotate)
         )
         yield* warnIfAlive(ctx, consumerId).pipe(annotate)
@@ -344,7 +385,7 @@ export const make = (
           reapedSignal = Deferred.makeUnsafe<void>()
           return Deferred.succeed(signal, undefined)
         })
-        yield* Maintenance.fork(Reaper.make({ ctx, self: consumerId, reapMs, onReleased })).pipe(annotate)
+        yield* Maintenance.fork(Reaper.make({ ctx, self: consumerId, reapMs, reapAfterMs, onReleased })).pipe(annotate)
         yield* Maintenance.fork(ForgetConsumers.make({ ctx, self: consumerId, reapMs, forgetMs })).pipe(annotate)
         return {
           consumerId,
@@ -356,14 +397,7 @@ export const make = (
             sessions: state.sessions
           })),
           reaped: Effect.suspend(() => Deferred.await(reapedSignal)),
-          reapableAt: Effect.sync(() =>
-            // Safe while the row advertises no key (the reaper never releases us), or the key of the
-            // session we hold (active). Otherwise the row names a lock that may be free: reapable once
-            // the last heartbeat that succeeded is stale.
-            state.advertisedKey === null || (state.liveness === "active" && state.session?.lockKey === state.advertisedKey)
-              ? Option.none()
-              : Option.some(Math.max(state.heartbeatOkAt, state.serverDownSeenAt) + staleMs)
-          )
+          reapableAt: Effect.map(Clock.currentTimeMillis, (now) => reapableAt(state, now, reapAfterMs, staleMs))
         } satisfies Registration
       }).pipe(Effect.tap((registration) =>
         Effect.andThen(

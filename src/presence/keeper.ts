@@ -1,7 +1,8 @@
 /**
  * The presence session keeper of one registered consumer (`ConsumerPresence.register`):
- * its heartbeats, and its presence session kept open, probed every heartbeat and
- * replaced when it dies, over a {@link State} that the registration's status reads.
+ * its heartbeats, and its {@link SESSIONS} presence sessions kept open, each holding the
+ * consumer's key shared, probed every `probeMs` and replaced the moment one is found dead,
+ * over a {@link State} that the registration's status reads.
  *
  * @since 0.1.0
  */
@@ -23,28 +24,66 @@ export const variables = { sessionLiveness: env.sessionLiveness } as const
 const serverDown = (error: StoreError): boolean =>
   error._tag === "ConnectionDead" && (error.code === "ECONNREFUSED" || error.code === "57P03")
 
+/** How many presence sessions each consumer keeps, each holding its key shared: all must be gone for a reap. */
+export const SESSIONS = 2
+
+/** A presence session held, and when (Clock ms) a statement sent on it was last answered. */
+export interface Held {
+  readonly session: Session.Session
+  okAt: number
+}
+
 /** What one registration knows of its presence, read by its loops and its status. */
 export interface State {
   liveness: "active" | "reconnecting" | "unavailable" | "off"
-  session: Session.Session | undefined
+  /** The presence sessions believed alive (none is known to have ended), each holding `lockKey` shared. */
+  held: Array<Held>
+  /** The key our sessions hold, and a new session joins (null: none yet, the next takes a fresh one). */
   lockKey: number | null
+  /** The backend of the first session held (written in the row, shown in the status). */
   backendPid: number | null
+  /** Presence sessions established so far. */
   sessions: number
   /** Clock time taken just before the last heartbeat that succeeded. */
   heartbeatOkAt: number
   /**
    * The lock key the row holds: the one written by the last heartbeat that
    * succeeded (null: none yet, or none advertised, and then no reaper can
-   * release this consumer's claims). Until it is the key of the session we
-   * hold, the row points at a lock that may be free: not active.
+   * release this consumer's claims). Until a session holding it is held, the
+   * row points at a lock that may be free: not active.
    */
   advertisedKey: number | null
   /**
-   * When a heartbeat last found the server itself down (connection refused, or
-   * "cannot connect now": starting or shutting down). A server that was down then
-   * started later, and reapers release nothing within the stale bound of a start.
+   * When (Clock ms) a session holding the advertised key was last known alive: a statement
+   * sent on it then was answered, so the key was held after that moment. A reaper can
+   * release us only once it has seen the key free for its `reapAfter`, so not before this
+   * + `reapAfter` (see `ConsumerPresence.Registration.reapableAt`).
+   */
+  aliveAt: number
+  /**
+   * When a heartbeat or a session open last found the server itself down (connection
+   * refused, or "cannot connect now": starting or shutting down). A server that was down
+   * then started later, and reapers release nothing within the stale bound of a start.
    */
   serverDownSeenAt: number
+  /**
+   * Set when the last session holding our key was found gone: a reaper may release our
+   * claims from `at` on. Cleared by a new session holding the key well before `at`; one
+   * that comes later leaves it for `until` (Clock ms), long enough for the presence watch
+   * to stop the handlers of claims a reaper may have released meanwhile.
+   */
+  exposure: { readonly at: number; until: number } | undefined
+}
+
+/** How long an exposure outlives a session regained too late (the presence watch looks every 25 ms). */
+const EXPOSURE_KEPT_MS = 1_000
+
+/** Active when a session holding the advertised key is held; else reconnecting (unless a pooler made us unavailable). */
+export const refresh = (state: State): void => {
+  if (state.liveness === "unavailable" || state.liveness === "off") return
+  const safe = state.advertisedKey !== null && state.held.some((h) => h.session.lockKey === state.advertisedKey)
+  state.liveness = safe ? "active" : "reconnecting"
+  state.backendPid = state.held[0]?.session.backendPid ?? null
 }
 
 /** What the session keeper and the heartbeats of one registration work with. */
@@ -52,7 +91,11 @@ export interface Keeper {
   readonly ctx: PresenceSql.PresenceContext
   readonly state: State
   readonly heartbeatMs: number
-  readonly openSession: Effect.Effect<Session.Session | Session.PoolerFound, StoreError>
+  /** How often each session is probed (a lost one is replaced at once). */
+  readonly probeMs: number
+  /** How long a reaper sees our lock free before it releases our claims. */
+  readonly reapAfterMs: number
+  readonly openSession: (key: number | null) => Effect.Effect<Session.Session | Session.PoolerFound | Session.KeyRefused, StoreError>
   readonly heartbeatOnce: Effect.Effect<void, StoreError>
 }
 
@@ -76,12 +119,13 @@ export const heartbeatOnce = (
         Effect.tap(() =>
           Effect.sync(() => {
             state.heartbeatOkAt = Math.max(state.heartbeatOkAt, startedAt)
-            state.advertisedKey = key
-            // The row now names the lock of the session we hold: from here on only the end
-            // of that session (and a stale heartbeat) lets a reaper release our claims.
-            if (state.liveness === "reconnecting" && state.session !== undefined && state.session.lockKey === key) {
-              state.liveness = "active"
+            if (state.advertisedKey !== key) {
+              state.advertisedKey = key
+              // The row now names the key of the sessions we hold: known alive when last answered.
+              for (const h of state.held) if (h.session.lockKey === key) state.aliveAt = Math.max(state.aliveAt, h.okAt)
             }
+            // From here on only the end of every session holding that key lets a reaper release our claims.
+            refresh(state)
           })
         )
       ))
@@ -100,6 +144,7 @@ const goUnavailable = (keeper: Keeper, detail: string) =>
     state.liveness = "unavailable"
     state.lockKey = null
     state.backendPid = null
+    for (const h of state.held.splice(0)) yield* Session.close(h.session)
     yield* keeper.heartbeatOnce.pipe(Effect.ignore)
     yield* Effect.logWarning(
       `session liveness unavailable (transaction-mode pooler?): ${detail}; falling back to lease expiry. ` +
@@ -107,51 +152,78 @@ const goUnavailable = (keeper: Keeper, detail: string) =>
     )
   })
 
-/** Open a presence session (none open): as a new one, or falling back when it cannot be had. */
+/** Open one more presence session, joining our key (or a fresh one when we hold none yet). */
 const establish = (keeper: Keeper, firstAttempt: Deferred.Deferred<void>, failures: number) =>
   Effect.gen(function*() {
     const { state } = keeper
-    const opened = yield* Effect.result(keeper.openSession)
+    const opened = yield* Effect.result(keeper.openSession(state.lockKey))
     if (opened._tag === "Failure") {
+      if (serverDown(opened.failure)) state.serverDownSeenAt = yield* Clock.currentTimeMillis
       // Be in the table anyway (no lock advertised: lease expiry only, for now).
       if (!(yield* Deferred.isDone(firstAttempt))) yield* keeper.heartbeatOnce.pipe(Effect.ignore)
       yield* Deferred.succeed(firstAttempt, undefined)
       if (failures + 1 === 1 || (failures + 1) % 30 === 0) {
         yield* Effect.logWarning(
           `presence session could not be opened (${failures + 1} tries): ${opened.failure.message}; ` +
-            "retrying; meanwhile claims are protected by their leases"
+            "retrying; meanwhile claims are protected by their leases" +
+            (state.held.length > 0 ? " and the other presence session" : "")
         )
       }
-      // Retry at the heartbeat pace: after an outage, being registered again soon matters
-      // more than the few failed connects it costs.
-      yield* Effect.sleep(keeper.heartbeatMs)
+      // Retry at the probe pace while no session holds our key (being reapable soon is the
+      // risk), else at the heartbeat pace: after an outage, being registered again soon
+      // matters more than the few failed connects it costs.
+      yield* Effect.sleep(state.held.length === 0 ? keeper.probeMs : keeper.heartbeatMs)
       return failures + 1
     }
     const result = opened.success
-    if ("_tag" in result) {
+    if ("_tag" in result && result._tag === "Pooler") {
       yield* goUnavailable(keeper, result.detail)
       yield* Deferred.succeed(firstAttempt, undefined)
       return 0
     }
-    state.session = result
+    if ("_tag" in result) {
+      // Our key stays refused: a reaper found every session of ours gone and released our
+      // claims (the presence watch stopped our handlers before it could). Start afresh.
+      state.lockKey = null
+      yield* Effect.logWarning(
+        `presence key ${result.key} is held by a reaper: this consumer's claims were released; registering with a new key`
+      )
+      return failures + 1
+    }
+    const now = yield* Clock.currentTimeMillis
+    const first = state.lockKey === null
+    const exposure = state.exposure
+    if (exposure !== undefined && exposure.until === Infinity) {
+      // In time (a margin before a reaper could release us): safe again. Late: keep the
+      // exposure a while, so the presence watch stops what a reaper may have released.
+      if (result.lockKey === state.advertisedKey && now < exposure.at - keeper.reapAfterMs / 3) state.exposure = undefined
+      else exposure.until = now + EXPOSURE_KEPT_MS
+    }
+    state.held.push({ session: result, okAt: now })
     state.lockKey = result.lockKey
-    state.backendPid = result.backendPid
     state.sessions += 1
-    // Not active yet: the row still names the previous key (free by now, if that session
-    // ended), so until a heartbeat advertises this one, a reaper could release our claims
-    // once the heartbeat is stale. The heartbeat that succeeds makes us active.
-    state.liveness = "reconnecting"
-    yield* keeper.heartbeatOnce.pipe(Effect.ignore)
+    if (result.lockKey === state.advertisedKey) state.aliveAt = Math.max(state.aliveAt, now)
+    refresh(state)
+    // A fresh key is not protecting us yet: the row still names the previous key (free by
+    // now, if those sessions ended), so until a heartbeat advertises this one, a reaper could
+    // release our claims. The heartbeat that succeeds makes us active.
+    if (first) yield* keeper.heartbeatOnce.pipe(Effect.ignore)
     yield* Deferred.succeed(firstAttempt, undefined)
-    const message = `presence lock held by backend ${result.backendPid} (key ${keeper.ctx.lockClass}/${result.lockKey})`
-    yield* state.sessions === 1 ? Effect.logDebug(`registered: ${message}`) : Effect.logWarning(`re-registered: ${message}`)
+    const message = `presence lock held by backend ${result.backendPid} (key ${keeper.ctx.lockClass}/${result.lockKey}, ` +
+      `session ${state.held.length} of ${SESSIONS})`
+    yield* state.sessions <= SESSIONS ? Effect.logDebug(`registered: ${message}`) : Effect.logWarning(`re-registered: ${message}`)
     return 0
   })
 
-/** Is our session still there (after a heartbeat interval)? Any failure, or a different backend answering, means no. */
-const check = (keeper: Keeper, session: Session.Session) =>
+/**
+ * Is this session still there? Any failure, or a different backend answering, means no.
+ * Returns whether it is; a session found dead is closed and left out of `held`.
+ */
+const check = (keeper: Keeper, held: Held) =>
   Effect.gen(function*() {
     const { state } = keeper
+    const { session } = held
+    const sentAt = yield* Clock.currentTimeMillis
     const probeOnce = PresenceSql.backendPid(session.sql).pipe(
       Effect.timeoutOption(Math.max(keeper.heartbeatMs, 2_000)),
       Effect.result
@@ -161,22 +233,36 @@ const check = (keeper: Keeper, session: Session.Session) =>
     // an answer already received is read. Giving up the session would free our own lock, so
     // ask again (the late answer is drained first) and give up only if that too goes unanswered.
     if (probe._tag === "Success" && Option.isNone(probe.success)) probe = yield* probeOnce
-    if (probe._tag === "Success" && Option.isSome(probe.success) && probe.success.value[0]?.pid === session.backendPid) return
-    state.session = undefined
+    if (probe._tag === "Success" && Option.isSome(probe.success) && probe.success.value[0]?.pid === session.backendPid) {
+      held.okAt = Math.max(held.okAt, sentAt)
+      if (session.lockKey === state.advertisedKey) state.aliveAt = Math.max(state.aliveAt, sentAt)
+      return true
+    }
+    state.held = state.held.filter((h) => h !== held)
+    refresh(state)
+    if (!state.held.some((h) => h.session.lockKey === state.advertisedKey) && state.advertisedKey === session.lockKey) {
+      state.exposure = { at: state.aliveAt + keeper.reapAfterMs, until: Infinity }
+    }
     yield* Session.close(session)
     if (probe._tag === "Success" && Option.isSome(probe.success)) {
-      return yield* goUnavailable(keeper, `backend ${session.backendPid} was replaced by ${probe.success.value[0]?.pid} on the same connection`)
+      yield* goUnavailable(keeper, `backend ${session.backendPid} was replaced by ${probe.success.value[0]?.pid} on the same connection`)
+      return false
     }
-    state.liveness = "reconnecting"
-    state.backendPid = null
     const why = probe._tag === "Failure" ? String((probe.failure as { message?: unknown }).message ?? probe.failure) : "no answer"
     yield* Effect.logWarning(
-      `presence connection lost (${why}); re-registering. Heartbeats go on, so this consumer is not reaped, ` +
-        "and its claims stay protected by their leases"
+      state.held.length > 0
+        ? `presence connection lost (${why}); replacing it. The other presence session still holds this consumer's lock, ` +
+          "so it is not reaped"
+        : `presence connection lost (${why}), and no other presence session is left; re-registering. Unless a new one holds ` +
+          "the lock soon, other consumers will release this consumer's claims, and its handlers are stopped first"
     )
+    return false
   })
 
-/** Keep a presence session: open it, probe it every heartbeat, replace it when it dies. */
+/**
+ * Keep the presence sessions: open them, probe each every `probeMs`, replace one the moment
+ * it is found dead (the other still holds the key meanwhile).
+ */
 export const supervise = (keeper: Keeper, firstAttempt: Deferred.Deferred<void>) =>
   Effect.gen(function*() {
     let failures = 0
@@ -185,13 +271,12 @@ export const supervise = (keeper: Keeper, firstAttempt: Deferred.Deferred<void>)
         yield* Deferred.succeed(firstAttempt, undefined)
         return yield* Effect.never
       }
-      if (keeper.state.session === undefined) {
+      if (keeper.state.held.length < SESSIONS) {
         failures = yield* establish(keeper, firstAttempt, failures)
         continue
       }
-      yield* Effect.sleep(keeper.heartbeatMs)
-      const session = keeper.state.session
-      if (session !== undefined) yield* check(keeper, session)
+      yield* Effect.sleep(keeper.probeMs)
+      yield* Effect.forEach([...keeper.state.held], (held) => check(keeper, held), { concurrency: "unbounded", discard: true })
     }
   })
 
@@ -217,7 +302,7 @@ export const heartbeats = (keeper: Keeper) =>
           warned = true
           yield* Effect.logWarning(
             `heartbeats failing for ${seconds(now - failingSince)} (stale after ${seconds(staleMs)}): ` +
-              `if the presence session is gone too, other consumers will release this consumer's claims: ${result.failure.message}`
+              `its claims stay protected by its presence sessions (not by heartbeats): ${result.failure.message}`
           )
         }
       }

@@ -1,8 +1,8 @@
 /**
  * A TCP proxy of the test's own in front of the test server, to put a client
  * in situations PostgreSQL alone cannot: cut off from the database while the
- * server runs on for everyone else, or an event loop blocked at an exact point
- * of the protocol.
+ * server runs on for everyone else, an event loop blocked at an exact point
+ * of the protocol, or a slow network (`delayMs`).
  *
  * Each connection is tagged with the `application_name` of its startup packet,
  * so a test can aim at one consumer's presence session or heartbeat pool.
@@ -28,6 +28,11 @@ export interface PgProxy {
    * CPU-heavy handler would.
    */
   onClientChunk: ((connection: ProxiedConnection, chunk: Buffer) => void) | undefined
+  /**
+   * Latency added to every chunk, each way (a slow network: a round trip takes twice
+   * this more), order kept. 0 (default): forwarded at once.
+   */
+  delayMs: number
   /**
    * Cut off every client whose `application_name` starts with `prefix`: their
    * connections are dropped, and new ones are accepted and closed at once (a
@@ -71,8 +76,19 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
         const isFrozen = (c: ProxiedConnection) =>
           frozenPrefix !== undefined && (c.applicationName ?? "").startsWith(frozenPrefix)
         const frozen = new Set<net.Socket>()
+        /** Forward after `proxy.delayMs`, in order: a chunk never overtakes the one before it. */
+        const delayed = () => {
+          let last = 0
+          return (send: () => void) => {
+            if (proxy.delayMs <= 0 && last <= Date.now()) return send()
+            last = Math.max(Date.now() + proxy.delayMs, last)
+            setTimeout(send, last - Date.now())
+          }
+        }
         const server = net.createServer((client) => {
           sockets.add(client)
+          const toClient = delayed()
+          const toServer = delayed()
           const connection: ProxiedConnection = { applicationName: undefined, closed: false }
           const upstream = net.connect(Number(target.port || 5432), target.hostname)
           sockets.add(upstream)
@@ -89,7 +105,9 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
           upstream.on("close", drop).on("error", drop)
           upstream.on("data", (chunk) => {
             if (isFrozen(connection)) return void frozen.add(client)
-            if (!isCut(connection)) client.write(chunk)
+            toClient(() => {
+              if (!isCut(connection) && !client.destroyed) client.write(chunk)
+            })
           })
           let head = Buffer.alloc(0)
           client.on("data", (chunk) => {
@@ -99,13 +117,16 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
             }
             if (isCut(connection)) return drop()
             if (isFrozen(connection)) return void frozen.add(client)
-            upstream.write(chunk)
+            toServer(() => {
+              if (!upstream.destroyed) upstream.write(chunk)
+            })
             proxy.onClientChunk?.(connection, chunk)
           })
         })
         const proxy: PgProxy = {
           url: "",
           onClientChunk: undefined,
+          delayMs: 0,
           cut(prefix) {
             cutPrefix = prefix
             for (const [client, { connection }] of live) {
