@@ -2,29 +2,50 @@
  * Session liveness: a dead consumer's claims come back in seconds, not after
  * their lease.
  *
- * Each consumer registers itself in `<schema>.consumers` and holds a
- * session-level advisory lock, `pg_advisory_lock(<schema class>, <lock key>)`,
- * on one dedicated connection (its *presence session*), and heartbeats its row
- * every 500 ms through a separate small pool. PostgreSQL frees the lock the
- * moment that session ends: the process died (SIGKILL, OOM), its socket was
+ * Each consumer registers itself in `<schema>.consumers` and holds its presence
+ * lock, the session-level advisory lock `(<schema class>, <lock key>)`, in shared
+ * mode on two dedicated connections (its *presence sessions*, `presence/keeper.ts`),
+ * and heartbeats its row every 500 ms through a separate small pool (for operators
+ * and the duplicate-id check: heartbeats decide nothing about death). PostgreSQL
+ * frees a session's hold the moment that session ends: the process died (SIGKILL,
+ * OOM: the kernel closes its sockets, its backends end at once), its socket was
  * closed, or the backend was terminated.
  *
- * A reaper runs in every consumer (no leader): every 500 ms it looks for
- * consumers whose heartbeat is older than `staleAfter` AND whose lock nobody
- * holds, and releases their live claims at once (visible now, counted as a
- * lease expiry). Both signals must agree:
+ * A reaper runs in every consumer (no leader): every `reapEvery` (100 ms) it probes
+ * the other consumers' keys with an exclusive `pg_try_advisory_xact_lock`, granted
+ * only when no session holds the key, and releases the live claims of a consumer whose
+ * lock it has seen free on a look and again `reapAfter` (300 ms) or more later, with
+ * no look between finding it held (visible now, counted as a lease expiry). Why that
+ * never reaps a live consumer:
  *
- * - a live consumer whose presence connection merely died keeps heartbeating
- *   through its other connection, and re-registers (a new session, a new lock);
- * - a live consumer whose event loop is blocked stops heartbeating, but its
- *   session, and so its lock, stays.
+ * - a blocked event loop (or SIGSTOP) stops the process, not its sessions: the kernel
+ *   keeps the sockets and the server keeps the backends, so the lock stays held;
+ * - a slow network ends no session either, and the lock is judged on the server;
+ * - one presence backend terminated (chaos does it every ~2 s) leaves the other
+ *   holding the key; the consumer probes each session every 100 ms and replaces a
+ *   dead one at once, joining the same key (shared holds do not conflict), so nothing
+ *   needs advertising and the key is never free;
+ * - both terminated at once look, from the server, exactly like death: nothing can
+ *   tell them apart at that instant, so the rule gives the consumer `reapAfter` from
+ *   the moment its lock went free (no reaper's first look comes earlier) to hold it
+ *   again, which takes a probe and a connect; if it cannot, its presence watch stops
+ *   its handlers a margin before any reaper can release them (`reapableAt`), so no
+ *   message runs in two places;
+ * - a server restart ends every session: reapers release nothing within the stale
+ *   bound of the server's start, and everybody reconnects meanwhile;
+ * - a reaper's own network blip frees nobody's lock, so unlike a heartbeat window
+ *   there is no reason for a reaper to wait until it has been healthy for a while:
+ *   a failed look only drops its suspects, and a fresh reaper (a worker started
+ *   right after another died) releases as fast as an old one.
  *
  * Behind a transaction-mode pooler (PgBouncer `pool_mode=transaction`) a
  * session lock is not tied to the client: the presence session and its pool
  * use `LEASEHOLD_DIRECT_DATABASE_URL` when given (see `Pooler`); otherwise the
  * pooler is declared (`LEASEHOLD_POOLER=transaction`) or proven when a session
  * opens (another client connection is granted its lock), or liveness is turned
- * off (`off`), and then claims end by lease expiry only.
+ * off (`off`), and then claims end by lease expiry only. Through a session-mode
+ * pooler each client connection keeps its server session, and the pooler's reset
+ * (`DISCARD ALL`) frees a closed client's holds: the probe works as directly.
  *
  * The consumer uses this service when it is in context (`Effect.serviceOption`):
  * provide {@link layerPg} or {@link layerFromEnv} to the consumer, and
@@ -133,14 +154,14 @@ export interface Registration {
   readonly reaped: Effect.Effect<void>
   /**
    * When another consumer's reaper could release this consumer's claims (Clock
-   * ms), or none while that cannot happen: the lock its row advertises may be
-   * free (the presence session is gone, or a new one's key is not yet written
-   * by a heartbeat) and heartbeats stopped succeeding, so at the last
-   * successful heartbeat + the stale bound both signals agree. The consumer stops its
+   * ms), or none while that cannot happen (a session holding the key its row
+   * advertises is held). Once every such session is found gone, the lock may be
+   * free since just after a session holding it last answered, and a reaper needs
+   * it free for `reapAfter`: that moment + `reapAfter`. The consumer stops its
    * handlers before then, so a consumer cut off from the database does not
-   * run on while another runs its messages. A heartbeat refused because the
-   * server itself is down moves that moment on: nobody can reap while the server
-   * is down, and reapers wait the stale bound after it starts.
+   * run on while another runs its messages. A refusal because the server itself
+   * is down moves that moment on: nobody can reap while the server is down, and
+   * reapers wait the stale bound after it starts.
    */
   readonly reapableAt: Effect.Effect<Option.Option<number>>
 }
@@ -214,12 +235,17 @@ const offRegistration = (consumerId: string): Registration => ({
  * (`State.exposure`), so the presence watch stops what may have been released.
  */
 const reapableAt = (state: Keeper.State, now: number, reapAfterMs: number, staleMs: number): Option.Option<number> => {
-  const restart = state.serverDownSeenAt + staleMs
   const exposure = state.exposure
   if (exposure !== undefined && exposure.until !== Infinity && now >= exposure.until) state.exposure = undefined
-  if (state.exposure !== undefined) return Option.some(Math.max(state.exposure.at, restart))
-  if (state.advertisedKey === null || state.held.some((h) => h.session.lockKey === state.advertisedKey)) return Option.none()
-  return Option.some(Math.max(state.aliveAt + reapAfterMs, restart))
+  if (state.exposure === undefined && (state.advertisedKey === null || state.held.some((h) => h.session.lockKey === state.advertisedKey))) {
+    return Option.none()
+  }
+  const byLock = state.exposure?.at ?? state.aliveAt + reapAfterMs
+  // A refusal seen before a reaper could act on the lock means the server went down first:
+  // nobody released before it, and nobody releases within the stale bound of its start.
+  // Seen later, it proves nothing about the time between.
+  const first = state.serverDownFirstAt
+  return Option.some(first > state.aliveAt && first <= byLock ? Math.max(byLock, state.serverDownSeenAt + staleMs) : byLock)
 }
 
 /**
@@ -350,6 +376,7 @@ export const make = (
           advertisedKey: null,
           aliveAt: startedAt,
           serverDownSeenAt: 0,
+          serverDownFirstAt: 0,
           exposure: undefined
         }
         let reapedSignal = Deferred.makeUnsafe<void>()

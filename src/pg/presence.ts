@@ -172,6 +172,16 @@ export const unlock = (ctx: PresenceContext, session: SqlClient.SqlClient, key: 
 export const backendPid = (session: SqlClient.SqlClient) => session<{ pid: number }>`SELECT pg_backend_pid() AS pid`
 
 /**
+ * On a presence session: the probe the keeper runs back to back. It waits `sleepMs` on the
+ * server before answering with the backend's pid, so that the session is nearly always in
+ * a statement: when its backend ends (terminated, the server shutting down) the client
+ * hears it at once, from the failed statement, rather than at its next probe. An answer
+ * proves the backend was alive `sleepMs` after the probe was sent. No lock, no row.
+ */
+export const probe = (session: SqlClient.SqlClient, sleepMs: number) =>
+  session<{ pid: number }>`SELECT pg_backend_pid() AS pid FROM pg_sleep(${sleepMs / 1000}::float8)`
+
+/**
  * On the presence pool (another client connection than the session's): try to take lock
  * `key`, and give back whatever it took in the same statement (one statement runs on one
  * backend). The try is exclusive, so the session's shared hold refuses it on any other

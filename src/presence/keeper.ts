@@ -66,6 +66,8 @@ export interface State {
    * then started later, and reapers release nothing within the stale bound of a start.
    */
   serverDownSeenAt: number
+  /** The first such refusal since `aliveAt` (0: none): before a reaper could act, it proves the server went down first. */
+  serverDownFirstAt: number
   /**
    * Set when the last session holding our key was found gone: a reaper may release our
    * claims from `at` on. Cleared by a new session holding the key well before `at`; one
@@ -75,8 +77,17 @@ export interface State {
   exposure: { readonly at: number; until: number } | undefined
 }
 
+/** The pause between the first tries to reopen a session when none is left. */
+const FAST_RETRY_MS = 10
+
 /** How long an exposure outlives a session regained too late (the presence watch looks every 25 ms). */
 const EXPOSURE_KEPT_MS = 1_000
+
+/** Record a refusal that proves the server down at `now`: the last one, and the first since our lock was last known held. */
+export const sawServerDown = (state: State, now: number): void => {
+  state.serverDownSeenAt = now
+  if (state.serverDownFirstAt <= state.aliveAt) state.serverDownFirstAt = now
+}
 
 /** Active when a session holding the advertised key is held; else reconnecting (unless a pooler made us unavailable). */
 export const refresh = (state: State): void => {
@@ -91,7 +102,10 @@ export interface Keeper {
   readonly ctx: PresenceSql.PresenceContext
   readonly state: State
   readonly heartbeatMs: number
-  /** How often each session is probed (a lost one is replaced at once). */
+  /**
+   * How long each probe waits on the server before it answers (`PresenceSql.probe`): the
+   * sessions are probed back to back, so a session's end is heard at once, from its probe.
+   */
   readonly probeMs: number
   /** How long a reaper sees our lock free before it releases our claims. */
   readonly reapAfterMs: number
@@ -158,7 +172,7 @@ const establish = (keeper: Keeper, firstAttempt: Deferred.Deferred<void>, failur
     const { state } = keeper
     const opened = yield* Effect.result(keeper.openSession(state.lockKey))
     if (opened._tag === "Failure") {
-      if (serverDown(opened.failure)) state.serverDownSeenAt = yield* Clock.currentTimeMillis
+      if (serverDown(opened.failure)) sawServerDown(state, yield* Clock.currentTimeMillis)
       // Be in the table anyway (no lock advertised: lease expiry only, for now).
       if (!(yield* Deferred.isDone(firstAttempt))) yield* keeper.heartbeatOnce.pipe(Effect.ignore)
       yield* Deferred.succeed(firstAttempt, undefined)
@@ -169,10 +183,11 @@ const establish = (keeper: Keeper, firstAttempt: Deferred.Deferred<void>, failur
             (state.held.length > 0 ? " and the other presence session" : "")
         )
       }
-      // Retry at the probe pace while no session holds our key (being reapable soon is the
-      // risk), else at the heartbeat pace: after an outage, being registered again soon
-      // matters more than the few failed connects it costs.
-      yield* Effect.sleep(state.held.length === 0 ? keeper.probeMs : keeper.heartbeatMs)
+      // While no session holds our key, retry at once a few times, then at the probe pace:
+      // being reapable soon is the risk, and a refusal (the server going down: nobody can reap)
+      // seen early keeps the handlers running. With a session left, at the heartbeat pace.
+      // After an outage, being registered again soon matters more than the failed connects.
+      yield* Effect.sleep(state.held.length > 0 ? keeper.heartbeatMs : failures < 10 ? FAST_RETRY_MS : keeper.probeMs)
       return failures + 1
     }
     const result = opened.success
@@ -224,7 +239,7 @@ const check = (keeper: Keeper, held: Held) =>
     const { state } = keeper
     const { session } = held
     const sentAt = yield* Clock.currentTimeMillis
-    const probeOnce = PresenceSql.backendPid(session.sql).pipe(
+    const probeOnce = PresenceSql.probe(session.sql, keeper.probeMs).pipe(
       Effect.timeoutOption(Math.max(keeper.heartbeatMs, 2_000)),
       Effect.result
     )
@@ -234,8 +249,10 @@ const check = (keeper: Keeper, held: Held) =>
     // ask again (the late answer is drained first) and give up only if that too goes unanswered.
     if (probe._tag === "Success" && Option.isNone(probe.success)) probe = yield* probeOnce
     if (probe._tag === "Success" && Option.isSome(probe.success) && probe.success.value[0]?.pid === session.backendPid) {
-      held.okAt = Math.max(held.okAt, sentAt)
-      if (session.lockKey === state.advertisedKey) state.aliveAt = Math.max(state.aliveAt, sentAt)
+      // The backend answered after sleeping probeMs from (at the earliest) the moment we sent it.
+      const aliveAt = sentAt + keeper.probeMs
+      held.okAt = Math.max(held.okAt, aliveAt)
+      if (session.lockKey === state.advertisedKey) state.aliveAt = Math.max(state.aliveAt, aliveAt)
       return true
     }
     state.held = state.held.filter((h) => h !== held)
@@ -260,23 +277,37 @@ const check = (keeper: Keeper, held: Held) =>
   })
 
 /**
- * Keep the presence sessions: open them, probe each every `probeMs`, replace one the moment
- * it is found dead (the other still holds the key meanwhile).
+ * Keep the presence sessions: open them, probe each back to back (each probe waits
+ * `probeMs` on the server), replace one the moment it is found dead (the other still holds
+ * the key meanwhile). One fiber per session, so a slow answer on one delays no other.
  */
 export const supervise = (keeper: Keeper, firstAttempt: Deferred.Deferred<void>) =>
   Effect.gen(function*() {
+    const { state } = keeper
     let failures = 0
+    /** Completed by a session's prober when it found its session dead. */
+    let lost = Deferred.makeUnsafe<void>()
+    const probe = (held: Held) =>
+      Effect.forkChild(
+        Effect.repeat(check(keeper, held), { while: (alive) => alive }).pipe(
+          Effect.andThen(Effect.suspend(() => Deferred.succeed(lost, undefined)))
+        )
+      )
+    // After a restart of this loop (a defect), the sessions still held get probers again.
+    for (const held of state.held) yield* probe(held)
     while (true) {
-      if (keeper.state.liveness === "unavailable") {
+      if (state.liveness === "unavailable") {
         yield* Deferred.succeed(firstAttempt, undefined)
         return yield* Effect.never
       }
-      if (keeper.state.held.length < SESSIONS) {
+      if (state.held.length < SESSIONS) {
+        const before = state.held.length
         failures = yield* establish(keeper, firstAttempt, failures)
+        if (state.held.length > before) yield* probe(state.held[state.held.length - 1]!)
         continue
       }
-      yield* Effect.sleep(keeper.probeMs)
-      yield* Effect.forEach([...keeper.state.held], (held) => check(keeper, held), { concurrency: "unbounded", discard: true })
+      yield* Deferred.await(lost)
+      lost = Deferred.makeUnsafe<void>()
     }
   })
 
@@ -290,7 +321,7 @@ export const heartbeats = (keeper: Keeper) =>
     while (true) {
       const result = yield* Effect.result(keeper.heartbeatOnce)
       const now = yield* Clock.currentTimeMillis
-      if (result._tag === "Failure" && serverDown(result.failure)) state.serverDownSeenAt = now
+      if (result._tag === "Failure" && serverDown(result.failure)) sawServerDown(state, now)
       if (result._tag === "Success") {
         if (warned) yield* Effect.logInfo("heartbeats are back")
         failingSince = undefined
