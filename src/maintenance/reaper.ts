@@ -99,13 +99,17 @@ export const make = (options: {
     name: "reaper",
     every: options.reapMs,
     run: Effect.gen(function*() {
-      let result = yield* look
-      // A suspect due before the next round: look again right then, not on the round's grid.
-      if (result.due.length === 0 && result.nextDue < result.now + options.reapMs) {
+      const result = yield* look
+      if (result.due.length > 0) return yield* release(result.due)
+      // A suspect due before the next round: at that moment, release it in one statement, whose
+      // own lock try is the second look (a lock held again by then is not released, and the
+      // suspect is dropped), rather than a look and then a release on the round's grid.
+      if (result.nextDue < result.now + options.reapMs) {
         yield* Effect.sleep(result.nextDue - result.now)
-        result = yield* look
+        const now = yield* Clock.currentTimeMillis
+        const due = [...suspects].filter(([, s]) => now - s.since >= options.reapAfterMs).map(([id, s]) => ({ id, lockKey: s.lockKey }))
+        if (due.length > 0) yield* release(due)
       }
-      if (result.due.length > 0) yield* release(result.due)
     }).pipe(Effect.catch(failed))
   }
 }
