@@ -182,7 +182,9 @@ export interface ConsumerPresenceShape {
   readonly register: (consumerId: string) => Effect.Effect<Registration, never, Scope.Scope>
   /**
    * One reaper sweep now, as consumer `self` (never reaped by itself): release
-   * the claims of every dead consumer and forget it. For tests and operators.
+   * the claims of every consumer whose presence lock is free at this one look
+   * (no `reapAfter` wait: the caller vouches that the time has passed) and
+   * forget it. For tests and operators.
    */
   readonly sweep: (self: string) => Effect.Effect<ReadonlyArray<Reap.Reaped>, StoreError>
   /**
