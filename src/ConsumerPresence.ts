@@ -21,6 +21,8 @@
  * - a blocked event loop (or SIGSTOP) stops the process, not its sessions: the kernel
  *   keeps the sockets and the server keeps the backends, so the lock stays held;
  * - a slow network ends no session either, and the lock is judged on the server;
+ * - a consumer advertises its key, and claims, only once both sessions hold it:
+ *   with one, that one's loss alone would free the key;
  * - one presence backend terminated (chaos does it every ~2 s) leaves the other
  *   holding the key; the consumer probes each session every 100 ms and replaces a
  *   dead one at once, joining the same key (shared holds do not conflict), so nothing
@@ -175,8 +177,10 @@ export interface ConsumerPresenceShape {
   /**
    * Register `consumerId` for the life of the current scope: the consumers row,
    * the presence session and its lock, heartbeats, re-registration when the
-   * session dies, and this consumer's reaper. Never fails: without the database
-   * it keeps trying in the background and the consumer runs on lease expiry.
+   * session dies, and this consumer's reaper. Returns once both presence sessions
+   * hold the key and the row advertises it (so the consumer claims nothing before),
+   * at the latest after 15 s. Never fails: without the database it keeps trying in
+   * the background and the consumer runs on lease expiry (no key advertised).
    * Closing the scope deletes the row and ends the session.
    */
   readonly register: (consumerId: string) => Effect.Effect<Registration, never, Scope.Scope>
@@ -389,7 +393,8 @@ export const make = (
           probeMs: Math.max(25, Math.min(heartbeatMs, Math.floor(reapAfterMs / 3))),
           reapAfterMs,
           openSession: (key) => openSession(key ?? undefined),
-          heartbeatOnce: Keeper.heartbeatOnce(ctx, state, { id: consumerId, host, pid: process.pid })
+          heartbeatOnce: Keeper.heartbeatOnce(ctx, state, { id: consumerId, host, pid: process.pid }),
+          ready: yield* Deferred.make<void>()
         }
         const annotate = Effect.annotateLogs({ module: "ConsumerPresence", consumer: consumerId })
 
@@ -404,11 +409,11 @@ export const make = (
           }).pipe(annotate)
         )
         yield* warnIfAlive(ctx, consumerId).pipe(annotate)
-        const firstAttempt = yield* Deferred.make<void>()
-        yield* Effect.forkScoped(Maintenance.forever("presence session", Keeper.supervise(keeper, firstAttempt)).pipe(annotate))
-        // Wait for the first session (bounded), so the consumer claims with its lock advertised.
-        yield* Deferred.await(firstAttempt).pipe(Effect.timeoutOption(15_000))
+        yield* Effect.forkScoped(Maintenance.forever("presence session", Keeper.supervise(keeper)).pipe(annotate))
         yield* Effect.forkScoped(Maintenance.forever("heartbeat", Keeper.heartbeats(keeper)).pipe(annotate))
+        // The consumer claims once both presence sessions hold its key and the row advertises
+        // it: with one, losing it would leave nothing holding the key (see `Keeper.ready`).
+        yield* Keeper.awaitReady(keeper).pipe(annotate)
         const onReleased = Effect.suspend(() => {
           const signal = reapedSignal
           reapedSignal = Deferred.makeUnsafe<void>()

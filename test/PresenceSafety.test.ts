@@ -10,7 +10,9 @@
  * - a presence probe whose answer is read late, after a long event-loop block,
  *   does not make the consumer give up its own healthy session (item 9);
  * - a consumer really cut off from the database stops its handlers before
- *   another consumer's reaper can release its claims (item 18).
+ *   another consumer's reaper can release its claims (item 18);
+ * - a consumer claims nothing, and advertises no key, until both presence
+ *   sessions hold its key (with one, losing it would leave nothing holding it).
  *
  * Consumers that must be cut off or blocked at an exact point connect through
  * a TCP proxy of the test's own (test/support/PgProxy.ts).
@@ -76,6 +78,16 @@ const lockHolders = (schema: string, key: number) =>
       (rows) => rows.map((r) => r.pid)
     ))
 
+/** Backends holding any presence lock of `schema`. */
+const presenceLocks = (schema: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    Effect.map(
+      sql<{ pid: number }>`
+        SELECT pid FROM pg_locks
+        WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid::bigint = ${ConsumerPresence.classKey(schema)}::bigint`,
+      (rows) => rows.map((r) => r.pid)
+    ))
+
 /** A consumer's row advertising a lock that its two presence sessions hold (one the row names): registered with session liveness. */
 const registered = (schema: string, id: string, except?: number) =>
   waitFor(
@@ -121,9 +133,14 @@ const recordingHandler = (runs: Array<Run>, holdOn: ReadonlySet<string>): Consum
  * (presence session `<app>-presence`, heartbeat pool `<app>-presence-pool`),
  * connected to `url` (the test server, or a proxy in front of it).
  */
-const startConsumer = (schema: string, consumerId: string, handler: Consumer.Handler, url = PgTest.databaseUrl()) =>
+const startConsumer = (
+  schema: string,
+  consumerId: string,
+  handler: Consumer.Handler,
+  url = PgTest.databaseUrl(),
+  app = `safe-${consumerId}-${rand()}`
+) =>
   Effect.gen(function*() {
-    const app = `safe-${consumerId}-${rand()}`
     const scope = yield* Scope.fork(yield* Scope.Scope)
     const layer = Consumer.layer(handler, {
       queues: [QUEUE],
@@ -339,6 +356,41 @@ describe("session liveness races (real PostgreSQL, real time)", () => {
 
         proxy.restore()
         yield* b.stop
+        yield* a.stop
+      })
+    ), { timeout: 45_000 })
+
+  it.live("a consumer whose second presence session cannot come up claims nothing and advertises no key until it does", () =>
+    withSchema((schema) =>
+      Effect.gen(function*() {
+        const proxy = yield* PgProxy.make(PgTest.databaseUrl())
+        const app = `safe-one-${rand()}`
+        // One presence session gets through; the next is accepted and never answered, until restored.
+        proxy.limit(`${app}-presence`, 1)
+        const id = yield* send(schema)
+        const runs: Array<Run> = []
+        const starting = yield* Effect.forkChild(startConsumer(schema, "one-a", recordingHandler(runs, new Set()), proxy.url, app))
+        yield* waitFor(
+          "one presence session to hold a lock, and the row to be written after it",
+          Effect.gen(function*() {
+            const holders = yield* presenceLocks(schema)
+            const row = yield* consumerRow(schema, "one-a")
+            return holders.length === 1 && Option.isSome(row) ? Option.some(true) : Option.none()
+          }),
+          15_000
+        )
+        // A few heartbeats (every 250 ms) with one session: none advertises its key, nothing is claimed.
+        yield* Effect.sleep(1_000)
+        assert.isNull(Option.getOrThrow(yield* consumerRow(schema, "one-a")).lock_key, "a key held by one session is not advertised")
+        assert.isUndefined(starting.pollUnsafe(), "the consumer started with one presence session")
+        assert.deepStrictEqual(runs, [])
+        assert.strictEqual(Option.getOrThrow(yield* messageState(schema, id)).leased_by, null, "nothing claimed")
+
+        proxy.restore()
+        const a = yield* Fiber.join(starting)
+        const row = yield* registered(schema, "one-a")
+        assert.isNotNull(row.lock_key)
+        yield* waitFor("A to run the message", Effect.sync(() => Option.fromNullishOr(runs.find((r) => r.id === id))))
         yield* a.stop
       })
     ), { timeout: 45_000 })

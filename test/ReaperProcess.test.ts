@@ -11,7 +11,9 @@
  *   for seconds, behind a slow network, or with its presence backends killed
  *   one at a time (pg_terminate_backend, as chaos does): its lock stays held;
  * - both presence backends killed at once: it regains its lock in time, or
- *   stops its handler before another worker runs the message, never both.
+ *   stops its handler before another worker runs the message, never both;
+ * - a worker is ready (and claims) only once both presence sessions hold its
+ *   key, also through a slow network.
  */
 import { Effect, Exit, Scope } from "effect"
 import { afterAll, afterEach, assert, beforeAll, describe, it } from "vitest"
@@ -60,11 +62,11 @@ const send = async (schema: string, ms: number, task = "sleep") => (await db.sen
 const starts = (schema: string, id: MessageId) => db.starts(schema, id)
 
 /** Both workers registered with session liveness (a lock key advertised). */
-const waitRegistered = (schema: string, ws: ReadonlyArray<Worker>) =>
+const waitRegistered = (schema: string, ws: ReadonlyArray<Worker>, timeoutMs = 20_000) =>
   waitFor("the workers to register with session liveness", async () => {
     const rows = await query<{ id: string }>(`SELECT id FROM ${schema}.consumers WHERE lock_key IS NOT NULL`)
     return ws.every((w) => w.readyAt !== undefined && rows.some((r) => r.id === w.consumerId)) ? true : undefined
-  }, 20_000)
+  }, timeoutMs)
 
 /** How many times `reaper` logged reaping `dead`. */
 const reapedOnce = (reaper: Worker, dead: Worker) =>
@@ -240,8 +242,10 @@ describe("session liveness with worker processes (lease 30 s)", () => {
       proxy.delayMs = 150
       const schema = await freshSchema()
       const slow = spawnWorker("SLOW", schema, { LEASEHOLD_DATABASE_URL: proxy.url })
-      await waitRegistered(schema, [slow])
-      await twoSessions(schema, slow, [], 30_000)
+      await waitRegistered(schema, [slow], 40_000)
+      // Ready, and its key advertised, only once both presence sessions hold it (with one, losing it
+      // would leave nothing holding the key, and the worker would stop its handler).
+      assert.strictEqual((await presenceBackends(schema, slow)).length, 2, "the worker started with both presence sessions up")
       const id = await send(schema, 6_000)
       await waitFor("the slow worker to start the message", async () => (await starts(schema, id))[0], 20_000)
       const fast = spawnWorker("FAST", schema)

@@ -89,6 +89,27 @@ export const sawServerDown = (state: State, now: number): void => {
   if (state.serverDownFirstAt <= state.aliveAt) state.serverDownFirstAt = now
 }
 
+/** How many of the sessions held hold `key`. */
+const holding = (state: State, key: number | null): number =>
+  key === null ? 0 : state.held.filter((h) => h.session.lockKey === key).length
+
+/**
+ * The key a heartbeat writes in the row: ours once {@link SESSIONS} sessions hold it (a
+ * reaper may release us only when all of them are gone), and still while it is advertised
+ * (a lost session is being replaced); none while fewer hold a key never advertised (the
+ * first session at start, or a fresh key after a reap): with one session, its loss alone
+ * would make us reapable, so until the second holds it nobody may release our claims and
+ * they are protected by their leases alone.
+ */
+export const advertisable = (state: State): number | null =>
+  state.lockKey !== null && (state.advertisedKey === state.lockKey || holding(state, state.lockKey) >= SESSIONS)
+    ? state.lockKey
+    : null
+
+/** Fully protected: the row advertises our key, and {@link SESSIONS} sessions hold it. */
+export const fullyHeld = (state: State): boolean =>
+  state.advertisedKey !== null && holding(state, state.advertisedKey) >= SESSIONS
+
 /** Active when a session holding the advertised key is held; else reconnecting (unless a pooler made us unavailable). */
 export const refresh = (state: State): void => {
   if (state.liveness === "unavailable" || state.liveness === "off") return
@@ -111,7 +132,17 @@ export interface Keeper {
   readonly reapAfterMs: number
   readonly openSession: (key: number | null) => Effect.Effect<Session.Session | Session.PoolerFound | Session.KeyRefused, StoreError>
   readonly heartbeatOnce: Effect.Effect<void, StoreError>
+  /**
+   * Completed once the consumer may claim: {@link SESSIONS} sessions hold its key and the row
+   * advertises it, or presence is unavailable (a pooler), or no session could be opened at
+   * all (no key advertised: lease expiry only until they are up).
+   */
+  readonly ready: Deferred.Deferred<void>
 }
+
+/** Complete `ready` once fully held (see `Keeper.ready`). */
+export const readyWhenHeld = (keeper: Keeper): Effect.Effect<void> =>
+  Effect.suspend(() => fullyHeld(keeper.state) ? Deferred.succeed(keeper.ready, undefined) : Effect.void).pipe(Effect.asVoid)
 
 /**
  * One heartbeat. The row says who we are and which lock proves our session lives. Written
@@ -126,8 +157,8 @@ export const heartbeatOnce = (
   who: { readonly id: string; readonly host: string; readonly pid: number }
 ): Effect.Effect<void, StoreError> =>
   Effect.suspend(() => {
-    const key = state.lockKey
-    const backendPid = state.backendPid
+    const key = advertisable(state)
+    const backendPid = key === null ? null : state.backendPid
     return Effect.flatMap(Clock.currentTimeMillis, (startedAt) =>
       PresenceSql.heartbeat(ctx, { ...who, lockKey: key, backendPid }).pipe(
         Effect.tap(() =>
@@ -160,40 +191,66 @@ const goUnavailable = (keeper: Keeper, detail: string) =>
     state.backendPid = null
     for (const h of state.held.splice(0)) yield* Session.close(h.session)
     yield* keeper.heartbeatOnce.pipe(Effect.ignore)
+    yield* Deferred.succeed(keeper.ready, undefined)
     yield* Effect.logWarning(
       `session liveness unavailable (transaction-mode pooler?): ${detail}; falling back to lease expiry. ` +
         `Set ${variables.sessionLiveness}=off to silence this, or connect leasehold directly to PostgreSQL.`
     )
   })
 
+/** A failed open: note a server down, be in the table, say so, and wait before the next try. */
+const openFailed = (keeper: Keeper, failure: StoreError, failures: number) =>
+  Effect.gen(function*() {
+    const { state } = keeper
+    if (serverDown(failure)) sawServerDown(state, yield* Clock.currentTimeMillis)
+    const started = yield* Deferred.isDone(keeper.ready)
+    if (state.held.length === 0 && !started) {
+      // Not even one session (the database unreachable?): be in the table anyway, no lock
+      // advertised, and let the consumer start on lease expiry only; it claims nothing meanwhile anyway.
+      yield* keeper.heartbeatOnce.pipe(Effect.ignore)
+      yield* Deferred.succeed(keeper.ready, undefined)
+    }
+    if (failures + 1 === 1 || (failures + 1) % 30 === 0) {
+      yield* Effect.logWarning(
+        `presence session could not be opened (${failures + 1} tries): ${failure.message}; retrying; ` +
+          (!started && state.held.length > 0
+            ? `the consumer does not claim until ${SESSIONS} presence sessions hold its lock`
+            : "meanwhile claims are protected by their leases" + (state.held.length > 0 ? " and the other presence session" : ""))
+      )
+    }
+    // While no session holds our key, retry at once a few times, then at the probe pace:
+    // being reapable soon is the risk, and a refusal (the server going down: nobody can reap)
+    // seen early keeps the handlers running. With a session left, at the heartbeat pace.
+    // After an outage, being registered again soon matters more than the failed connects.
+    yield* Effect.sleep(state.held.length > 0 ? keeper.heartbeatMs : failures < 10 ? FAST_RETRY_MS : keeper.probeMs)
+    return failures + 1
+  })
+
+/**
+ * A session opened while we were exposed (every session holding our advertised key was
+ * found gone). Joining that key: it was held until `aliveAt` and again from the grant on, so a reaper
+ * (two looks `reapAfter` apart, both free) could have released us only if the grant came
+ * `reapAfter` or more after `aliveAt`. Granted a margin before that: safe again. Late: keep
+ * the exposure a while, so the presence watch stops what a reaper may have released.
+ */
+const rejoined = (keeper: Keeper, session: Session.Session, now: number): void => {
+  const exposure = keeper.state.exposure
+  if (exposure === undefined || exposure.until !== Infinity) return
+  // Another key (a fresh one, after a reaper held ours) proves nothing about the old one.
+  if (session.lockKey === keeper.state.advertisedKey && session.grantedBy < exposure.at - keeper.reapAfterMs / 3) {
+    keeper.state.exposure = undefined
+  } else exposure.until = now + EXPOSURE_KEPT_MS
+}
+
 /** Open one more presence session, joining our key (or a fresh one when we hold none yet). */
-const establish = (keeper: Keeper, firstAttempt: Deferred.Deferred<void>, failures: number) =>
+const establish = (keeper: Keeper, failures: number) =>
   Effect.gen(function*() {
     const { state } = keeper
     const opened = yield* Effect.result(keeper.openSession(state.lockKey))
-    if (opened._tag === "Failure") {
-      if (serverDown(opened.failure)) sawServerDown(state, yield* Clock.currentTimeMillis)
-      // Be in the table anyway (no lock advertised: lease expiry only, for now).
-      if (!(yield* Deferred.isDone(firstAttempt))) yield* keeper.heartbeatOnce.pipe(Effect.ignore)
-      yield* Deferred.succeed(firstAttempt, undefined)
-      if (failures + 1 === 1 || (failures + 1) % 30 === 0) {
-        yield* Effect.logWarning(
-          `presence session could not be opened (${failures + 1} tries): ${opened.failure.message}; ` +
-            "retrying; meanwhile claims are protected by their leases" +
-            (state.held.length > 0 ? " and the other presence session" : "")
-        )
-      }
-      // While no session holds our key, retry at once a few times, then at the probe pace:
-      // being reapable soon is the risk, and a refusal (the server going down: nobody can reap)
-      // seen early keeps the handlers running. With a session left, at the heartbeat pace.
-      // After an outage, being registered again soon matters more than the failed connects.
-      yield* Effect.sleep(state.held.length > 0 ? keeper.heartbeatMs : failures < 10 ? FAST_RETRY_MS : keeper.probeMs)
-      return failures + 1
-    }
+    if (opened._tag === "Failure") return yield* openFailed(keeper, opened.failure, failures)
     const result = opened.success
     if ("_tag" in result && result._tag === "Pooler") {
       yield* goUnavailable(keeper, result.detail)
-      yield* Deferred.succeed(firstAttempt, undefined)
       return 0
     }
     if ("_tag" in result) {
@@ -206,24 +263,17 @@ const establish = (keeper: Keeper, firstAttempt: Deferred.Deferred<void>, failur
       return failures + 1
     }
     const now = yield* Clock.currentTimeMillis
-    const first = state.lockKey === null
-    const exposure = state.exposure
-    if (exposure !== undefined && exposure.until === Infinity) {
-      // In time (a margin before a reaper could release us): safe again. Late: keep the
-      // exposure a while, so the presence watch stops what a reaper may have released.
-      if (result.lockKey === state.advertisedKey && now < exposure.at - keeper.reapAfterMs / 3) state.exposure = undefined
-      else exposure.until = now + EXPOSURE_KEPT_MS
-    }
-    state.held.push({ session: result, okAt: now })
+    rejoined(keeper, result, now)
+    state.held.push({ session: result, okAt: result.heldAt })
     state.lockKey = result.lockKey
     state.sessions += 1
-    if (result.lockKey === state.advertisedKey) state.aliveAt = Math.max(state.aliveAt, now)
+    if (result.lockKey === state.advertisedKey) state.aliveAt = Math.max(state.aliveAt, result.heldAt)
     refresh(state)
-    // A fresh key is not protecting us yet: the row still names the previous key (free by
-    // now, if those sessions ended), so until a heartbeat advertises this one, a reaper could
-    // release our claims. The heartbeat that succeeds makes us active.
-    if (first) yield* keeper.heartbeatOnce.pipe(Effect.ignore)
-    yield* Deferred.succeed(firstAttempt, undefined)
+    // A key not advertised yet is not protecting us: the row names none (or a previous key,
+    // free by now), so until a heartbeat advertises this one once enough sessions hold it, no
+    // reaper can tell we are alive. The heartbeat that succeeds makes us active.
+    if (state.advertisedKey !== advertisable(state)) yield* keeper.heartbeatOnce.pipe(Effect.ignore)
+    yield* readyWhenHeld(keeper)
     const message = `presence lock held by backend ${result.backendPid} (key ${keeper.ctx.lockClass}/${result.lockKey}, ` +
       `session ${state.held.length} of ${SESSIONS})`
     yield* state.sessions <= SESSIONS ? Effect.logDebug(`registered: ${message}`) : Effect.logWarning(`re-registered: ${message}`)
@@ -281,7 +331,7 @@ const check = (keeper: Keeper, held: Held) =>
  * `probeMs` on the server), replace one the moment it is found dead (the other still holds
  * the key meanwhile). One fiber per session, so a slow answer on one delays no other.
  */
-export const supervise = (keeper: Keeper, firstAttempt: Deferred.Deferred<void>) =>
+export const supervise = (keeper: Keeper) =>
   Effect.gen(function*() {
     const { state } = keeper
     let failures = 0
@@ -297,12 +347,12 @@ export const supervise = (keeper: Keeper, firstAttempt: Deferred.Deferred<void>)
     for (const held of state.held) yield* probe(held)
     while (true) {
       if (state.liveness === "unavailable") {
-        yield* Deferred.succeed(firstAttempt, undefined)
+        yield* Deferred.succeed(keeper.ready, undefined)
         return yield* Effect.never
       }
       if (state.held.length < SESSIONS) {
         const before = state.held.length
-        failures = yield* establish(keeper, firstAttempt, failures)
+        failures = yield* establish(keeper, failures)
         if (state.held.length > before) yield* probe(state.held[state.held.length - 1]!)
         continue
       }
@@ -323,6 +373,7 @@ export const heartbeats = (keeper: Keeper) =>
       const now = yield* Clock.currentTimeMillis
       if (result._tag === "Failure" && serverDown(result.failure)) sawServerDown(state, now)
       if (result._tag === "Success") {
+        yield* readyWhenHeld(keeper)
         if (warned) yield* Effect.logInfo("heartbeats are back")
         failingSince = undefined
         warned = false
@@ -338,5 +389,31 @@ export const heartbeats = (keeper: Keeper) =>
         }
       }
       yield* Effect.sleep(keeper.heartbeatMs)
+    }
+  })
+
+/** How long a registration waits for its presence sessions before the consumer starts on lease expiry alone. */
+const READY_TIMEOUT_MS = 15_000
+
+/**
+ * Wait until the consumer may claim (`Keeper.ready`), saying so while it waits; bounded: past
+ * the bound it starts anyway, its key not advertised (nobody can release its claims, which
+ * are protected by their leases alone) until both sessions hold it.
+ */
+export const awaitReady = (keeper: Keeper): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const slow = yield* Deferred.await(keeper.ready).pipe(Effect.timeoutOption(2_000))
+    if (Option.isSome(slow)) return
+    yield* Effect.logInfo(
+      `waiting for ${SESSIONS} presence sessions to hold this consumer's lock before claiming ` +
+        `(${keeper.state.held.length} so far)`
+    )
+    const done = yield* Deferred.await(keeper.ready).pipe(Effect.timeoutOption(READY_TIMEOUT_MS - 2_000))
+    if (Option.isNone(done)) {
+      yield* Effect.logWarning(
+        `${SESSIONS} presence sessions not up in ${seconds(READY_TIMEOUT_MS)} (${keeper.state.held.length} so far): ` +
+          "claiming on lease expiry alone (no lock advertised, so no reaper releases this consumer's claims) " +
+          "until they are; still trying"
+      )
     }
   })

@@ -16,6 +16,8 @@ export interface ProxiedConnection {
   applicationName: string | undefined
   /** Set when either side closed. */
   closed: boolean
+  /** Frozen by {@link PgProxy.limit}: over the number of connections let through under its name. */
+  limited: boolean
 }
 
 /** A running proxy. */
@@ -47,6 +49,11 @@ export interface PgProxy {
    * retransmit for minutes before anyone noticed).
    */
   freeze(prefix: string): void
+  /**
+   * Let only `n` more connections whose `application_name` is exactly `name` through; those
+   * after them are frozen (accepted, never answered), connections already open go on.
+   */
+  limit(name: string, n: number): void
   /** Let everybody through again (frozen connections are closed: their streams lost bytes). */
   restore(): void
   /** Connections currently open through the proxy. */
@@ -73,8 +80,9 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
         let cutPrefix: string | undefined
         let frozenPrefix: string | undefined
         const isCut = (c: ProxiedConnection) => cutPrefix !== undefined && c.applicationName?.startsWith(cutPrefix) === true
+        let limit: { readonly name: string; left: number } | undefined
         const isFrozen = (c: ProxiedConnection) =>
-          frozenPrefix !== undefined && (c.applicationName ?? "").startsWith(frozenPrefix)
+          c.limited || (frozenPrefix !== undefined && (c.applicationName ?? "").startsWith(frozenPrefix))
         const frozen = new Set<net.Socket>()
         /** Forward after `proxy.delayMs`, in order: a chunk never overtakes the one before it. */
         const delayed = () => {
@@ -89,7 +97,7 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
           sockets.add(client)
           const toClient = delayed()
           const toServer = delayed()
-          const connection: ProxiedConnection = { applicationName: undefined, closed: false }
+          const connection: ProxiedConnection = { applicationName: undefined, closed: false, limited: false }
           const upstream = net.connect(Number(target.port || 5432), target.hostname)
           sockets.add(upstream)
           live.set(client, { connection, upstream })
@@ -114,6 +122,10 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
             if (connection.applicationName === undefined) {
               head = Buffer.concat([head, chunk])
               connection.applicationName = applicationNameIn(head)
+              if (limit !== undefined && connection.applicationName === limit.name) {
+                if (limit.left > 0) limit.left -= 1
+                else connection.limited = true
+              }
             }
             if (isCut(connection)) return drop()
             if (isFrozen(connection)) return void frozen.add(client)
@@ -139,9 +151,13 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
           freeze(prefix) {
             frozenPrefix = prefix
           },
+          limit(name, n) {
+            limit = { name, left: n }
+          },
           restore() {
             cutPrefix = undefined
             frozenPrefix = undefined
+            limit = undefined
             for (const client of frozen) client.destroy()
             frozen.clear()
           },
