@@ -191,11 +191,12 @@ const goUnavailable = (keeper: Keeper, detail: string) =>
     state.backendPid = null
     for (const h of state.held.splice(0)) yield* Session.close(h.session)
     yield* keeper.heartbeatOnce.pipe(Effect.ignore)
-    yield* Deferred.succeed(keeper.ready, undefined)
     yield* Effect.logWarning(
       `session liveness unavailable (transaction-mode pooler?): ${detail}; falling back to lease expiry. ` +
         `Set ${variables.sessionLiveness}=off to silence this, or connect leasehold directly to PostgreSQL.`
     )
+    // After the WARN: the consumer starts knowing why it runs on lease expiry alone.
+    yield* Deferred.succeed(keeper.ready, undefined)
   })
 
 /** A failed open: note a server down, be in the table, say so, and wait before the next try. */
