@@ -6,10 +6,15 @@
  */
 import { Clock, Effect } from "effect"
 import type { Attempt, ClaimRef, MessageId } from "../Message.ts"
+import type { CompletionOutcome } from "../Lifecycle.ts"
 import type { Completion, Finish, QueueStoreShape } from "../QueueStore.ts"
 import * as Validate from "../internal/validate.ts"
 import { pushAttempt } from "./history.ts"
-import { hasLimits, held, type MemoryState, type Row, wake } from "./state.ts"
+import { announce, hasLimits, held, type MemoryState, type Row, wake } from "./state.ts"
+
+/** The completion event a landed finish announces (a release or a forget announces none). */
+const outcomeOf = (f: Finish, cancelled: boolean): CompletionOutcome | undefined =>
+  cancelled ? "cancelled" : f._tag === "Ack" ? "completed" : f._tag === "Retry" ? "retried" : f._tag === "DeadLetter" ? "dead-lettered" : undefined
 
 /**
  * The fenced write of a retry, release or dead letter of a held message (one flagged for
@@ -104,6 +109,9 @@ export const complete = (state: MemoryState): QueueStoreShape["complete"] => (co
       // A finished message of a queue with flow limits gave its slot back: idle consumers hear of it.
       if (landed && hasLimits(state, c.queue)) wake(state, c.queue)
       if (landed && cancelled) cancelledIds.push(c.ref.id)
+      const endedAt = yield* Clock.currentTimeMillis
+      const outcome = landed ? outcomeOf(f, cancelled) : undefined
+      if (outcome !== undefined) announce(state, { id: c.ref.id, queue: c.queue, task: c.task }, outcome, endedAt)
       pushAttempt(state, {
         messageId: c.ref.id,
         queue: c.queue,
@@ -111,7 +119,7 @@ export const complete = (state: MemoryState): QueueStoreShape["complete"] => (co
         attempt: base + c.attempt,
         consumer: c.consumer,
         startedAt: c.startedAt,
-        endedAt: new Date(yield* Clock.currentTimeMillis),
+        endedAt: new Date(endedAt),
         outcome: !landed ? "lease-lost" : cancelled ? "cancelled" : c.outcome,
         error: c.error,
         ...(c.result === undefined ? {} : { result: JSON.parse(c.result) })

@@ -11,6 +11,7 @@ import type { SqlClient, Statement } from "effect/sql"
 import type * as CancelInbox from "../internal/cancelInbox.ts"
 import type * as Validate from "../internal/validate.ts"
 import type { Announcing } from "./channel.ts"
+import type { EventsHub } from "./events.ts"
 import type { Op } from "./op.ts"
 
 /** What every statement of the store needs, built once per store. */
@@ -46,6 +47,12 @@ export interface PgContext {
   readonly ratesTable: Statement.Identifier
   /** The NOTIFY channel of the schema (`notifyChannel`). */
   readonly channel: string
+  /** The completion-event channel of the schema (`endedChannel`). */
+  readonly endedChannel: string
+  /** Whether the statements that end runs announce them on `endedChannel` (the store option `announceEnds`). */
+  readonly announceEnds: boolean
+  /** The completion events heard on `endedChannel`, for `completions` (`events.ts`). */
+  readonly events: EventsHub
   /** Send limits and defaults: the largest payload, the default attempts. */
   readonly limits: Validate.SendLimits
   /**
