@@ -61,6 +61,7 @@ const cancelLocked = (
                'cancelled', NULL
         FROM removed
       ), ended AS (
+        -- The removed messages' runs ended, cancelled (a flagged one ends when its holder finishes it).
         SELECT id, queue, task, 'cancelled' AS outcome FROM removed
       ), ended_announced AS (
         -- Callers awaiting the removed messages, and event streams, hear they were cancelled
