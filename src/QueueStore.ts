@@ -348,13 +348,7 @@ export interface ScheduleOperations {
  * The operations of a queue store, by group. Every write on a claim is fenced by `(id, leaseToken)`.
  */
 export interface QueueStoreShape
-  extends
-    LeaseProtocol,
-    OperatorOperations,
-    MaintenanceOperations,
-    ScheduleOperations,
-    FlowControl.FlowOperations,
-    Lifecycle.LifecycleOperations
+  extends LeaseProtocol, OperatorOperations, MaintenanceOperations, ScheduleOperations, FlowControl.FlowOperations, Lifecycle.LifecycleOperations
 {}
 
 /** A schedule as a worker declares it to the store: the cron and time zone are checked by `Scheduler`. */
