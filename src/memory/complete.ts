@@ -85,6 +85,8 @@ const ownRecord = (state: MemoryState, c: Completion): Attempt | undefined => {
 /** `complete`: each completion's fenced write, by its kind, then its history record; as one step. */
 export const complete = (state: MemoryState): QueueStoreShape["complete"] => (completions) =>
   Effect.gen(function*() {
+    // One time for the whole batch, read before any write: no step between a write and its record yields.
+    const endedAt = yield* Clock.currentTimeMillis
     const landedIds: Array<MessageId> = []
     const cancelledIds: Array<MessageId> = []
     for (const c of completions) {
@@ -109,9 +111,6 @@ export const complete = (state: MemoryState): QueueStoreShape["complete"] => (co
       // A finished message of a queue with flow limits gave its slot back: idle consumers hear of it.
       if (landed && hasLimits(state, c.queue)) wake(state, c.queue)
       if (landed && cancelled) cancelledIds.push(c.ref.id)
-      const endedAt = yield* Clock.currentTimeMillis
-      const outcome = landed ? outcomeOf(f, cancelled) : undefined
-      if (outcome !== undefined) announce(state, { id: c.ref.id, queue: c.queue, task: c.task }, outcome, endedAt)
       pushAttempt(state, {
         messageId: c.ref.id,
         queue: c.queue,
@@ -124,6 +123,9 @@ export const complete = (state: MemoryState): QueueStoreShape["complete"] => (co
         error: c.error,
         ...(c.result === undefined ? {} : { result: JSON.parse(c.result) })
       })
+      // After the history record: an awaiter woken by it finds the record (as SQL's statement is one).
+      const outcome = landed ? outcomeOf(f, cancelled) : undefined
+      if (outcome !== undefined) announce(state, { id: c.ref.id, queue: c.queue, task: c.task }, outcome, endedAt)
     }
     return { held: landedIds, cancelled: cancelledIds }
   })
