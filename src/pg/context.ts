@@ -6,12 +6,12 @@
  * @since 0.1.0
  */
 import type { PgClient } from "@effect/sql-pg"
-import type { Effect, Option } from "effect"
+import type { Deferred, Effect, Option, PubSub, Scope } from "effect"
+import type { CompletionEvent } from "../Lifecycle.ts"
 import type { SqlClient, Statement } from "effect/sql"
 import type * as CancelInbox from "../internal/cancelInbox.ts"
 import type * as Validate from "../internal/validate.ts"
 import type { Announcing } from "./channel.ts"
-import type { EventsHub } from "./events.ts"
 import type { Op } from "./op.ts"
 
 /** What every statement of the store needs, built once per store. */
@@ -68,3 +68,12 @@ export interface PgContext {
   readonly cancelListeners: CancelInbox.Registry
 }
 
+
+/** The store's hub of completion events (`events.ts`): where its listener publishes, and whether it was started. */
+export interface EventsHub {
+  readonly pubsub: PubSub.PubSub<CompletionEvent>
+  /** Done once LISTEN is in place (or listening is impossible); set when the listener starts. */
+  listening: Deferred.Deferred<void> | undefined
+  /** The scope the listener lives in: the store's. */
+  readonly scope: Scope.Scope
+}

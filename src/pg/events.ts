@@ -13,17 +13,8 @@ import type { CompletionEvent, LifecycleOperations } from "../Lifecycle.ts"
 import { limits, ofQueues } from "../Lifecycle.ts"
 import * as Pooler from "../Pooler.ts"
 import * as Detached from "../internal/detached.ts"
-import type { PgContext } from "./context.ts"
+import type { EventsHub, PgContext } from "./context.ts"
 import { parseEnded } from "./lifecycle.ts"
-
-/** The store's hub of completion events: where the listener publishes, and whether it was started. */
-export interface EventsHub {
-  readonly pubsub: PubSub.PubSub<CompletionEvent>
-  /** Done once LISTEN is in place (or listening is impossible); set when the listener starts. */
-  listening: Deferred.Deferred<void> | undefined
-  /** The scope the listener lives in: the store's. */
-  readonly scope: Scope.Scope
-}
 
 /** An idle hub for a store built in `scope`. */
 export const makeHub = (scope: Scope.Scope): Effect.Effect<EventsHub> =>
