@@ -35,7 +35,11 @@ import { type DeadLetterFilter, QueueStore } from "./QueueStore.ts"
 import { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, RateRow, RateInput, LimitsInput, WeightInput, LimitsView, LimitsRow, FlowStatusRow } from "./http/adminSchema.ts"
 import { AdminAuth, ReadAuth, InputErrors, AdminGroup, AdminApi } from "./http/adminApi.ts"
 import { flowRoutes } from "./http/adminFlow.ts"
+import { insightRoutes } from "./http/adminInsights.ts"
+import { BulkActionInput, BulkCount, BulkInput, BulkOutcomeSchema, DepthAnswer, DepthSampleSchema, FilterFields, MinutesInput, ScheduleRow, ThroughputAnswer, ThroughputRowSchema, TriggerOutcome } from "./http/adminInsightsSchema.ts"
+import { Insights } from "./Insights.ts"
 
+export { BulkActionInput, BulkCount, BulkInput, BulkOutcomeSchema, DepthAnswer, DepthSampleSchema, FilterFields, MinutesInput, ScheduleRow, ThroughputAnswer, ThroughputRowSchema, TriggerOutcome }
 export { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, RateRow, RateInput, LimitsInput, WeightInput, LimitsView, LimitsRow, FlowStatusRow, AdminAuth, ReadAuth, InputErrors, AdminGroup, AdminApi }
 
 // ---------------------------------------------------------------------------
@@ -197,6 +201,7 @@ export const handlers = HttpApiBuilder.group(AdminApi, "admin", (handlers) =>
     const sql = yield* Effect.serviceOption(SqlClient.SqlClient)
     const settings = yield* Effect.serviceOption(StoreSettings)
     const flow = flowRoutes(store)
+    const dash = insightRoutes(store, yield* Effect.serviceOption(Insights))
     const queueRow = (queue: string) =>
       Effect.map(store.queues(), (all) =>
         all.find((q) => q.queue === queue) ?? { queue, ready: 0, delayed: 0, inFlight: 0, dead: 0, oldestReadyAgeMs: 0, paused: false, pausedAt: null })
@@ -261,6 +266,19 @@ export const handlers = HttpApiBuilder.group(AdminApi, "admin", (handlers) =>
       .handle("keyWeight", ({ params, payload }) => Effect.mapError(flow.keyWeight(params.queue, payload), storeFailure))
       .handle("flow", ({ params }) => Effect.mapError(flow.flow(params.queue), storeFailure))
       .handle("counters", () => counters)
+      .handle("throughput", ({ query }) => Effect.mapError(dash.throughput(query), storeFailure))
+      .handle("depthHistory", ({ query }) => Effect.mapError(dash.depthHistory(query), storeFailure))
+      .handle("search", ({ query }) => Effect.mapError(dash.search(query), storeFailure))
+      .handle("retry", ({ payload }) => Effect.mapError(dash.retry(payload.ids), storeFailure))
+      .handle("bulkCount", ({ params, query }) => Effect.mapError(dash.bulkCount(params.action, query), storeFailure))
+      .handle("bulk", ({ params, payload }) => Effect.mapError(dash.bulk(params.action, payload), storeFailure))
+      .handle("schedules", () => Effect.mapError(dash.schedules, storeFailure))
+      .handle("trigger", ({ params }) =>
+        dash.trigger(params.key).pipe(Effect.catchTags({
+          ConnectionDead: (e) => Effect.fail(storeFailure(e)),
+          QueryFailed: (e) => Effect.fail(storeFailure(e)),
+          InvalidInput: (e) => Effect.fail(new NotFound({ message: e.message }))
+        })))
   }))
 
 /** How the admin API is configured. */

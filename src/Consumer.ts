@@ -21,6 +21,8 @@ import { ConsumerPresence } from "./ConsumerPresence.ts"
 import { StoreSettings } from "./StoreSettings.ts"
 import * as QueueDepth from "./QueueDepth.ts"
 import * as Maintenance from "./maintenance/Maintenance.ts"
+import * as DepthHistory from "./maintenance/depthHistory.ts"
+import { Insights } from "./Insights.ts"
 import * as Prune from "./maintenance/prune.ts"
 import * as LeaseRenewer from "./consumer/renew.ts"
 import type { Claim } from "./Message.ts"
@@ -176,6 +178,9 @@ export const make = <R>(
     yield* Maintenance.fork(Prune.attempts(store, settings.attemptRetentionMs)).pipe(Effect.annotateLogs(annotations))
     yield* Maintenance.fork(Prune.uniqueKeys(store)).pipe(Effect.annotateLogs(annotations))
     yield* Maintenance.fork(Prune.flow(store)).pipe(Effect.annotateLogs(annotations))
+    // The fleet's queue depths over time, for the dashboard (one sample per interval between all processes).
+    const insights = yield* Effect.serviceOption(Insights)
+    if (Option.isSome(insights)) yield* Maintenance.fork(DepthHistory.make(store, insights.value)).pipe(Effect.annotateLogs(annotations))
 
     yield* Effect.addFinalizer(() => shutdown({ settings, lanes, handlers, loopFibers, taskLeasesMs }).pipe(Effect.annotateLogs(annotations)))
 

@@ -3,18 +3,26 @@
  */
 import { Console, Context, Effect, Layer, Option } from "effect"
 import { Command, Flag } from "effect/cli"
+import { Insights } from "../Insights.ts"
+import * as DepthHistory from "../maintenance/depthHistory.ts"
+import * as Maintenance from "../maintenance/Maintenance.ts"
 import * as QueueConfig from "../QueueConfig.ts"
 import { intFlag } from "./args.ts"
 import { connect, endOnInterrupt, print } from "./connect.ts"
 
 /** Port `leasehold serve` listens on when neither --port nor LEASEHOLD_HTTP_PORT says. */
 const defaultServePort = 9464
-/** `leasehold serve [--port N] [--host H]`. */
+/** `leasehold serve [--port N] [--host H] [--base-path /P]`. */
 export const serve = Command.make("serve", {
   port: intFlag("port", `Port to listen on (default LEASEHOLD_HTTP_PORT, else ${defaultServePort}; 0 picks a free one)`, 0, 65_535),
   host: Flag.String("host").pipe(
     Flag.withMetavar("HOST"),
     Flag.withDescription("Interface to bind (default LEASEHOLD_HTTP_HOST, else 127.0.0.1: this machine only)"),
+    Flag.optional
+  ),
+  basePath: Flag.String("base-path").pipe(
+    Flag.withMetavar("PATH"),
+    Flag.withDescription("The path a reverse proxy serves the dashboard under, e.g. /leasehold (default LEASEHOLD_HTTP_BASE_PATH; the root answers too)"),
     Flag.optional
   )
 }, (input) =>
@@ -26,8 +34,11 @@ export const serve = Command.make("serve", {
     // Loaded here, not at the top: the other commands start without the HTTP stack.
     const Http = yield* Effect.promise(() => import("../Http.ts"))
     // A few connections: the dashboard asks six routes at once every 2 s (and one per queue with flow limits).
-    const { context } = yield* connect({ migrate: false, maxConnections: 4 })
-    const served = yield* Layer.build(Http.layerAdminServer({ port, host }).pipe(Layer.provide(Layer.succeedContext(context))))
+    const { context, store } = yield* connect({ migrate: false, maxConnections: 4 })
+    // Depth samples for the charts even while no worker runs (one sample per interval between all processes).
+    const insights = Context.getOption(context, Insights)
+    if (Option.isSome(insights)) yield* Maintenance.fork(DepthHistory.make(store, insights.value))
+    const served = yield* Layer.build(Http.layerAdminServer({ port, host, basePath: Option.getOrUndefined(input.basePath) }).pipe(Layer.provide(Layer.succeedContext(context))))
     const url = Context.get(served, Http.Listening).url
     const token = yield* QueueConfig.adminTokenFromEnv
     yield* print(`leasehold: dashboard at ${url}/ , API reference at ${url}/docs (Ctrl-C to stop)`)

@@ -1,0 +1,27 @@
+/**
+ * Migration 12: queue depths over time, for the dashboard's charts (issue 31).
+ *
+ * `depth_samples` holds one row per queue per sample: what the depth gauges show a single
+ * process, kept in the database so any server (a standalone `leasehold serve` too) draws
+ * the fleet's history. One process stores a sample at a time (an advisory lock, and no
+ * sample sooner than the interval after the last one); samples past retention are deleted
+ * by the sampler. Keyed by time first: every read is a time range.
+ */
+import { Effect } from "effect"
+import { SqlClient } from "effect/sql"
+
+/** Build the migration for `schema` (already validated as an identifier). */
+export default (schema: string) =>
+  Effect.gen(function*() {
+    const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+    yield* sql`CREATE TABLE ${sql(`${schema}.depth_samples`)} (
+      at                  timestamptz NOT NULL,
+      queue               text        NOT NULL,
+      ready               integer     NOT NULL,
+      delayed             integer     NOT NULL,
+      in_flight           integer     NOT NULL,
+      dead                integer     NOT NULL,
+      oldest_ready_age_ms bigint      NOT NULL,
+      PRIMARY KEY (at, queue)
+    )`
+  })
