@@ -8,9 +8,10 @@
  * - Every route requires `Authorization: Bearer <LEASEHOLD_ADMIN_TOKEN>` once a
  *   token is set, compared in constant time: 401 when missing or wrong.
  * - With no token set, every route that changes something (pause, resume,
- *   cancel, redrive, purge, flow limits and key weights) answers 403, and so does every reading route
- *   (queues, consumers, messages, dead letters, counters, limits, flow: they show payloads,
- *   errors, hosts and pids) unless the server answers this machine only
+ *   cancel, retry now, redrive, purge, bulk actions, schedule triggers, flow limits and key
+ *   weights) answers 403, and so does every reading route (queues, consumers, messages, search,
+ *   dead letters, counters, fleet figures, bulk counts, schedules, limits, flow: they show
+ *   payloads, errors, hosts and pids) unless the server answers this machine only
  *   ({@link AdminOptions.loopbackOnly}). A refused request writes nothing.
  * - Every input is decoded by a schema: a bad queue name, message id, state,
  *   page size or body is a 400 {@link BadRequest} naming the field and the rule.

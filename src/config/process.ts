@@ -130,7 +130,7 @@ export const allowedHostsOf = (
   names === undefined ? allowedHostsFromEnv : Effect.map(allowedHosts(names), Option.some)
 
 const basePathPattern = /^(?:\/[A-Za-z0-9._~-]+){1,8}$/
-const basePathRule = "a path such as /leasehold or /ops/queues: 1 to 8 segments of A-Z a-z 0-9 . _ ~ -, each after a /, no / at the end"
+const basePathRule = "a path such as /leasehold or /ops/queues: 1 to 8 segments of A-Z a-z 0-9 . _ ~ -, each after a /, none . or .., no / at the end"
 
 /**
  * Check the path a reverse proxy serves the admin server under (`/leasehold`): requests
@@ -138,7 +138,7 @@ const basePathRule = "a path such as /leasehold or /ops/queues: 1 to 8 segments 
  * it works under any such path).
  */
 export const basePath = (path: string, source: "code" | "env" = "code"): Effect.Effect<string, ConfigInvalid> =>
-  path.length <= 200 && basePathPattern.test(path)
+  path.length <= 200 && basePathPattern.test(path) && !path.split("/").some((segment) => segment === "." || segment === "..")
     ? Effect.succeed(path)
     : Effect.fail(invalid(source === "env" ? httpVariables.basePath : "basePath", basePathRule, path))
 

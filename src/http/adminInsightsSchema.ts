@@ -17,8 +17,8 @@ export const MinutesInput = Schema.String.check(
 /** A bulk action in a path. */
 export const BulkActionInput = Schema.Literals(bulkActions).annotate({ message: "one of redrive, purge, cancel, retry" })
 
-/** A flow key in a query or body (any text up to 512 characters). */
-const KeyInput = Schema.String.check(Schema.isMaxLength(512, { message: "at most 512 characters" }))
+/** A flow key in a query or body (any text up to 200 characters, as a send takes it). */
+const KeyInput = Schema.String.check(Schema.isMaxLength(200, { message: "at most 200 characters" }))
 /** A payload criterion, `customer.id = 42` (checked by `Insights.parsePayloadMatch`). */
 const PayloadInput = Schema.String.check(Schema.isMaxLength(2000, { message: "at most 2000 characters" }))
 
