@@ -83,7 +83,12 @@ export const make = <R>(
     // Session liveness, when provided: registered before the first claim and kept until after the
     // drain (its finalizer runs after the shutdown's), so no claim of this consumer goes unprotected.
     const presence = yield* Effect.serviceOption(ConsumerPresence)
-    const registration = presence._tag === "Some" ? yield* presence.value.register(consumerId) : undefined
+    const registration = presence._tag === "Some" ? yield* presence.value.register(consumerId, {
+        queues: settings.queues,
+        concurrency: settings.concurrency,
+        leaseMs: settings.leaseMs
+      })
+      : undefined
     // Idle: sleep until the poll interval or the earliest delay/lease end of our queues, whichever
     // comes first; the reaper releasing a dead consumer's claims wakes us at once, and so does a send.
     // A send to one of our queues (LISTEN/NOTIFY on PostgreSQL) wakes us too: new work runs at once.

@@ -145,9 +145,10 @@ export interface ConsumerPresenceShape {
    * the presence session and its lock, heartbeats, re-registration when the
    * session dies, and this consumer's reaper. Never fails: without the database
    * it keeps trying in the background and the consumer runs on lease expiry.
-   * Closing the scope deletes the row and ends the session.
+   * Closing the scope deletes the row and ends the session. `settings` (its queues,
+   * concurrency, lease) go in the row for operators (the dashboard's consumers page).
    */
-  readonly register: (consumerId: string) => Effect.Effect<Registration, never, Scope.Scope>
+  readonly register: (consumerId: string, settings?: PresenceSql.ConsumerSettings) => Effect.Effect<Registration, never, Scope.Scope>
   /**
    * One reaper sweep now, as consumer `self` (never reaped by itself): release
    * the claims of every dead consumer and forget it. For tests and operators.
@@ -176,7 +177,7 @@ export const defaults = {
 } as const
 
 /** A registered consumer as an operator sees it, and the list of them (the statement: `pg/presence.ts`). */
-export { type ConsumerInfo, listConsumers } from "./pg/presence.ts"
+export { type ConsumerInfo, type ConsumerSettings, listConsumers } from "./pg/presence.ts"
 
 /**
  * The first key of every presence lock: a hash of the schema, so leasehold
@@ -299,7 +300,7 @@ export const make = (
     /** The registrations in force, by consumer id (what `registration` reads). */
     const registered = new Map<string, Registration>()
 
-    const register = (consumerId: string): Effect.Effect<Registration, never, Scope.Scope> =>
+    const register = (consumerId: string, settings?: PresenceSql.ConsumerSettings): Effect.Effect<Registration, never, Scope.Scope> =>
       Effect.gen(function*() {
         const state: Keeper.State = {
           liveness: "reconnecting",
@@ -317,7 +318,7 @@ export const make = (
           state,
           heartbeatMs,
           openSession,
-          heartbeatOnce: Keeper.heartbeatOnce(ctx, state, { id: consumerId, host, pid: process.pid })
+          heartbeatOnce: Keeper.heartbeatOnce(ctx, state, { id: consumerId, host, pid: process.pid, settings })
         }
         const annotate = Effect.annotateLogs({ module: "ConsumerPresence", consumer: consumerId })
 

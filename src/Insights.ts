@@ -174,8 +174,9 @@ const applyBatch = (store: QueueStoreShape, insights: InsightsShape, action: Bul
 /**
  * Run `action` on every message matching `filter`, in batches of {@link bulkBatch} ids picked
  * afresh each time (a message the action changed no longer matches: a batch run twice changes
- * nothing twice, and a request cut short is finished by running it again). Stops when a batch
- * comes back short, changes nothing (the rest changed under it), or after {@link maxBulkBatches}.
+ * nothing twice, and a request cut short is finished by running it again). Stops when none
+ * is left, a batch comes back short or changes nothing (the rest changed under it), or after
+ * {@link maxBulkBatches} (then `more`). `batches` counts the batches that ran.
  */
 export const runBulk = (
   store: QueueStoreShape,
@@ -185,11 +186,15 @@ export const runBulk = (
 ): Effect.Effect<BulkOutcome, InvalidInput | StoreError> =>
   Effect.gen(function*() {
     let touched = 0
-    for (let batches = 1; batches <= maxBulkBatches; batches++) {
+    let batches = 0
+    while (batches < maxBulkBatches) {
       const ids = yield* insights.pick(action, filter, bulkBatch)
-      const changed = ids.length === 0 ? [] : yield* applyBatch(store, insights, action, ids)
+      if (ids.length === 0) break
+      batches++
+      const changed = yield* applyBatch(store, insights, action, ids)
       touched += changed.length
-      if (ids.length < bulkBatch || changed.length === 0) return { action, touched, batches, more: false }
+      if (ids.length < bulkBatch || changed.length === 0) break
     }
-    return { action, touched, batches: maxBulkBatches, more: true }
+    // At the cap, more may match: the same request goes on from there.
+    return { action, touched, batches, more: batches === maxBulkBatches }
   })

@@ -6,6 +6,10 @@
  * the fleet's history. One process stores a sample at a time (an advisory lock, and no
  * sample sooner than the interval after the last one); samples past retention are deleted
  * by the sampler. Keyed by time first: every read is a time range.
+ *
+ * `consumers.settings`: what a consumer runs with (its queues, concurrency, lease), written
+ * with its heartbeat, for the dashboard's consumers page; NULL for a consumer of an older
+ * version.
  */
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
@@ -24,4 +28,6 @@ export default (schema: string) =>
       oldest_ready_age_ms bigint      NOT NULL,
       PRIMARY KEY (at, queue)
     )`
+    // Nullable, no default: adding it rewrites nothing.
+    yield* sql`ALTER TABLE ${sql(`${schema}.consumers`)} ADD COLUMN settings jsonb`
   })

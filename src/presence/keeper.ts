@@ -66,7 +66,7 @@ export interface Keeper {
 export const heartbeatOnce = (
   ctx: PresenceSql.PresenceContext,
   state: State,
-  who: { readonly id: string; readonly host: string; readonly pid: number }
+  who: { readonly id: string; readonly host: string; readonly pid: number; readonly settings?: PresenceSql.ConsumerSettings | undefined }
 ): Effect.Effect<void, StoreError> =>
   Effect.suspend(() => {
     const key = state.lockKey

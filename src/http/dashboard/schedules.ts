@@ -24,7 +24,7 @@ const scheduleRow = (s, now) => {
     ["seen", s.seen ? "yes, by " + s.lastSeenBy + " " + age(now - Date.parse(s.lastSeenAt)) + " ago" : "NOT SEEN for " + age(now - Date.parse(s.lastSeenAt))]
   ]);
   tr.dataset.schedule = s.key;
-  if (!s.seen) tr.children[9].className = "bad";
+  if (!s.seen) tr.querySelector('[data-field="seen"]').className = "bad";
   const actions = document.createElement("td");
   actions.appendChild(button("trigger", () => change("api/schedules/" + encodeURIComponent(s.key) + "/trigger", {}, "trigger " + s.key)));
   tr.appendChild(actions);
