@@ -15,16 +15,12 @@
  * Skipped, saying why, only when chromium is missing outside CI (support/RequireTool.ts).
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Deferred, Effect, Exit, Layer, Option, Scope } from "effect"
+import { Deferred, Effect, Option } from "effect"
 import { mkdirSync } from "node:fs"
 import type { Page } from "playwright-core"
 import * as Consumer from "../src/Consumer.ts"
-import * as ConsumerPresence from "../src/ConsumerPresence.ts"
-import * as Http from "../src/Http.ts"
-import { QueueStore } from "../src/QueueStore.ts"
 import * as Finish from "./support/Finish.ts"
-import * as PgTest from "./support/PgTest.ts"
-import { chromiumFor, launch, openDashboard, waitPage } from "./support/Browser.ts"
+import { chromiumFor, dashboardWorker, launch, openDashboard, waitPage } from "./support/Browser.ts"
 
 const chromiumTool = chromiumFor("DashboardViews.test.ts")
 const token = "dashboard-views-token-7c1e95"
@@ -58,27 +54,15 @@ describe(`Dashboard views in headless Chromium on a real worker and PostgreSQL${
           }
           if (message.task === "flaky") return yield* Effect.fail(new Error(`upstream refused attempt ${message.attempts}`))
         })
-      const scope = yield* Scope.make()
-      yield* Effect.addFinalizer(() => Effect.andThen(Deferred.succeed(gate, undefined), Scope.close(scope, Exit.void)))
-      const context = yield* Layer.buildWithScope(
-        Http.layerWithAdmin({ port: 0, token }).pipe(
-          Layer.provideMerge(Consumer.layer(handler, {
-            consumerId: "views-worker",
-            queues: ["orders", "held"],
-            concurrency: 4,
-            pollInterval: "100 millis",
-            lease: "5 seconds",
-            retryBase: "50 millis",
-            retryMax: "100 millis",
-            shutdownGrace: "2 seconds"
-          })),
-          Layer.provideMerge(ConsumerPresence.layerPg({ mode: "on", heartbeat: 250, staleAfter: 2_000, reapEvery: 500 })),
-          Layer.provideMerge(PgTest.storeLayer({ clock: "database", maxConnections: 10 }))
-        ),
-        scope
-      )
-      const base = Context.get(context, Http.Listening).url
-      const store = Context.get(context, QueueStore)
+      const { base, store } = yield* dashboardWorker(handler, {
+        token,
+        gate,
+        consumerId: "views-worker",
+        queues: ["orders", "held"],
+        concurrency: 4,
+        retryBase: "50 millis",
+        retryMax: "100 millis"
+      })
       yield* store.upsertSchedules([
         { key: "nightly-report", cron: "0 3 * * *", tz: "UTC", queue: "orders", task: "report", payload: {}, nextSlot: new Date(Date.now() + 3_600_000) }
       ], { seenBy: "views-worker", now: new Date() })
