@@ -3,9 +3,6 @@
  */
 import { Console, Context, Effect, Layer, Option } from "effect"
 import { Command, Flag } from "effect/cli"
-import { Insights } from "../Insights.ts"
-import * as DepthHistory from "../maintenance/depthHistory.ts"
-import * as Maintenance from "../maintenance/Maintenance.ts"
 import * as QueueConfig from "../QueueConfig.ts"
 import { intFlag } from "./args.ts"
 import { connect, endOnInterrupt, print } from "./connect.ts"
@@ -33,11 +30,8 @@ export const serve = Command.make("serve", {
     const host = Option.getOrElse(input.host, () => Option.getOrElse(hostFromEnv, () => QueueConfig.defaultHttpHost))
     // Loaded here, not at the top: the other commands start without the HTTP stack.
     const Http = yield* Effect.promise(() => import("../Http.ts"))
-    // A few connections: the dashboard asks six routes at once every 2 s (and one per queue with flow limits).
-    const { context, store } = yield* connect({ migrate: false, maxConnections: 4 })
-    // Depth samples for the charts even while no worker runs (one sample per interval between all processes).
-    const insights = Context.getOption(context, Insights)
-    if (Option.isSome(insights)) yield* Maintenance.fork(DepthHistory.make(store, insights.value))
+    // A few connections: the overview asks eight routes at once every 2 s (and one per queue with flow limits).
+    const { context } = yield* connect({ migrate: false, maxConnections: 4 })
     const served = yield* Layer.build(Http.layerAdminServer({ port, host, basePath: Option.getOrUndefined(input.basePath) }).pipe(Layer.provide(Layer.succeedContext(context))))
     const url = Context.get(served, Http.Listening).url
     const token = yield* QueueConfig.adminTokenFromEnv
