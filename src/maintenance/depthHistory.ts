@@ -1,8 +1,8 @@
 /**
  * The depth-history sampler, as a maintenance task: every {@link everyMs}, the depths of every
  * queue stored as one sample in the database (`Insights.recordDepths`), for the dashboard's
- * charts. Every consumer process (and `leasehold serve`) runs one; the store keeps it to one
- * sample per interval for the fleet (an advisory lock, and no sample sooner than the interval
+ * charts. Every consumer process on the PostgreSQL store runs one (`leasehold serve` does not:
+ * it may run with a read-only role); the store keeps it to one sample per interval for the fleet (an advisory lock, and no sample sooner than the interval
  * after the last), so a process asks the counts only when a sample is due.
  *
  * @since 0.5.0
