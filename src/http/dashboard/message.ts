@@ -26,6 +26,15 @@ export const messageMarkup = `<section id="view-message" data-view="message" hid
 
 /** The view's functions, in the page's script. */
 export const messageScript = `
+/**
+ * The message's progress, in the #message-progress slot: nothing yet. The place for the
+ * progress a running handler reports (issue 31, part 5): fill the slot from \`detail\` (the
+ * answer of GET /api/messages/:id) as text, as the rest of the page does.
+ */
+const showProgress = (detail) => {
+  void detail;
+};
+
 const pretty = (value) => {
   try {
     return JSON.stringify(value, null, 2);
@@ -116,6 +125,7 @@ views.message = {
     $("message-payload").textContent = pretty(m.payload);
     $("message-headers").textContent = pretty(m.headers);
     fill("message-attempts", detail.attempts.map(attemptRow), 7, "no attempt yet");
+    showProgress(detail);
   }
 };
 `
