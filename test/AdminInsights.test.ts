@@ -9,10 +9,12 @@
  *   nothing on a second run; `POST /api/messages/retry` makes a delayed message ready;
  * - `/api/schedules` with `seen`, and a trigger that sends (404 for an unknown key);
  * - a base path: `/ops/leasehold/api/...` answered as `/api/...`, `/ops/leasehold` redirected
- *   to `/ops/leasehold/`, the page served there; a bad base path refused.
+ *   to `/ops/leasehold/`, the page served there; a bad base path refused;
+ * - over the memory store (no `Insights`) the figures, search and bulk routes are a 503 saying so.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Option } from "effect"
+import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
 import * as QueueConfig from "../src/QueueConfig.ts"
 import * as Finish from "./support/Finish.ts"
 import { bearer, request, serve } from "./support/AdminServer.ts"
@@ -98,5 +100,16 @@ describe("the dashboard's admin routes on real PostgreSQL", () => {
       for (const bad of ["ops", "/ops/", "/a b", "/../x"]) {
         assert.isTrue(Exit.isFailure(yield* Effect.exit(QueueConfig.basePath(bad))), bad)
       }
+    })))
+
+  it.live("over the memory store: a 503 naming what they need", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { base } = yield* serve(MemoryQueueStore.layer(), { token })
+      for (const path of ["/api/stats/throughput", "/api/stats/depth", "/api/messages", "/api/bulk/purge/count"]) {
+        const answer = yield* request(base, "GET", path, { auth })
+        assert.strictEqual(answer.status, 503, path)
+        assert.include(answer.body.message, "need the PostgreSQL store")
+      }
+      assert.strictEqual((yield* request(base, "GET", "/api/schedules", { auth })).status, 200, "the schedules are the store's own")
     })))
 })
