@@ -243,6 +243,7 @@ export const handlers = HttpApiBuilder.group(AdminApi, "admin", (handlers) =>
           }
           return { message: found.value, attempts: yield* store.attempts(params.id) }
         }).pipe(Effect.catchTags({ ConnectionDead: (e) => Effect.fail(storeFailure(e)), QueryFailed: (e) => Effect.fail(storeFailure(e)) })))
+      .handle("attempts", ({ params }) => Effect.mapError(store.attempts(params.id), storeFailure))
       .handle("cancel", ({ payload }) =>
         store.cancel(payload.ids).pipe(
           Effect.map((results) => cancelOutcome(payload.ids, results)),

@@ -73,7 +73,8 @@ const readRoutes = (id: string) => [
   "/api/stats/depth",
   "/api/messages?queue=mail&payload=n%20%3D%201",
   "/api/bulk/redrive/count?queue=mail",
-  "/api/schedules"
+  "/api/schedules",
+  `/api/messages/${id}/attempts`
 ]
 
 describe("Admin API on real PostgreSQL", () => {

@@ -36,6 +36,9 @@ describe("the dashboard's admin routes on real PostgreSQL", () => {
       yield* Finish.ack(store, claims.find((c) => c.id === sent[1]!.id)!)
       for (const c of claims.filter((c) => c.id !== sent[1]!.id)) yield* Finish.deadLetter(store, c, { reason: "max attempts", error: "boom" })
 
+      // The acked one is deleted; its history answers.
+      const history = yield* request(base, "GET", `/api/messages/${sent[1]!.id}/attempts`, { auth })
+      assert.deepStrictEqual(history.body.map((a: any) => a.outcome), ["acked"])
       const tp = yield* request(base, "GET", "/api/stats/throughput?minutes=5&queue=orders", { auth })
       assert.strictEqual(tp.status, 200, tp.text)
       assert.strictEqual(tp.body.minutes, 5)

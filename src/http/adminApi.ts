@@ -6,7 +6,7 @@
  */
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "effect/http-api"
 import { Schema } from "effect"
-import { DeadLetter, MessageInfo } from "../Message.ts"
+import { Attempt, DeadLetter, MessageInfo } from "../Message.ts"
 import { BulkActionInput, BulkCount, BulkInput, BulkOutcomeSchema, DepthAnswer, FilterFields, MinutesInput, ScheduleRow, ThroughputAnswer, TriggerOutcome } from "./adminInsightsSchema.ts"
 import { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, LimitsInput, LimitsRow, WeightInput, FlowStatusRow } from "./adminSchema.ts"
 
@@ -95,6 +95,14 @@ export const AdminGroup = HttpApiGroup.make("admin")
       error: [Unavailable, NotFound]
     }).middleware(ReadAuth),
     "One message, live or dead, with its attempt history"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("attempts", "/api/messages/:id/attempts", {
+      params: { id: MessageIdInput },
+      success: Schema.Array(Attempt),
+      error: readErrors
+    }).middleware(ReadAuth),
+    "A message's attempt history, oldest first, also once the message finished and was deleted (until retention prunes it)"
   ))
   .add(summarized(
     HttpApiEndpoint.post("cancel", "/api/messages/cancel", {

@@ -3,7 +3,8 @@
  * message stands (state, attempts, lease holder and the time its lease has left, cancel
  * asked, why it died), its payload and headers, every attempt with its error or result,
  * and the actions its state allows (cancel, retry now, redrive, purge: purge asks first),
- * which need the admin token. A finished message is deleted: its page says so.
+ * which need the admin token. A finished message is deleted: its page says so and shows its
+ * history (`GET /api/messages/:id/attempts`: the result of its last run among it).
  */
 
 /** The view's markup. The progress slot is filled by the progress view once messages report progress. */
@@ -103,11 +104,15 @@ views.message = {
       detail = await getJson("api/messages/" + encodeURIComponent(id));
     } catch (error) {
       if (error.status !== 404 && error.status !== 400) throw error;
+      // Gone: finished (acked, cancelled or purged) and deleted; its history stays until retention prunes it.
+      const history = error.status === 404 ? await getJson("api/messages/" + encodeURIComponent(id) + "/attempts") : [];
       $("message-actions").replaceChildren();
-      fill("message-rows", [], 2, error.status === 404 ? "no message " + id + " (finished and deleted, or never sent)" : "not a message id: " + id);
+      fill("message-rows", [], 2, error.status === 400 ? "not a message id: " + id
+        : history.length === 0 ? "no message " + id + " (never sent, or finished and its history pruned)"
+        : "message " + id + " finished and was deleted: its history below (payload and headers are not kept)");
       $("message-payload").textContent = "";
       $("message-headers").textContent = "";
-      fill("message-attempts", [], 7, "-");
+      fill("message-attempts", history.map(attemptRow), 7, "-");
       return;
     }
     const m = detail.message;
