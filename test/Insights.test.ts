@@ -113,6 +113,7 @@ layer(PgTest.storeLayer({ clock: "database", maxConnections: 6 }), { excludeTest
       const sql = yield* SqlClient.SqlClient
       const { schema } = yield* StoreSettings
       yield* sql`DELETE FROM ${sql(`${schema}.depth_samples`)}`
+      yield* store.send(fresh("sampled"), [{ task: "t", payload: {} }])
       const task = DepthHistory.make(store, insights, 60_000)
       yield* task.run
       yield* task.run
