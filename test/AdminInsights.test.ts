@@ -10,7 +10,8 @@
  * - `/api/schedules` with `seen`, and a trigger that sends (404 for an unknown key);
  * - a base path: `/ops/leasehold/api/...` answered as `/api/...`, `/ops/leasehold` redirected
  *   to `/ops/leasehold/`, the page served there; a bad base path refused;
- * - over the memory store (no `Insights`) the figures, search and bulk routes are a 503 saying so.
+ * - over the memory store (no `Insights`) the figures say `available: false`, search and bulk
+ *   routes are a 503 saying so.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Option } from "effect"
@@ -42,6 +43,7 @@ describe("the dashboard's admin routes on real PostgreSQL", () => {
       const tp = yield* request(base, "GET", "/api/stats/throughput?minutes=5&queue=orders", { auth })
       assert.strictEqual(tp.status, 200, tp.text)
       assert.strictEqual(tp.body.minutes, 5)
+      assert.isTrue(tp.body.available)
       const total = (key: string) => tp.body.rows.reduce((n: number, r: any) => n + r[key], 0)
       assert.strictEqual(total("completed"), 1, "counted from the history: this server ran no consumer")
       assert.strictEqual(total("deadLettered"), 2)
@@ -105,10 +107,15 @@ describe("the dashboard's admin routes on real PostgreSQL", () => {
       }
     })))
 
-  it.live("over the memory store: a 503 naming what they need", () =>
+  it.live("over the memory store: no figures, said so; search and bulk a 503 naming what they need", () =>
     Effect.scoped(Effect.gen(function*() {
       const { base } = yield* serve(MemoryQueueStore.layer(), { token })
-      for (const path of ["/api/stats/throughput", "/api/stats/depth", "/api/messages", "/api/bulk/purge/count"]) {
+      for (const path of ["/api/stats/throughput", "/api/stats/depth"]) {
+        const answer = yield* request(base, "GET", path, { auth })
+        assert.strictEqual(answer.status, 200, path)
+        assert.isFalse(answer.body.available, "no figures, said so")
+      }
+      for (const path of ["/api/messages", "/api/bulk/purge/count"]) {
         const answer = yield* request(base, "GET", path, { auth })
         assert.strictEqual(answer.status, 503, path)
         assert.include(answer.body.message, "need the PostgreSQL store")

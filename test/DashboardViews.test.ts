@@ -9,7 +9,8 @@
  * - a bulk redrive of 1,000 dead letters shows the count and asks first (nothing redriven
  *   meanwhile), then redrives them all;
  * - a cancel from the message page of a running message stops its handler;
- * - the schedules and consumers pages list theirs; screenshots of the main pages go to
+ * - the schedules and consumers pages list theirs (the consumers' queues, concurrency and lease
+ *   as their heartbeat writes them); screenshots of the main pages go to
  *   .tmp/dashboard-<view>.png (docs/ holds copies).
  *
  * Skipped, saying why, only when chromium is missing outside CI (support/RequireTool.ts).
@@ -81,7 +82,6 @@ describe(`Dashboard views in headless Chromium on a real worker and PostgreSQL${
       }
       assert.isTrue(totals.every((t, i) => i === 0 || t > totals[i - 1]!), `the chart moved each time: ${totals.join(", ")}`)
       yield* waitPage("a depth sample in the chart", async () => ((await chartFigure(page, "depth", "samples")) ?? 0) >= 1 ? true : undefined)
-      yield* shot(page, "overview")
 
       // A search by a payload field finds the one message; the search is the URL.
       const [wanted] = yield* store.send("held", [{ task: "hold", payload: { customer: { id: 4242 }, order: "A-17" } }])
@@ -100,7 +100,6 @@ describe(`Dashboard views in headless Chromium on a real worker and PostgreSQL${
       yield* waitPage("the lease holder on the message page", async () =>
         (await page.textContent(`#message-rows td[data-field="leasedBy"]`)) === "views-worker" ? true : undefined)
       assert.include(yield* Effect.promise(() => page.textContent("#message-payload")), "A-17")
-      yield* shot(page, "message")
       yield* Effect.promise(() => page.click(`#message-actions button[data-action="cancel"]`))
       yield* waitPage("the handler interrupted", async () => interrupted === 1 ? true : undefined)
       yield* waitPage("the message gone", async () =>
@@ -119,6 +118,7 @@ describe(`Dashboard views in headless Chromium on a real worker and PostgreSQL${
       })
       assert.deepStrictEqual(attempts.map((a) => a[0]), ["retried", "retried", "dead-lettered"])
       assert.isTrue(attempts.every((a) => /upstream refused attempt \d/.test(a[1]!)), JSON.stringify(attempts))
+      yield* shot(page, "message")
 
       // 1,000 dead letters in a queue no consumer takes; a bulk redrive counts, asks, then redrives all.
       yield* store.send("archive", Array.from({ length: 1_000 }, (_, n) => ({ task: "old", payload: { n }, maxAttempts: 1 })))
@@ -153,6 +153,10 @@ describe(`Dashboard views in headless Chromium on a real worker and PostgreSQL${
       assert.strictEqual(yield* Effect.promise(() => cellOf("concurrency")), "4")
       assert.strictEqual(yield* Effect.promise(() => cellOf("lease")), "5s")
       yield* shot(page, "consumers")
+      // Back to the overview once the depth chart has a line (a second sample, 10 s after the first).
+      yield* Effect.promise(() => page.goto(`${base}/#/`))
+      yield* waitPage("two depth samples", async () => ((await chartFigure(page, "depth", "samples")) ?? 0) >= 2 ? true : undefined)
+      yield* shot(page, "overview")
       // The message page of the cancelled message asked once more and got its 404 (the browser logs that).
       assert.deepStrictEqual(problems.filter((p) => !/Failed to load resource: .* 404/.test(p)), [], "no script errors in the page")
     }).pipe(Effect.scoped), { timeout: 120_000 })

@@ -1,8 +1,8 @@
 /**
  * The dashboard's routes of the admin API (issue 31) over the store and its `Insights`:
- * fleet-wide figures, search, retry now, bulk actions with their counts, schedules. A store
- * without `Insights` (the memory store) answers these with a 503 saying so, the schedules
- * excepted. Failures are the store's (a refused input is `InvalidInput`, which `Admin`
+ * fleet-wide figures, search, retry now, bulk actions with their counts, schedules. Over a
+ * store without `Insights` (the memory store) the figures answer `available: false` (the page
+ * asks them on every refresh and says so), and search, retry and bulk actions a 503 saying so. Failures are the store's (a refused input is `InvalidInput`, which `Admin`
  * answers as a 400).
  *
  * @since 0.5.0
@@ -63,13 +63,17 @@ export const insightRoutes = (store: QueueStoreShape, insights: Option.Option<In
     /** `GET /api/stats/throughput`. */
     throughput: (query: { readonly minutes?: string | undefined; readonly queue?: string | undefined }) => {
       const minutes = minutesOf(query.minutes, 60)
-      return withInsights((i) => Effect.map(i.throughput({ minutes, queue: query.queue }), (r) => ({ ...r, minutes })))
+      return Option.isNone(insights)
+        ? Effect.succeed({ now: new Date(), minutes, available: false, rows: [] })
+        : Effect.map(insights.value.throughput({ minutes, queue: query.queue }), (r) => ({ ...r, minutes, available: true }))
     },
     /** `GET /api/stats/depth`. */
     depthHistory: (query: { readonly minutes?: string | undefined; readonly queue?: string | undefined }) => {
       const minutes = minutesOf(query.minutes, 180)
-      return withInsights((i) =>
-        Effect.map(i.depthHistory({ minutes, queue: query.queue }), (r) => ({ ...r, minutes, everyMs: DepthHistory.everyMs })))
+      const everyMs = DepthHistory.everyMs
+      return Option.isNone(insights)
+        ? Effect.succeed({ now: new Date(), minutes, everyMs, available: false, samples: [] })
+        : Effect.map(insights.value.depthHistory({ minutes, queue: query.queue }), (r) => ({ ...r, minutes, everyMs, available: true }))
     },
     /** `GET /api/messages`: a page, newest first; `next` is the `before` of the next one. */
     search: (query: FilterQuery & { readonly before?: string | undefined; readonly limit?: string | undefined }) => {

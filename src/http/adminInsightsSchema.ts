@@ -54,8 +54,16 @@ export const ThroughputRowSchema = Schema.Struct({
   cancelled: Schema.Number
 })
 
-/** `GET /api/stats/throughput`: the window (its minutes up to `now`) and its rows, oldest minute first. */
-export const ThroughputAnswer = Schema.Struct({ now: Schema.Date, minutes: Schema.Number, rows: Schema.Array(ThroughputRowSchema) })
+/**
+ * `GET /api/stats/throughput`: the window (its minutes up to `now`) and its rows, oldest minute
+ * first; `available` false (and no rows) over a store without the figures (the memory store).
+ */
+export const ThroughputAnswer = Schema.Struct({
+  now: Schema.Date,
+  minutes: Schema.Number,
+  available: Schema.Boolean,
+  rows: Schema.Array(ThroughputRowSchema)
+})
 
 /** One queue's depths at one sample. */
 export const DepthSampleSchema = Schema.Struct({
@@ -68,10 +76,11 @@ export const DepthSampleSchema = Schema.Struct({
   oldestReadyAgeMs: Schema.Number
 })
 
-/** `GET /api/stats/depth`: the samples of the window, oldest first, and how often they are taken. */
+/** `GET /api/stats/depth`: the samples of the window, oldest first, and how often they are taken; `available` as above. */
 export const DepthAnswer = Schema.Struct({
   now: Schema.Date,
   minutes: Schema.Number,
+  available: Schema.Boolean,
   everyMs: Schema.Number,
   samples: Schema.Array(DepthSampleSchema)
 })

@@ -168,6 +168,11 @@ const refreshCharts = async () => {
   try {
     const full = changed || now - chartState.fullAt > minuteMs;
     const answer = await getJson("api/stats/throughput" + queryOf({ minutes: full ? 60 : 2, queue }));
+    if (!answer.available) {
+      $("chart-throughput").textContent = "The fleet's figures are read from the PostgreSQL store: this server's store has none.";
+      $("chart-depth").replaceChildren();
+      return;
+    }
     if (full) chartState.fullAt = now;
     mergeThroughput(answer, full);
     drawThroughput();
