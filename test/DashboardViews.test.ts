@@ -26,10 +26,11 @@ import { chromiumFor, dashboardWorker, launch, openDashboard, waitPage } from ".
 const chromiumTool = chromiumFor("DashboardViews.test.ts")
 const token = "dashboard-views-token-7c1e95"
 
-const shot = (page: Page, view: string) =>
+/** A screenshot of the page (whole, or the window only: a long table is the same row again). */
+const shot = (page: Page, view: string, fullPage = true) =>
   Effect.promise(() => {
     mkdirSync(".tmp", { recursive: true })
-    return page.screenshot({ path: `.tmp/dashboard-${view}.png`, fullPage: true })
+    return page.screenshot({ path: `.tmp/dashboard-${view}.png`, fullPage })
   })
 
 /** A data attribute of the chart of `kind`, as a number (undefined while there is no chart). */
@@ -133,7 +134,7 @@ describe(`Dashboard views in headless Chromium on a real worker and PostgreSQL${
       yield* Effect.promise(() => page.click("#bulk-start"))
       const asked = yield* waitPage("the confirmation", () => page.textContent(`#bulk-confirm [data-field="count"]`).then((t) => t ?? undefined))
       assert.strictEqual(asked, "1000")
-      yield* shot(page, "bulk")
+      yield* shot(page, "bulk", false)
       assert.strictEqual((yield* store.stats("archive")).dead, 1_000, "nothing redriven before the confirmation")
       yield* Effect.promise(() => page.click(`#bulk-confirm button[data-action="confirm redrive"]`))
       yield* waitPage("the bulk outcome", async () => ((await page.textContent("#notice")) ?? "").includes("1000 message(s) in 2 batch(es)") ? true : undefined)
