@@ -8,9 +8,10 @@
  * - Every route requires `Authorization: Bearer <LEASEHOLD_ADMIN_TOKEN>` once a
  *   token is set, compared in constant time: 401 when missing or wrong.
  * - With no token set, every route that changes something (pause, resume,
- *   cancel, redrive, purge, flow limits and key weights) answers 403, and so does every reading route
- *   (queues, consumers, messages, dead letters, counters, limits, flow: they show payloads,
- *   errors, hosts and pids) unless the server answers this machine only
+ *   cancel, retry now, redrive, purge, bulk actions, schedule triggers, flow limits and key
+ *   weights) answers 403, and so does every reading route (queues, consumers, messages, search,
+ *   dead letters, counters, fleet figures, bulk counts, schedules, limits, flow: they show
+ *   payloads, errors, hosts and pids) unless the server answers this machine only
  *   ({@link AdminOptions.loopbackOnly}). A refused request writes nothing.
  * - Every input is decoded by a schema: a bad queue name, message id, state,
  *   page size or body is a 400 {@link BadRequest} naming the field and the rule.
@@ -35,7 +36,11 @@ import { type DeadLetterFilter, QueueStore } from "./QueueStore.ts"
 import { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, RateRow, RateInput, LimitsInput, WeightInput, LimitsView, LimitsRow, FlowStatusRow } from "./http/adminSchema.ts"
 import { AdminAuth, ReadAuth, InputErrors, AdminGroup, AdminApi } from "./http/adminApi.ts"
 import { flowRoutes } from "./http/adminFlow.ts"
+import { insightRoutes } from "./http/adminInsights.ts"
+import { BulkActionInput, BulkCount, BulkInput, BulkOutcomeSchema, DepthAnswer, DepthSampleSchema, FilterFields, MinutesInput, ScheduleRow, ThroughputAnswer, ThroughputRowSchema, TriggerOutcome } from "./http/adminInsightsSchema.ts"
+import { Insights } from "./Insights.ts"
 
+export { BulkActionInput, BulkCount, BulkInput, BulkOutcomeSchema, DepthAnswer, DepthSampleSchema, FilterFields, MinutesInput, ScheduleRow, ThroughputAnswer, ThroughputRowSchema, TriggerOutcome }
 export { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, RateRow, RateInput, LimitsInput, WeightInput, LimitsView, LimitsRow, FlowStatusRow, AdminAuth, ReadAuth, InputErrors, AdminGroup, AdminApi }
 
 // ---------------------------------------------------------------------------
@@ -197,6 +202,7 @@ export const handlers = HttpApiBuilder.group(AdminApi, "admin", (handlers) =>
     const sql = yield* Effect.serviceOption(SqlClient.SqlClient)
     const settings = yield* Effect.serviceOption(StoreSettings)
     const flow = flowRoutes(store)
+    const dash = insightRoutes(store, yield* Effect.serviceOption(Insights))
     const queueRow = (queue: string) =>
       Effect.map(store.queues(), (all) =>
         all.find((q) => q.queue === queue) ?? { queue, ready: 0, delayed: 0, inFlight: 0, dead: 0, oldestReadyAgeMs: 0, paused: false, pausedAt: null })
@@ -237,6 +243,7 @@ export const handlers = HttpApiBuilder.group(AdminApi, "admin", (handlers) =>
           }
           return { message: found.value, attempts: yield* store.attempts(params.id) }
         }).pipe(Effect.catchTags({ ConnectionDead: (e) => Effect.fail(storeFailure(e)), QueryFailed: (e) => Effect.fail(storeFailure(e)) })))
+      .handle("attempts", ({ params }) => Effect.mapError(store.attempts(params.id), storeFailure))
       .handle("cancel", ({ payload }) =>
         store.cancel(payload.ids).pipe(
           Effect.map((results) => cancelOutcome(payload.ids, results)),
@@ -261,6 +268,19 @@ export const handlers = HttpApiBuilder.group(AdminApi, "admin", (handlers) =>
       .handle("keyWeight", ({ params, payload }) => Effect.mapError(flow.keyWeight(params.queue, payload), storeFailure))
       .handle("flow", ({ params }) => Effect.mapError(flow.flow(params.queue), storeFailure))
       .handle("counters", () => counters)
+      .handle("throughput", ({ query }) => Effect.mapError(dash.throughput(query), storeFailure))
+      .handle("depthHistory", ({ query }) => Effect.mapError(dash.depthHistory(query), storeFailure))
+      .handle("search", ({ query }) => Effect.mapError(dash.search(query), storeFailure))
+      .handle("retry", ({ payload }) => Effect.mapError(dash.retry(payload.ids), storeFailure))
+      .handle("bulkCount", ({ params, query }) => Effect.mapError(dash.bulkCount(params.action, query), storeFailure))
+      .handle("bulk", ({ params, payload }) => Effect.mapError(dash.bulk(params.action, payload), storeFailure))
+      .handle("schedules", () => Effect.mapError(dash.schedules, storeFailure))
+      .handle("trigger", ({ params }) =>
+        dash.trigger(params.key).pipe(Effect.catchTags({
+          ConnectionDead: (e) => Effect.fail(storeFailure(e)),
+          QueryFailed: (e) => Effect.fail(storeFailure(e)),
+          InvalidInput: (e) => Effect.fail(new NotFound({ message: e.message }))
+        })))
   }))
 
 /** How the admin API is configured. */

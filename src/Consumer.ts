@@ -21,6 +21,8 @@ import { ConsumerPresence } from "./ConsumerPresence.ts"
 import { StoreSettings } from "./StoreSettings.ts"
 import * as QueueDepth from "./QueueDepth.ts"
 import * as Maintenance from "./maintenance/Maintenance.ts"
+import * as DepthHistory from "./maintenance/depthHistory.ts"
+import { Insights } from "./Insights.ts"
 import * as Prune from "./maintenance/prune.ts"
 import * as LeaseRenewer from "./consumer/renew.ts"
 import type { Claim } from "./Message.ts"
@@ -81,7 +83,12 @@ export const make = <R>(
     // Session liveness, when provided: registered before the first claim and kept until after the
     // drain (its finalizer runs after the shutdown's), so no claim of this consumer goes unprotected.
     const presence = yield* Effect.serviceOption(ConsumerPresence)
-    const registration = presence._tag === "Some" ? yield* presence.value.register(consumerId) : undefined
+    const registration = presence._tag === "Some" ? yield* presence.value.register(consumerId, {
+        queues: settings.queues,
+        concurrency: settings.concurrency,
+        leaseMs: settings.leaseMs
+      })
+      : undefined
     // Idle: sleep until the poll interval or the earliest delay/lease end of our queues, whichever
     // comes first; the reaper releasing a dead consumer's claims wakes us at once, and so does a send.
     // A send to one of our queues (LISTEN/NOTIFY on PostgreSQL) wakes us too: new work runs at once.
@@ -178,6 +185,9 @@ export const make = <R>(
     yield* Maintenance.fork(Prune.attempts(store, settings.attemptRetentionMs)).pipe(Effect.annotateLogs(annotations))
     yield* Maintenance.fork(Prune.uniqueKeys(store)).pipe(Effect.annotateLogs(annotations))
     yield* Maintenance.fork(Prune.flow(store)).pipe(Effect.annotateLogs(annotations))
+    // The fleet's queue depths over time, for the dashboard (one sample per interval between all processes).
+    const insights = yield* Effect.serviceOption(Insights)
+    if (Option.isSome(insights)) yield* Maintenance.fork(DepthHistory.make(store, insights.value)).pipe(Effect.annotateLogs(annotations))
 
     yield* Effect.addFinalizer(() => shutdown({ settings, lanes, handlers, loopFibers, taskLeasesMs }).pipe(Effect.annotateLogs(annotations)))
 

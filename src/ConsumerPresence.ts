@@ -181,9 +181,10 @@ export interface ConsumerPresenceShape {
    * hold the key and the row advertises it (so the consumer claims nothing before),
    * at the latest after 15 s. Never fails: without the database it keeps trying in
    * the background and the consumer runs on lease expiry (no key advertised).
-   * Closing the scope deletes the row and ends the session.
+   * Closing the scope deletes the row and ends the session. `settings` (its queues,
+   * concurrency, lease) go in the row for operators (the dashboard's consumers page).
    */
-  readonly register: (consumerId: string) => Effect.Effect<Registration, never, Scope.Scope>
+  readonly register: (consumerId: string, settings?: PresenceSql.ConsumerSettings) => Effect.Effect<Registration, never, Scope.Scope>
   /**
    * One reaper sweep now, as consumer `self` (never reaped by itself): release
    * the claims of every consumer whose presence lock is free at this one look
@@ -215,7 +216,7 @@ export const defaults = {
 } as const
 
 /** A registered consumer as an operator sees it, and the list of them (the statement: `pg/presence.ts`). */
-export { type ConsumerInfo, listConsumers } from "./pg/presence.ts"
+export { type ConsumerInfo, type ConsumerSettings, listConsumers } from "./pg/presence.ts"
 
 /**
  * The first key of every presence lock: a hash of the schema, so leasehold
@@ -369,7 +370,7 @@ export const make = (
     /** The registrations in force, by consumer id (what `registration` reads). */
     const registered = new Map<string, Registration>()
 
-    const register = (consumerId: string): Effect.Effect<Registration, never, Scope.Scope> =>
+    const register = (consumerId: string, settings?: PresenceSql.ConsumerSettings): Effect.Effect<Registration, never, Scope.Scope> =>
       Effect.gen(function*() {
         const startedAt = yield* Clock.currentTimeMillis
         const state: Keeper.State = {
@@ -393,7 +394,7 @@ export const make = (
           probeMs: Math.max(25, Math.min(heartbeatMs, Math.floor(reapAfterMs / 3))),
           reapAfterMs,
           openSession: (key) => openSession(key ?? undefined),
-          heartbeatOnce: Keeper.heartbeatOnce(ctx, state, { id: consumerId, host, pid: process.pid }),
+          heartbeatOnce: Keeper.heartbeatOnce(ctx, state, { id: consumerId, host, pid: process.pid, settings }),
           ready: yield* Deferred.make<void>()
         }
         const annotate = Effect.annotateLogs({ module: "ConsumerPresence", consumer: consumerId })

@@ -307,6 +307,11 @@ export interface AdminHttpOptions extends HttpOptions, Omit<Admin.AdminOptions, 
    * to this machine answers loopback names only and any other server every name.
    */
   readonly allowedHosts?: ReadonlyArray<string> | undefined
+  /**
+   * The path a reverse proxy serves the server under (`/leasehold`): requests under it are
+   * answered as at the root (the root still answers). Default: `LEASEHOLD_HTTP_BASE_PATH`.
+   */
+  readonly basePath?: string | undefined
 }
 
 /**
@@ -355,7 +360,7 @@ const finalHeaders = (request: HttpServerRequest.HttpServerRequest, response: Ht
   Effect.succeed(HttpServerResponse.setHeaders(response, {
     ...HttpSecurity.commonHeaders,
     "content-security-policy": response.headers["content-security-policy"] ?? policyOf(response),
-    ...(HttpSecurity.pathOf(request.url).startsWith("/api/") ? { "cache-control": "no-store" } : {}),
+    ...(HttpSecurity.pathOf(request.url).includes("/api/") ? { "cache-control": "no-store" } : {}),
     ...(response.status === 401 ? { "www-authenticate": 'Bearer realm="leasehold"' } : {})
   }))
 
@@ -363,11 +368,14 @@ const finalHeaders = (request: HttpServerRequest.HttpServerRequest, response: Ht
 interface HostCheck {
   readonly rule: HttpSecurity.HostRule
   readonly bind: string
+  /** The path a reverse proxy serves the server under, if any. */
+  readonly basePath?: string | undefined
 }
 
-const hostCheck = (address: QueueConfig.HttpAddress, allowed: ReadonlyArray<string> | undefined): HostCheck => ({
+const hostCheck = (address: QueueConfig.HttpAddress, allowed: ReadonlyArray<string> | undefined, basePath?: string): HostCheck => ({
   rule: { bindLoopback: HttpSecurity.isLoopback(address.host), allowed },
-  bind: address.host
+  bind: address.host,
+  basePath
 })
 
 /** The 421 of a request whose `Host` the rule does not admit; undefined when it is admitted. */
@@ -392,8 +400,16 @@ const serverRules = (check: HostCheck | undefined) =>
   HttpRouter.middleware((httpEffect) =>
     Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
       const refusal = check === undefined ? undefined : hostRefusal(check, request)
-      return HttpEffect.withPreResponseHandler(refusal === undefined ? httpEffect : Effect.succeed(refusal), finalHeaders)
+      const routed = refusal === undefined ? atBasePath(check?.basePath, request, httpEffect) : Effect.succeed(refusal)
+      return HttpEffect.withPreResponseHandler(routed, finalHeaders)
     }), { global: true })
+
+/** A request under the base path routed without it; the base path itself redirected to `base/` (HttpSecurity.underBasePath). */
+const atBasePath = <E, R>(base: string | undefined, request: HttpServerRequest.HttpServerRequest, routes: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) => {
+  const url = base === undefined ? request.url : HttpSecurity.underBasePath(request.url, base)
+  if (url === "redirect") return Effect.succeed(HttpServerResponse.redirect(`${base}/`, { status: 308 }))
+  return url === request.url ? routes : Effect.provideService(routes, HttpServerRequest.HttpServerRequest, request.modify({ url }))
+}
 
 /**
  * The routes of an admin server on `address`, with its `Host` check: the token and the
@@ -406,7 +422,7 @@ const serveAdminApi = <Groups extends HttpApiGroup.Constraint, E, R>(
   api: HttpApi.HttpApi<"leasehold", Groups>,
   handlers: (admin: ReturnType<typeof Admin.layer>) => Layer.Layer<HttpApiGroup.ToService<"leasehold", Groups>, E, R>
 ) =>
-  Layer.unwrap(Effect.map(QueueConfig.allowedHostsOf(options.allowedHosts), (allowed) =>
+  Layer.unwrap(Effect.map(Effect.all([QueueConfig.allowedHostsOf(options.allowedHosts), QueueConfig.basePathOf(options.basePath)]), ([allowed, base]) =>
     serveRoutes(
       address,
       Layer.merge(
@@ -415,7 +431,7 @@ const serveAdminApi = <Groups extends HttpApiGroup.Constraint, E, R>(
         ),
         adminPages(api)
       ),
-      hostCheck(address, Option.getOrUndefined(allowed))
+      hostCheck(address, Option.getOrUndefined(allowed), Option.getOrUndefined(base))
     )))
 
 const serveWithAdmin = (address: QueueConfig.HttpAddress, options: ProbeOptions & Omit<AdminHttpOptions, "port" | "host">) =>

@@ -11,6 +11,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { Clock, Context, Duration, Effect, Layer, type Scope } from "effect"
 import * as Flow from "./pg/flow.ts"
+import { Insights, type InsightsShape } from "./Insights.ts"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import { SqlClient } from "effect/sql"
 import * as Migrations from "./Migrations.ts"
@@ -30,6 +31,7 @@ import type { PgContext } from "./pg/context.ts"
 import * as DeadLetters from "./pg/deadLetters.ts"
 import * as Events from "./pg/events.ts"
 import * as History from "./pg/history.ts"
+import * as PgInsights from "./pg/insights.ts"
 import * as Lifecycle from "./pg/lifecycle.ts"
 import * as Lease from "./pg/lease.ts"
 import * as Messages from "./pg/messages.ts"
@@ -38,6 +40,7 @@ import { op } from "./pg/op.ts"
 import * as Prune from "./pg/prune.ts"
 import * as Queues from "./pg/queues.ts"
 import * as Schedules from "./pg/schedules.ts"
+import * as Search from "./pg/search.ts"
 import * as Send from "./pg/send.ts"
 
 /** How to build a {@link PgQueueStore}. */
@@ -146,11 +149,28 @@ const makeContext = (schema: string, options: PgQueueStoreOptions) =>
 export const make = (
   options: PgQueueStoreOptions = {}
 ): Effect.Effect<QueueStoreShape, InvalidInput | StoreError, SqlClient.SqlClient | Scope.Scope> =>
+  Effect.map(makeWithInsights(options), ({ store }) => store)
+
+/** The dashboard's reads (`Insights`) over the store's context. */
+const insightsOf = (ctx: PgContext): InsightsShape => ({
+  throughput: PgInsights.throughput(ctx),
+  depthHistory: PgInsights.depthHistory(ctx),
+  recordDepths: PgInsights.recordDepths(ctx),
+  depthSampleAge: PgInsights.depthSampleAge(ctx),
+  search: Search.search(ctx),
+  count: Search.count(ctx),
+  pick: Search.pick(ctx),
+  retryNow: Search.retryNow(ctx)
+})
+
+/** {@link make}, and the dashboard's reads over the same context. */
+const makeWithInsights = (options: PgQueueStoreOptions) =>
   Effect.gen(function*() {
     const schema = yield* Validate.schemaName(options.schema ?? Migrations.defaultSchema)
     if (options.migrate ?? true) yield* Migrations.run({ schema })
     const ctx = yield* makeContext(schema, options)
-    return fromOperations({
+    const insights = insightsOf(ctx)
+    const store = fromOperations({
       now: Schedules.now(ctx),
       upsertSchedules: Schedules.upsertSchedules(ctx),
       fireSchedule: Schedules.fireSchedule(ctx),
@@ -188,6 +208,7 @@ export const make = (
       setProgress: Lifecycle.setProgress(ctx),
       completions: Events.completions(ctx)
     })
+    return { store, insights }
   })
 
 /**
@@ -217,16 +238,20 @@ const makeLeaseClient = (options: PgQueueStoreOptions["leasePool"]) =>
 
 /**
  * The store as a layer over the `SqlClient` in context (migrating first unless
- * `migrate: false`), with the settings it resolved ({@link StoreSettings}).
+ * `migrate: false`), with the settings it resolved ({@link StoreSettings}) and the dashboard's
+ * reads ({@link Insights}).
  * The schema is `options.schema`, else `LEASEHOLD_SCHEMA`, else `leasehold`:
  * read once, here, and taken from here by session liveness built on this layer.
  */
 export const layer = (
   options: PgQueueStoreOptions = {}
-): Layer.Layer<QueueStore | StoreSettings, InvalidInput | StoreError | ConfigInvalid, SqlClient.SqlClient> =>
+): Layer.Layer<QueueStore | StoreSettings | Insights, InvalidInput | StoreError | ConfigInvalid, SqlClient.SqlClient> =>
   Layer.effectContext(Effect.gen(function*() {
     const schema = yield* Validate.schemaName(options.schema ?? (yield* QueueConfig.schemaFromEnv) ?? Migrations.defaultSchema)
-    const store = yield* make({ ...options, schema })
-    return Context.make(QueueStore, store).pipe(Context.add(StoreSettings, StoreSettings.of({ schema })))
+    const { insights, store } = yield* makeWithInsights({ ...options, schema })
+    return Context.make(QueueStore, store).pipe(
+      Context.add(StoreSettings, StoreSettings.of({ schema })),
+      Context.add(Insights, Insights.of(insights))
+    )
   }))
 

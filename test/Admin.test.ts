@@ -68,7 +68,13 @@ const readRoutes = (id: string) => [
   "/api/counters",
   "/api/limits",
   "/api/queues/mail/limits",
-  "/api/queues/mail/flow"
+  "/api/queues/mail/flow",
+  "/api/stats/throughput",
+  "/api/stats/depth",
+  "/api/messages?queue=mail&payload=n%20%3D%201",
+  "/api/bulk/redrive/count?queue=mail",
+  "/api/schedules",
+  `/api/messages/${id}/attempts`
 ]
 
 describe("Admin API on real PostgreSQL", () => {
@@ -243,7 +249,12 @@ describe("Admin API on real PostgreSQL", () => {
         ["/api/messages/cancel", { ids: [live!.id] }],
         ["/api/queues/mail/cancel", {}],
         ["/api/dead-letters/redrive", { all: true }],
-        ["/api/dead-letters/purge", { all: true }]
+        ["/api/dead-letters/purge", { all: true }],
+        ["/api/messages/retry", { ids: [live!.id] }],
+        ["/api/bulk/redrive", { queue: "mail" }],
+        ["/api/bulk/purge", { queue: "mail" }],
+        ["/api/bulk/cancel", { queue: "mail" }],
+        ["/api/schedules/nightly/trigger", {}]
       ] as const
       const untouched = Effect.gen(function*() {
         assert.isFalse((yield* store.queues()).find((q) => q.queue === "mail")!.paused, "not paused")

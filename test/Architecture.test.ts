@@ -58,7 +58,8 @@ const storeAgnostic = files.filter((file) =>
     "src/Message.ts",
     "src/QueueError.ts",
     "src/QueueMetrics.ts",
-    "src/Admin.ts"
+    "src/Admin.ts",
+    "src/Insights.ts"
   )
 )
 

@@ -19,16 +19,15 @@
  * (support/RequireTool.ts; `.ci/run` installs it and sets CI, so there it always runs).
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Deferred, Effect, Exit, Layer, Option, Scope } from "effect"
+import { Context, Deferred, Effect, Layer, Option } from "effect"
 import { mkdirSync } from "node:fs"
 import type { Page } from "playwright-core"
 import * as Consumer from "../src/Consumer.ts"
-import * as ConsumerPresence from "../src/ConsumerPresence.ts"
 import * as Http from "../src/Http.ts"
 import type { MessageId } from "../src/Message.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as PgTest from "./support/PgTest.ts"
-import { chromiumFor, launch, openDashboard, waitPage } from "./support/Browser.ts"
+import { chromiumFor, dashboardWorker, launch, openDashboard, waitPage } from "./support/Browser.ts"
 
 const chromiumTool = chromiumFor("Dashboard.test.ts")
 const runs = chromiumTool.runs
@@ -69,26 +68,13 @@ describe(`Dashboard in headless Chromium on a real worker and PostgreSQL${chromi
           if (message.task === "flaky" && !healed) return yield* Effect.fail(new Error("upstream said no"))
           handled.push(message.id)
         })
-      const scope = yield* Scope.make()
-      // On the way out, open the gate first: the consumer then stops at once, whatever the test reached.
-      yield* Effect.addFinalizer(() => Effect.andThen(Deferred.succeed(gate, undefined), Scope.close(scope, Exit.void)))
-      const context = yield* Layer.buildWithScope(
-        Http.layerWithAdmin({ port: 0, token }).pipe(
-          Layer.provideMerge(Consumer.layer(handler, {
-            consumerId: "dashboard-worker",
-            queues: ["emails", "reports"],
-            concurrency: 2,
-            pollInterval: "100 millis",
-            lease: "5 seconds",
-            shutdownGrace: "2 seconds"
-          })),
-          Layer.provideMerge(ConsumerPresence.layerPg({ mode: "on", heartbeat: 250, staleAfter: 2_000, reapEvery: 500 })),
-          Layer.provideMerge(PgTest.storeLayer({ clock: "database", maxConnections: 8 }))
-        ),
-        scope
-      )
-      const base = Context.get(context, Http.Listening).url
-      const store = Context.get(context, QueueStore)
+      const { base, store } = yield* dashboardWorker(handler, {
+        token,
+        gate,
+        consumerId: "dashboard-worker",
+        queues: ["emails", "reports"],
+        concurrency: 2
+      })
 
       // The token is in the tab's sessionStorage before the page loads (as after a reload): the
       // page reads with it from its first refresh, so no request of it is refused.

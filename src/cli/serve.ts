@@ -9,12 +9,17 @@ import { connect, endOnInterrupt, print } from "./connect.ts"
 
 /** Port `leasehold serve` listens on when neither --port nor LEASEHOLD_HTTP_PORT says. */
 const defaultServePort = 9464
-/** `leasehold serve [--port N] [--host H]`. */
+/** `leasehold serve [--port N] [--host H] [--base-path /P]`. */
 export const serve = Command.make("serve", {
   port: intFlag("port", `Port to listen on (default LEASEHOLD_HTTP_PORT, else ${defaultServePort}; 0 picks a free one)`, 0, 65_535),
   host: Flag.String("host").pipe(
     Flag.withMetavar("HOST"),
     Flag.withDescription("Interface to bind (default LEASEHOLD_HTTP_HOST, else 127.0.0.1: this machine only)"),
+    Flag.optional
+  ),
+  basePath: Flag.String("base-path").pipe(
+    Flag.withMetavar("PATH"),
+    Flag.withDescription("The path a reverse proxy serves the dashboard under, e.g. /leasehold (default LEASEHOLD_HTTP_BASE_PATH; the root answers too)"),
     Flag.optional
   )
 }, (input) =>
@@ -25,9 +30,9 @@ export const serve = Command.make("serve", {
     const host = Option.getOrElse(input.host, () => Option.getOrElse(hostFromEnv, () => QueueConfig.defaultHttpHost))
     // Loaded here, not at the top: the other commands start without the HTTP stack.
     const Http = yield* Effect.promise(() => import("../Http.ts"))
-    // A few connections: the dashboard asks six routes at once every 2 s (and one per queue with flow limits).
+    // A few connections: the overview asks eight routes at once every 2 s (and one per queue with flow limits).
     const { context } = yield* connect({ migrate: false, maxConnections: 4 })
-    const served = yield* Layer.build(Http.layerAdminServer({ port, host }).pipe(Layer.provide(Layer.succeedContext(context))))
+    const served = yield* Layer.build(Http.layerAdminServer({ port, host, basePath: Option.getOrUndefined(input.basePath) }).pipe(Layer.provide(Layer.succeedContext(context))))
     const url = Context.get(served, Http.Listening).url
     const token = yield* QueueConfig.adminTokenFromEnv
     yield* print(`leasehold: dashboard at ${url}/ , API reference at ${url}/docs (Ctrl-C to stop)`)

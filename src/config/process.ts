@@ -21,7 +21,8 @@ import { env } from "./variables.ts"
 export const httpVariables = {
   port: env.httpPort,
   host: env.httpHost,
-  allowedHosts: env.httpAllowedHosts
+  allowedHosts: env.httpAllowedHosts,
+  basePath: env.httpBasePath
 } as const
 
 
@@ -127,6 +128,30 @@ export const allowedHostsOf = (
   names: ReadonlyArray<string> | undefined
 ): Effect.Effect<Option.Option<ReadonlyArray<string>>, ConfigInvalid> =>
   names === undefined ? allowedHostsFromEnv : Effect.map(allowedHosts(names), Option.some)
+
+const basePathPattern = /^(?:\/[A-Za-z0-9._~-]+){1,8}$/
+const basePathRule = "a path such as /leasehold or /ops/queues: 1 to 8 segments of A-Z a-z 0-9 . _ ~ -, each after a /, none . or .., no / at the end"
+
+/**
+ * Check the path a reverse proxy serves the admin server under (`/leasehold`): requests
+ * under it are answered as if it were not there (the dashboard's requests are relative, so
+ * it works under any such path).
+ */
+export const basePath = (path: string, source: "code" | "env" = "code"): Effect.Effect<string, ConfigInvalid> =>
+  path.length <= 200 && basePathPattern.test(path) && !path.split("/").some((segment) => segment === "." || segment === "..")
+    ? Effect.succeed(path)
+    : Effect.fail(invalid(source === "env" ? httpVariables.basePath : "basePath", basePathRule, path))
+
+/** The base path given in code (checked), else `LEASEHOLD_HTTP_BASE_PATH`; none while both are unset or blank. */
+export const basePathOf = (path: string | undefined): Effect.Effect<Option.Option<string>, ConfigInvalid> =>
+  path !== undefined
+    ? Effect.asSome(basePath(path))
+    : Read.load(
+      Read.text(env.httpBasePath, { trim: true }).pipe(
+        Read.check((text) => text === undefined ? Effect.succeedNone : Effect.asSome(basePath(text, "env")))
+      ),
+      env.httpBasePath
+    )
 
 /**
  * The admin API's variable (see `Admin`): `LEASEHOLD_ADMIN_TOKEN`, the bearer

@@ -43,6 +43,7 @@ export const env = {
   httpPort: "LEASEHOLD_HTTP_PORT",
   httpHost: "LEASEHOLD_HTTP_HOST",
   httpAllowedHosts: "LEASEHOLD_HTTP_ALLOWED_HOSTS",
+  httpBasePath: "LEASEHOLD_HTTP_BASE_PATH",
   adminToken: "LEASEHOLD_ADMIN_TOKEN",
   logLevel: "LEASEHOLD_LOG_LEVEL",
   // Session liveness (ConsumerPresence.modeFromEnv).

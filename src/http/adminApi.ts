@@ -6,7 +6,8 @@
  */
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "effect/http-api"
 import { Schema } from "effect"
-import { DeadLetter, MessageInfo } from "../Message.ts"
+import { Attempt, DeadLetter, MessageInfo } from "../Message.ts"
+import { BulkActionInput, BulkCount, BulkInput, BulkOutcomeSchema, DepthAnswer, FilterFields, MinutesInput, ScheduleRow, ThroughputAnswer, TriggerOutcome } from "./adminInsightsSchema.ts"
 import { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, LimitsInput, LimitsRow, WeightInput, FlowStatusRow } from "./adminSchema.ts"
 
 // ---------------------------------------------------------------------------
@@ -96,6 +97,14 @@ export const AdminGroup = HttpApiGroup.make("admin")
     "One message, live or dead, with its attempt history"
   ))
   .add(summarized(
+    HttpApiEndpoint.get("attempts", "/api/messages/:id/attempts", {
+      params: { id: MessageIdInput },
+      success: Schema.Array(Attempt),
+      error: readErrors
+    }).middleware(ReadAuth),
+    "A message's attempt history, oldest first, also once the message finished and was deleted (until retention prunes it)"
+  ))
+  .add(summarized(
     HttpApiEndpoint.post("cancel", "/api/messages/cancel", {
       payload: Schema.Struct({ ids: Ids }),
       success: CancelOutcome,
@@ -171,7 +180,69 @@ export const AdminGroup = HttpApiGroup.make("admin")
   ))
   .add(summarized(
     HttpApiEndpoint.get("counters", "/api/counters", { success: Counters }).middleware(ReadAuth),
-    "Counters of this process: leases lost by reason, double runs, claims reaped, cancels"
+    "Counters of this process (the serving one, not the fleet): leases lost by reason, double runs, claims reaped, cancels"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("throughput", "/api/stats/throughput", {
+      query: { minutes: Schema.optionalKey(MinutesInput), queue: Schema.optionalKey(QueueName) },
+      success: ThroughputAnswer,
+      error: readErrors
+    }).middleware(ReadAuth),
+    "Fleet-wide finished attempts per minute, per queue and task (completed, retried, dead-lettered, lease-lost, cancelled), from the attempt history; default the last 60 minutes"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("depthHistory", "/api/stats/depth", {
+      query: { minutes: Schema.optionalKey(MinutesInput), queue: Schema.optionalKey(QueueName) },
+      success: DepthAnswer,
+      error: readErrors
+    }).middleware(ReadAuth),
+    "Queue depths over time, as sampled into the database every 10 s by one worker at a time; default the last 180 minutes"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("search", "/api/messages", {
+      query: { ...FilterFields, before: Schema.optionalKey(MessageIdInput), limit: Schema.optionalKey(Limit) },
+      success: MessagePage,
+      error: readErrors
+    }).middleware(ReadAuth),
+    "Search messages by queue, task, state, key, id range (from, to) and a payload field (payload=customer.id = 42), newest first; next is the before of the next page"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.post("retry", "/api/messages/retry", {
+      payload: Schema.Struct({ ids: Ids }),
+      success: Schema.Struct({ retried: Schema.Array(Schema.String) }),
+      error: readErrors
+    }).middleware(AdminAuth),
+    "Make delayed messages (waiting for a retry backoff or a delay) ready now; needs the admin token"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("bulkCount", "/api/bulk/:action/count", {
+      params: { action: BulkActionInput },
+      query: FilterFields,
+      success: BulkCount,
+      error: readErrors
+    }).middleware(ReadAuth),
+    "How many messages a bulk action (redrive, purge, cancel, retry) would touch now, for the filter given"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.post("bulk", "/api/bulk/:action", {
+      params: { action: BulkActionInput },
+      payload: BulkInput,
+      success: BulkOutcomeSchema,
+      error: readErrors
+    }).middleware(AdminAuth),
+    "Run a bulk action on every message the filter selects, in batches of 500 (idempotent: run it again to finish one cut short); needs the admin token"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("schedules", "/api/schedules", { success: Schema.Array(ScheduleRow), error: readErrors }).middleware(ReadAuth),
+    "Every stored schedule: cron, last and next slot, when a worker last declared it (seen false: NOT SEEN)"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.post("trigger", "/api/schedules/:key/trigger", {
+      params: { key: QueueName },
+      success: TriggerOutcome,
+      error: [Unavailable, NotFound]
+    }).middleware(AdminAuth),
+    "Send a schedule's message now, outside its slots; needs the admin token"
   ))
   .middleware(InputErrors)
 

@@ -96,7 +96,9 @@ export const ConsumerRow = Schema.Struct({
   heartbeatAt: Schema.Date,
   heartbeatAgeMs: Schema.Number,
   inFlight: Schema.Number,
-  sessionLiveness: Schema.Boolean
+  sessionLiveness: Schema.Boolean,
+  /** What it runs with, from its heartbeat (null: a consumer of an older version). */
+  settings: Schema.NullOr(Schema.Struct({ queues: Schema.Array(Schema.String), concurrency: Schema.Number, leaseMs: Schema.Number }))
 })
 
 /** One message with its attempt history, oldest first. */

@@ -6,7 +6,7 @@
  * a waiting head and the full rate windows with the wait they cause (`GET
  * /api/queues/:queue/flow`). Pieces of `dashboard.ts`'s page: its style, its markup and
  * the functions its refresh calls (`readFlow`, `showFlow`), which use the page's `$`, `cell`,
- * `age` and `getJson`. Every value from the server goes in as text.
+ * `age`, `iso`, `orDash`, `fieldRow` and `getJson` (`dashboard/common.ts`). Every value from the server goes in as text.
  */
 
 /** How many queues with limits the panel shows (each asks its flow status on every refresh). */
@@ -44,20 +44,6 @@ const formatRate = (rate) => {
 const due = (at, now) => {
   const left = Date.parse(at) - now;
   return left <= 0 ? "now" : "in " + age(left);
-};
-
-const orDash = (value) => value === null || value === undefined ? "-" : value;
-const iso = (at) => new Date(at).toISOString();
-
-/** A <tr> of [field, text, class] cells, each cell's field in data-field. */
-const fieldRow = (cells) => {
-  const tr = document.createElement("tr");
-  for (const [field, text, cls] of cells) {
-    const td = cell(text, cls);
-    td.dataset.field = field;
-    tr.appendChild(td);
-  }
-  return tr;
 };
 
 /** A line of the panel in the style of a note. */
@@ -144,8 +130,8 @@ const flowBlock = (status, now) => {
 
 /** The stored limits' queues (in their order) and the flow status of the first flowQueueCap of them. */
 const readFlow = async () => {
-  const queues = [...new Set((await getJson("/api/limits")).map((l) => l.queue))];
-  const statuses = await Promise.all(queues.slice(0, flowQueueCap).map((q) => getJson("/api/queues/" + encodeURIComponent(q) + "/flow")));
+  const queues = [...new Set((await getJson("api/limits")).map((l) => l.queue))];
+  const statuses = await Promise.all(queues.slice(0, flowQueueCap).map((q) => getJson("api/queues/" + encodeURIComponent(q) + "/flow")));
   return { total: queues.length, statuses };
 };
 

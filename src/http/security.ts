@@ -129,3 +129,18 @@ export const pagePolicy = (html: string, options: { readonly inlineStyles: boole
     "form-action 'none'"
   ].join("; ")
 }
+
+// ---------------------------------------------------------------------------
+// A base path (a reverse proxy serving the admin server under a path of its own)
+
+/**
+ * Where a request URL goes on a server under `base` (`/leasehold`): under it, the URL without
+ * it (`/leasehold/api/queues` is `/api/queues`); `base` itself, `"redirect"` (to `base/`, where
+ * the dashboard's relative requests resolve under it); anything else, as it is (the probes
+ * are asked at the root by orchestrators).
+ */
+export const underBasePath = (url: string, base: string): string | "redirect" => {
+  const path = pathOf(url)
+  if (path === base) return "redirect"
+  return path.startsWith(`${base}/`) ? url.slice(base.length) : url
+}

@@ -12,18 +12,20 @@ import type { PgContext } from "./context.ts"
 import { storeTime } from "./fragments.ts"
 import { type InfoRow, toInfo } from "./rows.ts"
 
-// Where a row stands, exactly as `depths` counts it (an expired lease is ready). Kept as
-// text in TypeScript, not SQL input: it holds no value, only the alias `m` and `c.now`.
-const viewState = Statement.fragment([Statement.literal(`CASE WHEN m.state = 'dead' THEN 'dead'
+/**
+ * Where a row stands, exactly as `depths` counts it (an expired lease is ready). Kept as
+ * text in TypeScript, not SQL input: it holds no value, only the alias `m` and `c.now`.
+ */
+export const viewState = Statement.fragment([Statement.literal(`CASE WHEN m.state = 'dead' THEN 'dead'
   WHEN m.visible_at <= c.now THEN 'ready'
   WHEN m.lease_token IS NULL THEN 'delayed'
   ELSE 'in-flight' END`)])
 
 /** A fragment of fixed SQL text (no values). */
-const literal = (text: string) => Statement.fragment([Statement.literal(text)])
+export const literal = (text: string) => Statement.fragment([Statement.literal(text)])
 
-/** What `viewState` says of a row, as conditions on its columns (the sargable form, per state). */
-const stateCondition: Record<MessageState | "all", Statement.Fragment> = {
+/** What `viewState` says of a row, as conditions on its columns (the sargable form, per state); `search` shares them. */
+export const stateCondition: Record<MessageState | "all", Statement.Fragment> = {
   all: literal(""),
   ready: literal("AND m.state = 'ready' AND m.visible_at <= c.now"),
   delayed: literal("AND m.state = 'ready' AND m.visible_at > c.now AND m.lease_token IS NULL"),

@@ -55,6 +55,15 @@ export interface ConsumerInfo {
   readonly inFlight: number
   /** Whether it advertises a presence lock (session liveness); `false`: lease expiry only. */
   readonly sessionLiveness: boolean
+  /** What it runs with, as its heartbeat wrote it (null: not written, an older version). */
+  readonly settings: ConsumerSettings | null
+}
+
+/** What a consumer runs with, written with its heartbeat for operators: its queues, concurrency and lease. */
+export interface ConsumerSettings {
+  readonly queues: ReadonlyArray<string>
+  readonly concurrency: number
+  readonly leaseMs: number
 }
 
 /**
@@ -80,8 +89,9 @@ export const listConsumers = (
       heartbeat_age_ms: number
       in_flight: number
       lock_key: number | null
+      settings: ConsumerSettings | null
     }>`
-      SELECT c.id, c.host, c.pid, c.started_at, c.heartbeat_at, c.lock_key,
+      SELECT c.id, c.host, c.pid, c.started_at, c.heartbeat_at, c.lock_key, c.settings,
              greatest(0, extract(epoch FROM now() - c.heartbeat_at) * 1000)::float8 AS heartbeat_age_ms,
              (SELECT count(*)::int FROM ${sql(`${valid}.messages`)} AS m
                WHERE m.leased_by = c.id AND m.lease_token IS NOT NULL AND m.visible_at > now()) AS in_flight
@@ -95,7 +105,8 @@ export const listConsumers = (
       heartbeatAt: r.heartbeat_at,
       heartbeatAgeMs: Math.round(r.heartbeat_age_ms),
       inFlight: r.in_flight,
-      sessionLiveness: r.lock_key !== null
+      sessionLiveness: r.lock_key !== null,
+      settings: r.settings
     }))
   })
 
@@ -106,6 +117,8 @@ export interface ConsumerRow {
   readonly pid: number
   readonly lockKey: number | null
   readonly backendPid: number | null
+  /** What the consumer runs with (see {@link ConsumerSettings}); undefined writes NULL. */
+  readonly settings?: ConsumerSettings | undefined
 }
 
 /**
@@ -114,11 +127,12 @@ export interface ConsumerRow {
  */
 export const heartbeat = (ctx: PresenceContext, row: ConsumerRow) =>
   ctx.sql`
-    INSERT INTO ${ctx.consumers} (id, host, pid, lock_key, backend_pid)
-    VALUES (${row.id}, ${row.host}, ${row.pid}, ${row.lockKey}::int, ${row.backendPid}::int)
+    INSERT INTO ${ctx.consumers} (id, host, pid, lock_key, backend_pid, settings)
+    VALUES (${row.id}, ${row.host}, ${row.pid}, ${row.lockKey}::int, ${row.backendPid}::int,
+            ${row.settings === undefined ? null : JSON.stringify(row.settings)}::jsonb)
     ON CONFLICT (id) DO UPDATE SET
       host = excluded.host, pid = excluded.pid, lock_key = excluded.lock_key,
-      backend_pid = excluded.backend_pid, heartbeat_at = now()`
+      backend_pid = excluded.backend_pid, settings = excluded.settings, heartbeat_at = now()`
 
 /** Leave the table (on shutdown). */
 export const leave = (ctx: PresenceContext, consumerId: string) => ctx.sql`DELETE FROM ${ctx.consumers} WHERE id = ${consumerId}`

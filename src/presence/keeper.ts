@@ -154,7 +154,7 @@ export const readyWhenHeld = (keeper: Keeper): Effect.Effect<void> =>
 export const heartbeatOnce = (
   ctx: PresenceSql.PresenceContext,
   state: State,
-  who: { readonly id: string; readonly host: string; readonly pid: number }
+  who: { readonly id: string; readonly host: string; readonly pid: number; readonly settings?: PresenceSql.ConsumerSettings | undefined }
 ): Effect.Effect<void, StoreError> =>
   Effect.suspend(() => {
     const key = advertisable(state)

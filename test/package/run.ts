@@ -122,8 +122,8 @@ const main = async () => {
     .map((l) => l.replace(/^package\//, ""))
   const unwanted = listing.filter((f) => /^(test|bench|examples|scripts|dev|\.ci|\.tmp|node_modules)\//.test(f) || /^tsconfig|^vitest\.config/.test(f))
   check(unwanted.length === 0, `the tarball ships files users do not need: ${unwanted.join(", ")}`)
-  // docs/: the README shows docs/dashboard.png and links the guide's pages, on npm too.
-  for (const needed of ["package.json", "README.md", "docs/dashboard.png", "docs/workers.md", "LICENSE", "dist/index.js", "dist/index.d.ts", "dist/index.js.map", "dist/bin/leasehold.js", "src/index.ts"]) {
+  // docs/: the README shows docs/dashboard-overview.png and links the guide's pages, on npm too.
+  for (const needed of ["package.json", "README.md", "docs/dashboard-overview.png", "docs/workers.md", "LICENSE", "dist/index.js", "dist/index.d.ts", "dist/index.js.map", "dist/bin/leasehold.js", "src/index.ts"]) {
     check(listing.includes(needed), `the tarball lacks ${needed} (has: ${listing.slice(0, 20).join(", ")}...)`)
   }
   // The build leaves the checkout's bin executable: `npx leasehold` there runs it (not "Permission denied").

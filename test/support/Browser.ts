@@ -1,10 +1,18 @@
 /**
  * Debian's Chromium for the dashboard's browser tests (headless, driven by playwright-core;
  * nothing downloads a browser): where it is, whether the suite runs (support/RequireTool.ts),
- * a browser for the length of the test's scope, and waiting on what a page shows.
+ * a browser for the length of the test's scope, waiting on what a page shows, and the worker
+ * the dashboard tests open (a real consumer with session liveness on real PostgreSQL, its HTTP
+ * server with the admin API).
  */
-import { Effect } from "effect"
+import { Context, Deferred, Effect, Exit, Layer, Scope } from "effect"
 import { type Browser, chromium, type Page } from "playwright-core"
+import * as Consumer from "../../src/Consumer.ts"
+import * as ConsumerPresence from "../../src/ConsumerPresence.ts"
+import * as Http from "../../src/Http.ts"
+import type * as QueueConfig from "../../src/QueueConfig.ts"
+import { QueueStore } from "../../src/QueueStore.ts"
+import * as PgTest from "./PgTest.ts"
 import { requireTool, type Tool } from "./RequireTool.ts"
 import { waitForAsync } from "./Wait.ts"
 
@@ -37,4 +45,29 @@ export const openDashboard = (browser: Browser, url: string, token: string) =>
     yield* Effect.promise(() => page.addInitScript((t) => (globalThis as any).sessionStorage.setItem("leasehold-token", t), token))
     yield* Effect.promise(() => page.goto(url))
     return { page, problems }
+  })
+
+/**
+ * A worker for a dashboard test, for the length of the test's scope: `Http.layerWithAdmin` with
+ * `token` over a real consumer (`options`; fast polling, a short lease) with session liveness on
+ * a fresh PostgreSQL schema. On the way out `gate` is opened first, so a handler waiting on it
+ * lets the consumer stop at once, whatever the test reached.
+ */
+export const dashboardWorker = (
+  handler: Consumer.Handler,
+  options: { readonly token: string; readonly gate: Deferred.Deferred<void> } & QueueConfig.ConsumerOptions
+) =>
+  Effect.gen(function*() {
+    const { gate, token, ...consumer } = options
+    const scope = yield* Scope.make()
+    yield* Effect.addFinalizer(() => Effect.andThen(Deferred.succeed(gate, undefined), Scope.close(scope, Exit.void)))
+    const context = yield* Layer.buildWithScope(
+      Http.layerWithAdmin({ port: 0, token }).pipe(
+        Layer.provideMerge(Consumer.layer(handler, { pollInterval: "100 millis", lease: "5 seconds", shutdownGrace: "2 seconds", ...consumer })),
+        Layer.provideMerge(ConsumerPresence.layerPg({ mode: "on", heartbeat: 250, staleAfter: 2_000, reapEvery: 500 })),
+        Layer.provideMerge(PgTest.storeLayer({ clock: "database", maxConnections: 10 }))
+      ),
+      scope
+    )
+    return { base: Context.get(context, Http.Listening).url, store: Context.get(context, QueueStore) }
   })

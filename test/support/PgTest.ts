@@ -6,6 +6,7 @@ import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { inject } from "vitest"
+import type { Insights } from "../../src/Insights.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
 import { StoreSettings } from "../../src/StoreSettings.ts"
 import type { QueueStore } from "../../src/QueueStore.ts"
@@ -38,7 +39,7 @@ export const dropSchemaOnRelease = (schema: string) =>
  */
 export const storeLayer = (
   options: Omit<PgQueueStore.PgQueueStoreOptions, "schema"> & { readonly maxConnections?: number } = {}
-): Layer.Layer<QueueStore | StoreSettings | SqlClient.SqlClient | PgClient.PgClient, unknown> => {
+): Layer.Layer<QueueStore | StoreSettings | Insights | SqlClient.SqlClient | PgClient.PgClient, unknown> => {
   const schema = uniqueSchema()
   return PgQueueStore.layer({ clock: "effect", ...options, schema }).pipe(
     Layer.provideMerge(dropSchemaOnRelease(schema)),
