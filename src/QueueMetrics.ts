@@ -81,7 +81,11 @@ export const workflowRunsBy = (outcome: "complete" | "suspended" | "released" | 
 export const workflowActivitiesRecorded = Metric.counter("leasehold_workflow_activities_recorded", {
   description: "Workflow activity results recorded"
 })
-/** Workflow executions this process holds (runs under way). */
+/** Workflow executions of dead runners this process's reaper released (session liveness). */
+export const workflowReaped = Metric.counter("leasehold_workflow_executions_reaped", {
+  description: "Workflow executions of dead runners released by the reaper"
+})
+/** Workflow runs under way in this process. */
 export const workflowInFlight = Metric.gauge("leasehold_workflow_in_flight", { description: "Workflow runs under way in this process" })
 
 // ---------------------------------------------------------------------------
