@@ -125,6 +125,9 @@ export const list = WorkflowAdmin.list
 /** The recorded activity attempts of one execution. */
 export const activities = WorkflowAdmin.activities
 
+/** One execution with its activity attempts, done deferreds and clocks (none if it does not exist). */
+export const show = WorkflowAdmin.show
+
 /** Delete executions completed longer ago than `olderThan` (default 7 days). */
 export const prune = WorkflowAdmin.prune
 
@@ -133,3 +136,6 @@ export const statuses = WorkflowAdmin.statuses
 
 /** An execution as listed. */
 export type Execution = WorkflowAdmin.Execution
+
+/** An execution in full, as {@link show} answers it. */
+export type ExecutionDetail = WorkflowAdmin.ExecutionDetail
