@@ -2,7 +2,8 @@
  * leasehold as the engine of effect's `effect/workflow`: `make` builds effect's `WorkflowEngine`
  * service on PostgreSQL (docs/workflows.md), `layer` provides it. Each execution is a row held by a
  * fenced lease; activity results are recorded fenced and replayed, not re-run; sleeps and deferreds
- * hold no lease; a dead runner's execution resumes on another within the lease.
+ * hold no lease; a dead runner's execution resumes on another within session liveness (with a
+ * `ConsumerPresence` in context) or else its lease; a runner shutting down releases what it holds.
  *
  * @since 0.1.0
  */

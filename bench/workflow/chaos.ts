@@ -31,6 +31,8 @@ const DEADLINE_MS = envMs("BENCH_WF_DEADLINE_MS", 300_000)
 const MIN_UP_MS = envMs("BENCH_WF_MIN_UP_MS", 3_000)
 /** The runners' workflow lease. */
 const LEASE_MS = Number(process.env["BENCH_WF_LEASE_MS"] ?? 5_000)
+/** The runners' session liveness (BENCH_WF_LIVENESS: on, off or auto; default on). */
+const LIVENESS = process.env["BENCH_WF_LIVENESS"] ?? "on"
 const schema = "wfchaos"
 const logDir = `.tmp/bench-workflow-${Date.now()}`
 
@@ -54,7 +56,7 @@ const spawnRunner = (): Proc => {
     name: `runner-${spawned++}`,
     script: "bench/workflow/runner.ts",
     logDir,
-    env: { LEASEHOLD_DATABASE_URL: server.url, LEASEHOLD_SCHEMA: schema, BENCH_WF_LEASE_MS: String(LEASE_MS) },
+    env: { LEASEHOLD_DATABASE_URL: server.url, LEASEHOLD_SCHEMA: schema, BENCH_WF_LEASE_MS: String(LEASE_MS), LEASEHOLD_SESSION_LIVENESS: LIVENESS },
     nodeArgs: []
   })
   runner.waitLine("READY", 120_000).then(() => readyAt.set(runner, Date.now()), () => undefined)
@@ -67,7 +69,7 @@ const started = Date.now()
 const ids = Array.from({ length: COUNT }, (_, n) => ({ id: `wf-${n}`, n }))
 const executionIds = await runtime.runPromise(Effect.forEach(ids, (p) => Chaos.execute(p, { discard: true }), { concurrency: 8 }))
 const byExecution = new Map(executionIds.map((e, i) => [e, ids[i]!]))
-console.log(`started ${COUNT} executions on ${RUNNERS} runners in ${Date.now() - started} ms`)
+console.log(`started ${COUNT} executions on ${RUNNERS} runners (lease ${LEASE_MS} ms, session liveness ${LIVENESS}) in ${Date.now() - started} ms`)
 
 const stats = { kills: 0, terminated: 0, lostWakeUps: 0, overdueClocks: 0, approvals: 0 }
 const approved = new Set<string>()

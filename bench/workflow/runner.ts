@@ -1,10 +1,12 @@
 /**
  * A runner process of the workflow chaos run (bench/workflow/chaos.ts): leasehold's workflow engine
- * on `LEASEHOLD_SCHEMA` (lease `BENCH_WF_LEASE_MS`, default 5000; 16 runs at once) running the `Chaos` workflow.
+ * on `LEASEHOLD_SCHEMA` (lease `BENCH_WF_LEASE_MS`, default 5000; 16 runs at once; session liveness as
+ * `LEASEHOLD_SESSION_LIVENESS` says) running the `Chaos` workflow.
  * Prints `READY` once registered.
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer } from "effect"
+import * as ConsumerPresence from "../../src/ConsumerPresence.ts"
 import * as LeaseholdWorkflow from "../../src/LeaseholdWorkflow.ts"
 import * as QueueConfig from "../../src/QueueConfig.ts"
 import { chaosLayer } from "./chaosWorkflow.ts"
@@ -23,6 +25,8 @@ const Runner = Ready.pipe(
     concurrency: 16,
     pollInterval: "250 millis"
   })),
+  // Session liveness as LEASEHOLD_SESSION_LIVENESS says (the orchestrator passes BENCH_WF_LIVENESS).
+  Layer.provideMerge(ConsumerPresence.layerFromEnv()),
   Layer.provideMerge(Pg)
 )
 
