@@ -12,8 +12,9 @@ import { SqlClient } from "effect/sql"
 import { WorkflowEngine } from "effect/workflow"
 import { defaultSchema } from "./Migrations.ts"
 import * as WorkflowConfig from "./config/workflow.ts"
-import type { ConfigInvalid, InvalidInput } from "./QueueError.ts"
+import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
+import * as LeasePool from "./pg/leasePool.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import * as Sql from "./pg/workflow.ts"
 import * as WorkflowAdmin from "./workflow/admin.ts"
@@ -42,6 +43,13 @@ export interface WorkflowOptions {
   readonly consumerId?: string | undefined
   /** How long the drain on shutdown waits for runs to release their executions. Default 10 seconds. */
   readonly shutdownGrace?: Duration.Input | undefined
+  /**
+   * A small pool of its own for the renewals (default 2 connections, 10 s statement timeout), so
+   * runs whose activities keep the main pool busy cannot starve them and lose their leases; built
+   * from the `PgClient` in context (without one, renewals use the main client). `false`: renew
+   * through the main client.
+   */
+  readonly leasePool?: false | { readonly maxConnections?: number | undefined } | undefined
 }
 
 /**
@@ -51,7 +59,7 @@ export interface WorkflowOptions {
  */
 export const make = (
   options: WorkflowOptions = {}
-): Effect.Effect<WorkflowEngine.WorkflowEngine["Service"], InvalidInput, SqlClient.SqlClient | Scope.Scope> =>
+): Effect.Effect<WorkflowEngine.WorkflowEngine["Service"], InvalidInput | StoreError, SqlClient.SqlClient | Scope.Scope> =>
   Effect.gen(function*() {
     const schema = yield* Validate.schemaName(options.schema ?? defaultSchema)
     const { leaseMs: minLease, pollIntervalMs: minPoll, shutdownGraceMs: minGrace } = WorkflowConfig.workflowMinimums
@@ -60,10 +68,16 @@ export const make = (
     const concurrency = yield* Validate.positiveInt("concurrency", options.concurrency ?? 32, WorkflowConfig.MAX_WORKFLOW_CONCURRENCY)
     const graceMs = yield* Validate.durationMs("shutdownGrace", options.shutdownGrace ?? "10 seconds", { min: minGrace })
     const consumerId = yield* Validate.name("consumerId", options.consumerId ?? `${QueueConfig.defaultConsumerId()}-workflows`)
+    const leaseConnections = options.leasePool === false
+      ? 0
+      : yield* Validate.positiveInt("leasePool.maxConnections", options.leasePool?.maxConnections ?? 2, 100)
     const w = Sql.make(yield* SqlClient.SqlClient, schema)
+    const leaseClient = leaseConnections === 0
+      ? undefined
+      : yield* LeasePool.make({ maxConnections: leaseConnections, statementTimeoutMs: 10_000, suffix: "workflow-lease" })
     const state: EngineState = {
       w,
-      leaseSql: w,
+      leaseSql: leaseClient === undefined ? w : Sql.make(leaseClient, schema),
       settings: { leaseMs, pollMs, concurrency },
       registry: new Map(),
       runs: new Map(),
@@ -83,7 +97,9 @@ export const make = (
   })
 
 /** The engine as a layer: effect's `WorkflowEngine`, on leasehold's tables. */
-export const layer = (options: WorkflowOptions = {}): Layer.Layer<WorkflowEngine.WorkflowEngine, InvalidInput, SqlClient.SqlClient> =>
+export const layer = (
+  options: WorkflowOptions = {}
+): Layer.Layer<WorkflowEngine.WorkflowEngine, InvalidInput | StoreError, SqlClient.SqlClient> =>
   Layer.effect(WorkflowEngine.WorkflowEngine, make(options))
 
 /** The engine's environment variables (docs/configuration.md), by option. */
@@ -98,7 +114,7 @@ export const variables = WorkflowConfig.workflowVariables
  */
 export const layerFromEnv = (
   options: WorkflowOptions = {}
-): Layer.Layer<WorkflowEngine.WorkflowEngine, InvalidInput | ConfigInvalid, SqlClient.SqlClient> =>
+): Layer.Layer<WorkflowEngine.WorkflowEngine, InvalidInput | StoreError | ConfigInvalid, SqlClient.SqlClient> =>
   Layer.unwrap(Effect.gen(function*() {
     const fromEnv = yield* WorkflowConfig.workflowFromEnv
     const schema = yield* QueueConfig.schemaFromEnv
