@@ -83,6 +83,7 @@ export const make = (
       runs: new Map(),
       signals: yield* Signals.make(w.channel),
       holder: null,
+      atRisk: Effect.succeed(false),
       draining: false
     }
     const engine = WorkflowEngine.makeUnsafe(encoded(state))

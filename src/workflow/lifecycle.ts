@@ -6,9 +6,12 @@
  *
  * @since 0.1.0
  */
-import { Effect, Fiber, Option, Scope } from "effect"
+import { Clock, Effect, Fiber, Option, Scope } from "effect"
 import { ConsumerPresence } from "../ConsumerPresence.ts"
 import type { EngineState } from "./state.ts"
+
+/** How long before another runner's reaper could release its executions a runner stops its runs. */
+const PRESENCE_SAFETY_MS = 500
 
 /** How often the drain looks for runs still under way. */
 const DRAIN_CHECK_MS = 20
@@ -32,6 +35,10 @@ export const holderRegistration = (
         Scope.provide(scope),
         Effect.map((registration) => {
           state.holder = registration.consumerId
+          state.atRisk = Effect.flatMap(registration.reapableAt, (reapableAt) =>
+            Option.isNone(reapableAt)
+              ? Effect.succeed(false)
+              : Effect.map(Clock.currentTimeMillis, (now) => now >= reapableAt.value - PRESENCE_SAFETY_MS))
         })
       )
     })

@@ -147,13 +147,16 @@ const lost = (message: string) =>
   Effect.andThen(Effect.logWarning(message), Metric.update(QueueMetrics.workflowRunsBy("lost"), 1))
 
 /**
- * The renewer: every lease/3, extend the lease fenced by token. A lost lease (no row) abandons the
- * run and interrupts it; only connection-dead errors are retried on the next tick; an unsafe
+ * The renewer: every lease/3, extend the lease fenced by token. A lost lease (no row), or a
+ * presence about to be judged dead, abandons the run and interrupts it; only connection-dead errors are retried on the next tick; an unsafe
  * interrupt heard here stops the run in progress.
  */
 const renew = (state: EngineState, run: Run) =>
   Effect.gen(function*() {
     yield* Effect.sleep(Math.max(1, Math.floor(state.settings.leaseMs / 3)))
+    if (yield* state.atRisk) {
+      return yield* stopLost(run, "leasehold workflow: presence lost (session gone, heartbeats failing); stopping the run before its execution is reaped")
+    }
     const interrupt = yield* Sql.renew(state.leaseSql, run.claimed, state.settings.leaseMs).pipe(
       Effect.catchIf(isConnectionDead, () => Effect.succeed(run.interrupt))
     )

@@ -56,6 +56,11 @@ export interface EngineState {
    * its claims, what the reaper releases by when its session dies); null without it.
    */
   holder: string | null
+  /**
+   * Whether this runner could be judged dead by another's reaper soon (its presence session gone
+   * and its heartbeats failing): its runs stop before that, as a consumer's handlers do.
+   */
+  atRisk: Effect.Effect<boolean>
   /** Set when the engine shuts down: nothing more is claimed, and runs release what they hold. */
   draining: boolean
 }
