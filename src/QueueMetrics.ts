@@ -71,7 +71,7 @@ export const schedulesFired = Metric.counter("leasehold_schedule_slots_fired", {
 /**
  * Workflow runs this process finished, by `outcome`: `complete`, `suspended` (a sleep, a deferred,
  * a child, a failure it suspends on), `released` (stopped without a result: shutdown, an unsafe
- * interrupt, a defect), `lost` (its lease was gone: it wrote nothing more).
+ * interrupt, a defect), `lost` (its lease was gone, or its presence about to be judged dead: it wrote nothing more).
  */
 export const workflowRuns = Metric.counter("leasehold_workflow_runs", { description: "Workflow runs finished, by outcome" })
 /** {@link workflowRuns} with its outcome attribute. */
