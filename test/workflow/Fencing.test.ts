@@ -63,6 +63,18 @@ layer(Db, { excludeTestServices: true })("workflow statements on PostgreSQL", (i
       assert.isTrue(yield* Sql.finish(w, fresh2, suspended))
     }))
 
+  it.effect("a runner never claims again an execution it is still running, even once its lease ran out", () =>
+    Effect.gen(function*() {
+      const w = yield* statements
+      const key = { ...fresh(), workflow: "Mine" }
+      yield* Sql.start(w, key, {}, undefined)
+      const first = (yield* claimOne(w, key, 30))!
+      yield* waitFor("the lease to run out", Effect.map(row(w, key), (r) => Option.some(r).pipe(Option.filter(() => r.visible === true))))
+      const again = yield* Sql.claim(w, ["Mine"], 5, 30_000, { holder: null, running: [key] })
+      assert.deepStrictEqual(again, [], "skipped: its run goes on here")
+      assert.isDefined(yield* Sql.renew(w, first, 30_000), "so its late renewal still holds it")
+    }))
+
   it.effect("a deferred completed while a run holds the execution is not lost", () =>
     Effect.gen(function*() {
       const w = yield* statements
