@@ -56,7 +56,8 @@ const spawnRunner = (): Proc => {
     name: `runner-${spawned++}`,
     script: "bench/workflow/runner.ts",
     logDir,
-    env: { LEASEHOLD_DATABASE_URL: server.url, LEASEHOLD_SCHEMA: schema, BENCH_WF_LEASE_MS: String(LEASE_MS), LEASEHOLD_SESSION_LIVENESS: LIVENESS },
+    env: { LEASEHOLD_DATABASE_URL: server.url, LEASEHOLD_SCHEMA: schema, BENCH_WF_LEASE_MS: String(LEASE_MS), LEASEHOLD_SESSION_LIVENESS: LIVENESS,
+      BENCH_WF_STALL_MS: process.env["BENCH_WF_STALL_MS"] ?? "0", BENCH_WF_STALL_EVERY_MS: process.env["BENCH_WF_STALL_EVERY_MS"] ?? "200" },
     nodeArgs: []
   })
   runner.waitLine("READY", 120_000).then(() => readyAt.set(runner, Date.now()), () => undefined)
@@ -71,7 +72,7 @@ const executionIds = await runtime.runPromise(Effect.forEach(ids, (p) => Chaos.e
 const byExecution = new Map(executionIds.map((e, i) => [e, ids[i]!]))
 console.log(`started ${COUNT} executions on ${RUNNERS} runners (lease ${LEASE_MS} ms, session liveness ${LIVENESS}) in ${Date.now() - started} ms`)
 
-const stats = { kills: 0, terminated: 0, lostWakeUps: 0, overdueClocks: 0, approvals: 0 }
+const stats = { kills: 0, crashed: 0, terminated: 0, lostWakeUps: 0, overdueClocks: 0, approvals: 0 }
 const approved = new Set<string>()
 
 /** Approve (by token) every execution suspended on its approval that was not approved yet. */
@@ -125,6 +126,11 @@ while ((await remaining()) > 0 && Date.now() - started < DEADLINE_MS) {
   }
   await approve()
   await sampleWakeUps()
+  // A runner that died by itself (a backend terminated under its start-up) is replaced and counted.
+  for (const dead of runners.filter((r) => r.exit !== undefined)) {
+    runners.splice(runners.indexOf(dead), 1, spawnRunner())
+    stats.crashed++
+  }
   const killable = runners.filter((r) => Date.now() - (readyAt.get(r) ?? Date.now()) >= MIN_UP_MS)
   if (Date.now() - lastKill >= KILL_MS && killable.length > 0) {
     lastKill = Date.now()
@@ -165,7 +171,7 @@ const [reruns] = await query<{ n: number }>(`
   SELECT coalesce(sum(c - 1), 0)::int AS n FROM (SELECT count(*) AS c FROM ${schema}.effects GROUP BY execution, activity) AS runs`)
 
 console.log([
-  `elapsed ${elapsedMs} ms; runners SIGKILLed ${stats.kills}, backends terminated ${stats.terminated}, approvals ${stats.approvals}`,
+  `elapsed ${elapsedMs} ms; runners SIGKILLed ${stats.kills}, exited by themselves ${stats.crashed}, backends terminated ${stats.terminated}, approvals ${stats.approvals}`,
   `executions: ${right} right, ${wrong} wrong, ${incomplete} not complete (lost) of ${COUNT}`,
   `activity results recorded: ${recorded!.rows} rows, ${recorded!.keys} distinct attempts (expected ${COUNT * 4})`,
   `activity bodies run again (interrupted by a kill before their result was recorded): ${reruns!.n}`,

@@ -13,6 +13,14 @@ import { chaosLayer } from "./chaosWorkflow.ts"
 
 const schema = process.env["LEASEHOLD_SCHEMA"] ?? "leasehold"
 
+// A starved process, without burning CPU: every BENCH_WF_STALL_EVERY_MS the event loop is blocked
+// for BENCH_WF_STALL_MS (Atomics.wait), so timers fire late and replies wait, as on a loaded machine.
+const stallMs = Number(process.env["BENCH_WF_STALL_MS"] ?? 0)
+if (stallMs > 0) {
+  const cell = new Int32Array(new SharedArrayBuffer(4))
+  setInterval(() => Atomics.wait(cell, 0, 0, stallMs), Number(process.env["BENCH_WF_STALL_EVERY_MS"] ?? 200)).unref()
+}
+
 const Pg = QueueConfig.pgLayerFromEnv({ applicationName: "leasehold-workflow-bench", maxConnections: 6 })
 
 const Ready = Layer.effectDiscard(Effect.sync(() => process.stdout.write("READY\n")))
@@ -26,7 +34,7 @@ const Runner = Ready.pipe(
     pollInterval: "250 millis"
   })),
   // Session liveness as LEASEHOLD_SESSION_LIVENESS says (the orchestrator passes BENCH_WF_LIVENESS).
-  Layer.provideMerge(ConsumerPresence.layerFromEnv()),
+  Layer.provideMerge(ConsumerPresence.layerFromEnv({ migrate: false })), // the orchestrator migrated
   Layer.provideMerge(Pg)
 )
 
