@@ -7,6 +7,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect, Layer, Schema } from "effect"
 import * as PersistedQueue from "effect/persistence/PersistedQueue"
+import { SqlClient } from "effect/sql"
 import { DurableQueue, Workflow } from "effect/workflow"
 import * as LeaseholdWorkflow from "../../src/LeaseholdWorkflow.ts"
 import * as Migrations from "../../src/Migrations.ts"
@@ -35,8 +36,15 @@ const PricingWorker = DurableQueue.worker(Pricing, ({ n }) => Effect.sync(() => 
   return n * 10
 }))
 
+// effect's store names its index after the table: a plain name (in the search path), dropped after.
+const table = `effect_queue_${schema}`
+const DropTable = Layer.effectDiscard(Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* Effect.addFinalizer(() => sql`DROP TABLE IF EXISTS ${sql(table)}`.pipe(Effect.ignore))
+}))
 const Queue = PersistedQueue.layer.pipe(
-  Layer.provideMerge(PersistedQueue.layerStoreSql({ tableName: `${schema}.effect_queue`, pollInterval: "100 millis" }))
+  Layer.provideMerge(PersistedQueue.layerStoreSql({ tableName: table, pollInterval: "100 millis" })),
+  Layer.provideMerge(DropTable)
 )
 
 const Engine = LeaseholdWorkflow.layer({ schema, pollInterval: "100 millis" }).pipe(

@@ -132,8 +132,8 @@ layer(Db, { excludeTestServices: true })("workflow statements on PostgreSQL", (i
       const ctx = PresenceSql.makeContext(sql.withoutTransforms(), schema, ConsumerPresence.classKey(schema), 100)
       const reaped = yield* Reap.sweep(ctx, "someone")
       assert.deepStrictEqual(reaped.map((r) => [r.consumer, r.messageId, r.execution]), [
-        ["dead-runner", null, null],
-        ["dead-runner", null, `Reaped/${held.executionId}`]
+        ["dead-runner", null, `Reaped/${held.executionId}`],
+        ["dead-runner", null, null] // the consumer's row: it held no message
       ])
       const released = { workflow: "Reaped", executionId: held.executionId }
       assert.deepStrictEqual(yield* row(w, released), { status: "runnable", visible: true, wake: 0 })

@@ -90,6 +90,7 @@ const checkReplayed = async (id: string, executionId: string, victim: Worker, su
 describe("a workflow runner stopped mid-workflow", () => {
   it("SIGKILLed without session liveness: another runner resumes it after the lease", async () => {
     dumpOnFailure(workers)
+    await killAll(workers) // the last case's survivor would take this one's execution
     const env = { LEASEHOLD_SCHEMA: schema, LEASEHOLD_SESSION_LIVENESS: "off", WF_LEASE_MS: "2000" }
     const victim = spawnWorker("WFA", { ...env, WF_HANG: "1" }, workers, RUNNER)
     const id = `crash-${Date.now().toString(36)}`
@@ -104,6 +105,7 @@ describe("a workflow runner stopped mid-workflow", () => {
 
   it("SIGKILLed with session liveness: the reaper releases it well within the lease", async () => {
     dumpOnFailure(workers)
+    await killAll(workers) // the last case's survivor would take this one's execution
     const env = { LEASEHOLD_SCHEMA: schema, LEASEHOLD_SESSION_LIVENESS: "on", WF_LEASE_MS: "30000" }
     const victim = spawnWorker("WFC", { ...env, WF_HANG: "1" }, workers, RUNNER)
     const id = `reaped-${Date.now().toString(36)}`
@@ -122,6 +124,7 @@ describe("a workflow runner stopped mid-workflow", () => {
 
   it("SIGTERMed: the drain releases what it held, another runner takes it at once", async () => {
     dumpOnFailure(workers)
+    await killAll(workers) // the last case's survivor would take this one's execution
     const env = { LEASEHOLD_SCHEMA: schema, LEASEHOLD_SESSION_LIVENESS: "off", WF_LEASE_MS: "30000" }
     const victim = spawnWorker("WFE", { ...env, WF_HANG: "1" }, workers, RUNNER)
     const id = `drained-${Date.now().toString(36)}`
