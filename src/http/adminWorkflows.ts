@@ -112,7 +112,7 @@ const detailView = (detail: WorkflowAdmin.ExecutionDetail): typeof ExecutionDeta
   clocks: detail.clocks.map((c) => ({ name: c.name, dueAt: c.due_at, fired: c.fired }))
 })
 
-/** The handlers of the workflow routes, on the store's database (`sql`) and schema, when it is PostgreSQL. */
+/** The handlers of the workflow routes, on the store's database client and schema, when it is PostgreSQL. */
 export const workflowRoutes = (sql: Option.Option<SqlClient.SqlClient>, schema: Option.Option<string>) => {
   const onDatabase = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient>, otherwise: Effect.Effect<A, E>) =>
     Option.isSome(sql) && Option.isSome(schema) ? Effect.provideService(effect, SqlClient.SqlClient, sql.value) : otherwise
