@@ -94,8 +94,10 @@ export const make = <R>(
       reaped: registration?.reaped
     })
 
-    // How long before it could be reaped a consumer stops its handlers, and stops claiming.
-    const presenceSafetyMs = Math.min(500, settings.leaseMarginMs)
+    // How long before it could be reaped a consumer stops its handlers, and stops claiming: a
+    // reaper needs its lock seen free for `reapAfter` (300 ms by default), so a small margin
+    // (the presence watch looks every 25 ms).
+    const presenceSafetyMs = Math.min(100, settings.leaseMarginMs)
     const atRisk: Effect.Effect<boolean> = registration === undefined
       ? Effect.succeed(false)
       : Effect.gen(function*() {
@@ -162,9 +164,9 @@ export const make = <R>(
     )
     const { failed, loopFibers } = yield* forkLoops(loops, lanes, annotations)
     if (registration !== undefined) {
-      // Cut off from the database (presence session gone, heartbeats failing), this consumer will
-      // soon look dead to the others, whose reapers then release its claims: stop the handlers
-      // first, so no message runs here and elsewhere at once.
+      // Every presence session gone and none regained yet, this consumer will soon look dead to
+      // the others, whose reapers then release its claims: stop the handlers first, so no
+      // message runs here and elsewhere at once.
       yield* Effect.forkScoped(
         PresenceWatch.watch({ registration, renewers, safetyMs: presenceSafetyMs }).pipe(
           Effect.annotateLogs(annotations)

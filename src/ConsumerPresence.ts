@@ -2,29 +2,52 @@
  * Session liveness: a dead consumer's claims come back in seconds, not after
  * their lease.
  *
- * Each consumer registers itself in `<schema>.consumers` and holds a
- * session-level advisory lock, `pg_advisory_lock(<schema class>, <lock key>)`,
- * on one dedicated connection (its *presence session*), and heartbeats its row
- * every 500 ms through a separate small pool. PostgreSQL frees the lock the
- * moment that session ends: the process died (SIGKILL, OOM), its socket was
+ * Each consumer registers itself in `<schema>.consumers` and holds its presence
+ * lock, the session-level advisory lock `(<schema class>, <lock key>)`, in shared
+ * mode on two dedicated connections (its *presence sessions*, `presence/keeper.ts`),
+ * and heartbeats its row every 500 ms through a separate small pool (for operators
+ * and the duplicate-id check: heartbeats decide nothing about death). PostgreSQL
+ * frees a session's hold the moment that session ends: the process died (SIGKILL,
+ * OOM: the kernel closes its sockets, its backends end at once), its socket was
  * closed, or the backend was terminated.
  *
- * A reaper runs in every consumer (no leader): every 500 ms it looks for
- * consumers whose heartbeat is older than `staleAfter` AND whose lock nobody
- * holds, and releases their live claims at once (visible now, counted as a
- * lease expiry). Both signals must agree:
+ * A reaper runs in every consumer (no leader): every `reapEvery` (100 ms) it probes
+ * the other consumers' keys with an exclusive `pg_try_advisory_xact_lock`, granted
+ * only when no session holds the key, and releases the live claims of a consumer whose
+ * lock it has seen free on a look and again `reapAfter` (300 ms) or more later, with
+ * no look between finding it held (visible now, counted as a lease expiry). Why that
+ * never reaps a live consumer:
  *
- * - a live consumer whose presence connection merely died keeps heartbeating
- *   through its other connection, and re-registers (a new session, a new lock);
- * - a live consumer whose event loop is blocked stops heartbeating, but its
- *   session, and so its lock, stays.
+ * - a blocked event loop (or SIGSTOP) stops the process, not its sessions: the kernel
+ *   keeps the sockets and the server keeps the backends, so the lock stays held;
+ * - a slow network ends no session either, and the lock is judged on the server;
+ * - a consumer advertises its key, and claims, only once both sessions hold it:
+ *   with one, that one's loss alone would free the key;
+ * - one presence backend terminated (chaos does it every ~2 s) leaves the other
+ *   holding the key; the consumer probes each session every 100 ms and replaces a
+ *   dead one at once, joining the same key (shared holds do not conflict), so nothing
+ *   needs advertising and the key is never free;
+ * - both terminated at once look, from the server, exactly like death: nothing can
+ *   tell them apart at that instant, so the rule gives the consumer `reapAfter` from
+ *   the moment its lock went free (no reaper's first look comes earlier) to hold it
+ *   again, which takes a probe and a connect; if it cannot, its presence watch stops
+ *   its handlers a margin before any reaper can release them (`reapableAt`), so no
+ *   message runs in two places;
+ * - a server restart ends every session: reapers release nothing within the stale
+ *   bound of the server's start, and everybody reconnects meanwhile;
+ * - a reaper's own network blip frees nobody's lock, so unlike a heartbeat window
+ *   there is no reason for a reaper to wait until it has been healthy for a while:
+ *   a failed look only drops its suspects, and a fresh reaper (a worker started
+ *   right after another died) releases as fast as an old one.
  *
  * Behind a transaction-mode pooler (PgBouncer `pool_mode=transaction`) a
  * session lock is not tied to the client: the presence session and its pool
  * use `LEASEHOLD_DIRECT_DATABASE_URL` when given (see `Pooler`); otherwise the
  * pooler is declared (`LEASEHOLD_POOLER=transaction`) or proven when a session
  * opens (another client connection is granted its lock), or liveness is turned
- * off (`off`), and then claims end by lease expiry only.
+ * off (`off`), and then claims end by lease expiry only. Through a session-mode
+ * pooler each client connection keeps its server session, and the pooler's reset
+ * (`DISCARD ALL`) frees a closed client's holds: the probe works as directly.
  *
  * The consumer uses this service when it is in context (`Effect.serviceOption`):
  * provide {@link layerPg} or {@link layerFromEnv} to the consumer, and
@@ -82,10 +105,21 @@ export interface PresenceOptions {
   readonly mode?: Mode | undefined
   /** How often a consumer heartbeats its row and checks its presence session (default 500 ms). */
   readonly heartbeat?: Duration.Input | undefined
-  /** A heartbeat older than this, with the lock free, means dead (default 2 s; at least 2 heartbeats). */
+  /**
+   * A heartbeat older than this marks a consumer id as free to take over (no warning), and
+   * after a server start reapers release nothing for this long (default 2 s; at least 2
+   * heartbeats). It no longer decides death: the presence lock does (see `reapAfter`).
+   */
   readonly staleAfter?: Duration.Input | undefined
-  /** How often each consumer's reaper looks for dead consumers (default 500 ms). */
+  /** How often each consumer's reaper probes the other consumers' presence locks (default 100 ms). */
   readonly reapEvery?: Duration.Input | undefined
+  /**
+   * A consumer whose presence lock a reaper has seen free for this long (on its first look
+   * and on one at least this much later) is dead, and its claims are released (default
+   * 300 ms; at least `reapEvery`). A live consumer that lost every presence session at once
+   * has this long to hold its lock again; it stops its handlers first if it cannot.
+   */
+  readonly reapAfter?: Duration.Input | undefined
   /** Rows whose heartbeat is older than this are deleted, whatever their lock (default 1 h). */
   readonly forgetAfter?: Duration.Input | undefined
   /** Run the migrations when the layer is built (default true). */
@@ -122,14 +156,14 @@ export interface Registration {
   readonly reaped: Effect.Effect<void>
   /**
    * When another consumer's reaper could release this consumer's claims (Clock
-   * ms), or none while that cannot happen: the lock its row advertises may be
-   * free (the presence session is gone, or a new one's key is not yet written
-   * by a heartbeat) and heartbeats stopped succeeding, so at the last
-   * successful heartbeat + the stale bound both signals agree. The consumer stops its
+   * ms), or none while that cannot happen (a session holding the key its row
+   * advertises is held). Once every such session is found gone, the lock may be
+   * free since just after a session holding it last answered, and a reaper needs
+   * it free for `reapAfter`: that moment + `reapAfter`. The consumer stops its
    * handlers before then, so a consumer cut off from the database does not
-   * run on while another runs its messages. A heartbeat refused because the
-   * server itself is down moves that moment on: nobody can reap while the server
-   * is down, and reapers wait the stale bound after it starts.
+   * run on while another runs its messages. A refusal because the server itself
+   * is down moves that moment on: nobody can reap while the server is down, and
+   * reapers wait the stale bound after it starts.
    */
   readonly reapableAt: Effect.Effect<Option.Option<number>>
 }
@@ -143,14 +177,18 @@ export interface ConsumerPresenceShape {
   /**
    * Register `consumerId` for the life of the current scope: the consumers row,
    * the presence session and its lock, heartbeats, re-registration when the
-   * session dies, and this consumer's reaper. Never fails: without the database
-   * it keeps trying in the background and the consumer runs on lease expiry.
+   * session dies, and this consumer's reaper. Returns once both presence sessions
+   * hold the key and the row advertises it (so the consumer claims nothing before),
+   * at the latest after 15 s. Never fails: without the database it keeps trying in
+   * the background and the consumer runs on lease expiry (no key advertised).
    * Closing the scope deletes the row and ends the session.
    */
   readonly register: (consumerId: string) => Effect.Effect<Registration, never, Scope.Scope>
   /**
    * One reaper sweep now, as consumer `self` (never reaped by itself): release
-   * the claims of every dead consumer and forget it. For tests and operators.
+   * the claims of every consumer whose presence lock is free at this one look
+   * (no `reapAfter` wait: the caller vouches that the time has passed) and
+   * forget it. For tests and operators.
    */
   readonly sweep: (self: string) => Effect.Effect<ReadonlyArray<Reap.Reaped>, StoreError>
   /**
@@ -171,7 +209,8 @@ export const variables = Keeper.variables
 export const defaults = {
   heartbeatMs: 500,
   staleAfterMs: 2_000,
-  reapEveryMs: 500,
+  reapEveryMs: 100,
+  reapAfterMs: 300,
   forgetAfterMs: 3_600_000
 } as const
 
@@ -191,6 +230,29 @@ const offRegistration = (consumerId: string): Registration => ({
   reaped: Effect.never,
   reapableAt: Effect.succeed(Option.none())
 })
+
+/**
+ * When another consumer's reaper could release this consumer's claims (see
+ * `Registration.reapableAt`): none while the row advertises no key, or while a session
+ * holding the advertised key is held; else a reaper that saw that key free at the earliest
+ * right after it was last known held (`aliveAt`) releases after `reapAfter`, and none
+ * releases within the stale bound of a server start (a refusal seen at `serverDownSeenAt`
+ * means the server starts after it). A session regained too late keeps the moment a while
+ * (`State.exposure`), so the presence watch stops what may have been released.
+ */
+const reapableAt = (state: Keeper.State, now: number, reapAfterMs: number, staleMs: number): Option.Option<number> => {
+  const exposure = state.exposure
+  if (exposure !== undefined && exposure.until !== Infinity && now >= exposure.until) state.exposure = undefined
+  if (state.exposure === undefined && (state.advertisedKey === null || state.held.some((h) => h.session.lockKey === state.advertisedKey))) {
+    return Option.none()
+  }
+  const byLock = state.exposure?.at ?? state.aliveAt + reapAfterMs
+  // A refusal seen before a reaper could act on the lock means the server went down first:
+  // nobody released before it, and nobody releases within the stale bound of its start.
+  // Seen later, it proves nothing about the time between.
+  const first = state.serverDownFirstAt
+  return Option.some(first > state.aliveAt && first <= byLock ? Math.max(byLock, state.serverDownSeenAt + staleMs) : byLock)
+}
 
 /**
  * One source of truth for the schema: the store's, when presence sits on a
@@ -257,6 +319,14 @@ export const make = (
     const heartbeatMs = yield* duration("heartbeat", options.heartbeat, defaults.heartbeatMs)
     const staleMs = yield* duration("staleAfter", options.staleAfter, defaults.staleAfterMs)
     const reapMs = yield* duration("reapEvery", options.reapEvery, defaults.reapEveryMs)
+    const reapAfterMs = yield* duration("reapAfter", options.reapAfter, Math.max(defaults.reapAfterMs, reapMs))
+    if (reapAfterMs < reapMs) {
+      return yield* new InvalidInput({
+        field: "reapAfter",
+        rule: "at least reapEvery",
+        message: `reapAfter ${reapAfterMs} ms is under reapEvery ${reapMs} ms: a lock must be seen free on two looks`
+      })
+    }
     const forgetMs = yield* duration("forgetAfter", options.forgetAfter, defaults.forgetAfterMs)
     if (staleMs < 2 * heartbeatMs) {
       return yield* new InvalidInput({
@@ -294,30 +364,37 @@ export const make = (
     }).pipe(Effect.provide(Reactivity.layer), classify("connect presence pool"))
     const ctx = PresenceSql.makeContext(pool.withoutTransforms(), schema, classKey(schema), staleMs)
     const host = os.hostname().slice(0, 255)
-    const openSession = Session.open({ ctx, where, appName, mode })
+    const openSession = (key: number | undefined) => Session.open({ ctx, where, appName, mode, key })
 
     /** The registrations in force, by consumer id (what `registration` reads). */
     const registered = new Map<string, Registration>()
 
     const register = (consumerId: string): Effect.Effect<Registration, never, Scope.Scope> =>
       Effect.gen(function*() {
+        const startedAt = yield* Clock.currentTimeMillis
         const state: Keeper.State = {
           liveness: "reconnecting",
-          session: undefined,
+          held: [],
           lockKey: null,
           backendPid: null,
           sessions: 0,
-          heartbeatOkAt: yield* Clock.currentTimeMillis,
+          heartbeatOkAt: startedAt,
           advertisedKey: null,
-          serverDownSeenAt: 0
+          aliveAt: startedAt,
+          serverDownSeenAt: 0,
+          serverDownFirstAt: 0,
+          exposure: undefined
         }
         let reapedSignal = Deferred.makeUnsafe<void>()
         const keeper: Keeper.Keeper = {
           ctx,
           state,
           heartbeatMs,
-          openSession,
-          heartbeatOnce: Keeper.heartbeatOnce(ctx, state, { id: consumerId, host, pid: process.pid })
+          probeMs: Math.max(25, Math.min(heartbeatMs, Math.floor(reapAfterMs / 3))),
+          reapAfterMs,
+          openSession: (key) => openSession(key ?? undefined),
+          heartbeatOnce: Keeper.heartbeatOnce(ctx, state, { id: consumerId, host, pid: process.pid }),
+          ready: yield* Deferred.make<void>()
         }
         const annotate = Effect.annotateLogs({ module: "ConsumerPresence", consumer: consumerId })
 
@@ -328,23 +405,21 @@ export const make = (
               Effect.timeoutOption(5_000),
               Effect.catchCause(() => Effect.logWarning("could not delete the consumers row on shutdown; it will be forgotten"))
             )
-            const session = state.session
-            state.session = undefined
-            if (session !== undefined) yield* Session.close(session)
+            for (const held of state.held.splice(0)) yield* Session.close(held.session)
           }).pipe(annotate)
         )
         yield* warnIfAlive(ctx, consumerId).pipe(annotate)
-        const firstAttempt = yield* Deferred.make<void>()
-        yield* Effect.forkScoped(Maintenance.forever("presence session", Keeper.supervise(keeper, firstAttempt)).pipe(annotate))
-        // Wait for the first session (bounded), so the consumer claims with its lock advertised.
-        yield* Deferred.await(firstAttempt).pipe(Effect.timeoutOption(15_000))
+        yield* Effect.forkScoped(Maintenance.forever("presence session", Keeper.supervise(keeper)).pipe(annotate))
         yield* Effect.forkScoped(Maintenance.forever("heartbeat", Keeper.heartbeats(keeper)).pipe(annotate))
+        // The consumer claims once both presence sessions hold its key and the row advertises
+        // it: with one, losing it would leave nothing holding the key (see `Keeper.ready`).
+        yield* Keeper.awaitReady(keeper).pipe(annotate)
         const onReleased = Effect.suspend(() => {
           const signal = reapedSignal
           reapedSignal = Deferred.makeUnsafe<void>()
           return Deferred.succeed(signal, undefined)
         })
-        yield* Maintenance.fork(Reaper.make({ ctx, self: consumerId, reapMs, onReleased })).pipe(annotate)
+        yield* Maintenance.fork(Reaper.make({ ctx, self: consumerId, reapMs, reapAfterMs, onReleased })).pipe(annotate)
         yield* Maintenance.fork(ForgetConsumers.make({ ctx, self: consumerId, reapMs, forgetMs })).pipe(annotate)
         return {
           consumerId,
@@ -356,14 +431,7 @@ export const make = (
             sessions: state.sessions
           })),
           reaped: Effect.suspend(() => Deferred.await(reapedSignal)),
-          reapableAt: Effect.sync(() =>
-            // Safe while the row advertises no key (the reaper never releases us), or the key of the
-            // session we hold (active). Otherwise the row names a lock that may be free: reapable once
-            // the last heartbeat that succeeded is stale.
-            state.advertisedKey === null || (state.liveness === "active" && state.session?.lockKey === state.advertisedKey)
-              ? Option.none()
-              : Option.some(Math.max(state.heartbeatOkAt, state.serverDownSeenAt) + staleMs)
-          )
+          reapableAt: Effect.map(Clock.currentTimeMillis, (now) => reapableAt(state, now, reapAfterMs, staleMs))
         } satisfies Registration
       }).pipe(Effect.tap((registration) =>
         Effect.andThen(

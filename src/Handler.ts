@@ -43,6 +43,15 @@ export interface HandlerContext {
    * failure of `effect` rolls back the ack too: the attempt fails and is retried like any other.
    */
   readonly commit: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | CommitFenced | InvalidInput | StoreError, R>
+  /**
+   * Report how far this run has got: JSON data of at most 4 KiB (`Lifecycle.limits`), kept on
+   * the message (`MessageInfo.progress`, `TaskClient.progress`, the CLI's `get`, the admin API),
+   * across its retries. Written in the background, at most every 500 ms with the last value
+   * reported (so a report in a run's last moments may not be written), and fenced by this run's
+   * lease token: a run that lost its message writes nothing. It never waits for the database and
+   * fails only with `InvalidInput` (field `progress`) for a value that is not JSON or too large.
+   */
+  readonly progress: (value: unknown) => Effect.Effect<void, InvalidInput>
 }
 
 /**

@@ -27,7 +27,7 @@ import type { EngineState } from "./workflow/state.ts"
 
 /** How the engine runs. */
 export interface WorkflowOptions {
-  /** The schema of leasehold's tables (migrated, migration 12 or later). Default `leasehold`. */
+  /** The schema of leasehold's tables (migrated, migration 13 or later). Default `leasehold`. */
   readonly schema?: string | undefined
   /** How long a run holds its execution between renewals (renewed every lease/3). Default 10 seconds. */
   readonly lease?: Duration.Input | undefined

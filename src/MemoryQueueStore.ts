@@ -6,7 +6,9 @@
  *
  * @since 0.1.0
  */
-import { Effect, Layer } from "effect"
+import { Effect, Layer, PubSub } from "effect"
+import * as Lifecycle from "./Lifecycle.ts"
+import type { CompletionEvent } from "./Lifecycle.ts"
 import { defaults, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import * as Flow from "./memory/flow.ts"
 import * as Cancel from "./memory/cancel.ts"
@@ -15,6 +17,7 @@ import * as Commit from "./memory/commit.ts"
 import * as Complete from "./memory/complete.ts"
 import * as DeadLetters from "./memory/deadLetters.ts"
 import * as History from "./memory/history.ts"
+import * as Events from "./memory/lifecycle.ts"
 import * as Lease from "./memory/lease.ts"
 import * as Messages from "./memory/messages.ts"
 import * as Notify from "./memory/notify.ts"
@@ -38,11 +41,11 @@ export interface MemoryQueueStoreOptions {
  * (`memory/state.ts`) is built once here; each group of operations is a module of `memory/`.
  */
 export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<QueueStoreShape> =>
-  Effect.sync(() => {
+  Effect.map(PubSub.dropping<CompletionEvent>(Lifecycle.limits.eventBuffer), (events) => {
     const state = makeState({
       maxPayloadBytes: options.maxPayloadBytes ?? defaults.maxPayloadBytes,
       defaultMaxAttempts: options.defaultMaxAttempts ?? defaults.maxAttempts
-    })
+    }, events)
     return fromOperations({
       now: Schedules.now,
       upsertSchedules: Schedules.upsertSchedules(state),
@@ -77,7 +80,9 @@ export const make = (options: MemoryQueueStoreOptions = {}): Effect.Effect<Queue
       setLimits: Flow.setLimits(state),
       limits: Flow.limits(state),
       setKeyWeight: Flow.setKeyWeight(state),
-      flowStatus: Flow.flowStatus(state)
+      flowStatus: Flow.flowStatus(state),
+      setProgress: Events.setProgress(state),
+      completions: Events.completions(state)
     })
   })
 

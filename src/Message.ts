@@ -240,7 +240,14 @@ export const MessageInfo = Schema.Struct({
   /** Why it was dead-lettered, when dead. */
   deadReason: Schema.NullOr(Schema.String),
   /** When it was dead-lettered, when dead. */
-  deadAt: Schema.NullOr(Schema.Date)
+  deadAt: Schema.NullOr(Schema.Date),
+  /**
+   * The last progress a handler of it reported (`HandlerContext.progress`, JSON), kept across
+   * its retries; `null` when none has. Optional for infos built by hand.
+   */
+  progress: Schema.optionalKey(Schema.NullOr(Schema.Unknown)),
+  /** When that progress was written, on the store's clock; `null` when none. */
+  progressAt: Schema.optionalKey(Schema.NullOr(Schema.Date))
 })
 /** @see {@link MessageInfo} */
 export type MessageInfo = typeof MessageInfo.Type

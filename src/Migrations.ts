@@ -17,7 +17,8 @@ import claimIndexOnly from "./migrations/0008_claim_index_only.ts"
 import flowControl from "./migrations/0009_flow_control.ts"
 import leanHistory from "./migrations/0010_lean_history.ts"
 import workflows from "./migrations/0011_workflows.ts"
-import workflowHolders from "./migrations/0012_workflow_holders.ts"
+import progress from "./migrations/0012_progress.ts"
+import workflowHolders from "./migrations/0013_workflow_holders.ts"
 import { classify, type InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
 import * as Statements from "./pg/migrate.ts"
@@ -38,7 +39,8 @@ const all: ReadonlyArray<readonly [id: number, name: string, make: (schema: stri
   [9, "flow_control", flowControl],
   [10, "lean_history", leanHistory],
   [11, "workflows", workflows],
-  [12, "workflow_holders", workflowHolders]
+  [12, "progress", progress],
+  [13, "workflow_holders", workflowHolders]
 ]
 
 /** The ids and names of every migration, in order: what a fully migrated schema has run. */

@@ -26,7 +26,9 @@ import * as Commit from "./pg/commit.ts"
 import * as Complete from "./pg/complete.ts"
 import type { PgContext } from "./pg/context.ts"
 import * as DeadLetters from "./pg/deadLetters.ts"
+import * as Events from "./pg/events.ts"
 import * as History from "./pg/history.ts"
+import * as Lifecycle from "./pg/lifecycle.ts"
 import * as Lease from "./pg/lease.ts"
 import * as LeasePool from "./pg/leasePool.ts"
 import * as Messages from "./pg/messages.ts"
@@ -53,6 +55,13 @@ export interface PgQueueStoreOptions {
    * time of every statement, so tests can drive leases with `TestClock`.
    */
   readonly clock?: "database" | "effect" | undefined
+  /**
+   * Whether finishing writes and cancels announce the runs they end on the schema's ended
+   * channel (default true), in their own statement: what wakes `TaskClient.awaitResult` at once
+   * and feeds `TaskClient.events`. `false` saves the NOTIFY on every finishing write (a lock each
+   * notifying commit takes) where nobody awaits or watches: awaits then find ends by polling.
+   */
+  readonly announceEnds?: boolean | undefined
   /**
    * A small pool of its own for lease traffic (renew, and `complete`'s acks,
    * releases, retries and dead letters), so handlers that exhaust the main pool cannot starve
@@ -108,6 +117,9 @@ const makeContext = (schema: string, options: PgQueueStoreOptions) =>
       keysTable: sql(`${schema}.flow_keys`),
       ratesTable: sql(`${schema}.flow_rates`),
       channel: Channel.notifyChannel(schema),
+      endedChannel: Channel.endedChannel(schema),
+      announceEnds: options.announceEnds ?? true,
+      events: yield* Events.makeHub(yield* Effect.scope),
       limits: {
         maxPayloadBytes: options.maxPayloadBytes ?? defaults.maxPayloadBytes,
         defaultMaxAttempts: options.defaultMaxAttempts ?? defaults.maxAttempts
@@ -171,7 +183,9 @@ export const make = (
       setLimits: Flow.setLimits(ctx),
       limits: Flow.limits(ctx),
       setKeyWeight: Flow.setKeyWeight(ctx),
-      flowStatus: Flow.flowStatus(ctx)
+      flowStatus: Flow.flowStatus(ctx),
+      setProgress: Lifecycle.setProgress(ctx),
+      completions: Events.completions(ctx)
     })
   })
 

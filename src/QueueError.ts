@@ -207,7 +207,8 @@ export class MaxRuntimeExceeded extends Schema.TaggedError<MaxRuntimeExceeded>()
 /**
  * An operator cancelled a running message (`QueueStore.cancel`): its consumer heard it in a
  * lease renewal and interrupted the handler. The message is deleted, never retried or
- * dead-lettered; its history says `cancelled`.
+ * dead-lettered; its history says `cancelled`. `TaskClient.awaitResult` fails with it too, for a
+ * message cancelled (running or not) before it succeeded.
  */
 export class MessageCancelled extends Schema.TaggedError<MessageCancelled>()("MessageCancelled", {
   messageId: Schema.String,
@@ -269,3 +270,38 @@ export class ResultUnreadable extends Schema.TaggedError<ResultUnreadable>()("Re
   reason: Schema.Literals(["too-large", "unstorable", "schema"]),
   message: Schema.String
 }) {}
+
+/**
+ * A message awaited with `TaskClient.awaitResult` failed for good: it was dead-lettered (its
+ * attempts used up, its payload undecodable, its handler `Unrecoverable`), with its `reason` and
+ * the last error of its handler, when known (`null` once purged: its history keeps no reason).
+ */
+export class MessageDeadLettered extends Schema.TaggedError<MessageDeadLettered>()("MessageDeadLettered", {
+  messageId: Schema.String,
+  reason: Schema.String,
+  lastError: Schema.NullOr(Schema.String),
+  message: Schema.String
+}) {}
+
+/**
+ * `TaskClient.awaitResult` waited `waitedMs` and the message had not ended: it is still
+ * `state` (ready, delayed or in flight). Nothing happened to the message; await it again.
+ */
+export class AwaitTimedOut extends Schema.TaggedError<AwaitTimedOut>()("AwaitTimedOut", {
+  messageId: Schema.String,
+  state: Schema.String,
+  waitedMs: Schema.Number,
+  message: Schema.String
+}) {}
+
+/**
+ * No message has this id, live or in its history: never sent (or its send did not commit), not
+ * a message id, or it ended so long ago that its history was pruned.
+ */
+export class MessageNotFound extends Schema.TaggedError<MessageNotFound>()("MessageNotFound", {
+  messageId: Schema.String,
+  message: Schema.String
+}) {}
+
+/** Why `TaskClient.awaitResult` gives no result: every member is a Schema-backed tagged error. */
+export type AwaitError = MessageDeadLettered | MessageCancelled | AwaitTimedOut | MessageNotFound

@@ -22,6 +22,7 @@ import type {
   SendResult
 } from "./Message.ts"
 import * as FlowControl from "./FlowControl.ts"
+import * as Lifecycle from "./Lifecycle.ts"
 import { type CommitFenced, InvalidInput, type StoreError } from "./QueueError.ts"
 
 /** How to claim: for how long, how many at most, and who is claiming (recorded as `leased_by`). */
@@ -347,7 +348,7 @@ export interface ScheduleOperations {
  * The operations of a queue store, by group. Every write on a claim is fenced by `(id, leaseToken)`.
  */
 export interface QueueStoreShape
-  extends LeaseProtocol, OperatorOperations, MaintenanceOperations, ScheduleOperations, FlowControl.FlowOperations
+  extends LeaseProtocol, OperatorOperations, MaintenanceOperations, ScheduleOperations, FlowControl.FlowOperations, Lifecycle.LifecycleOperations
 {}
 
 /** A schedule as a worker declares it to the store: the cron and time zone are checked by `Scheduler`. */
@@ -413,7 +414,8 @@ export const fromOperations = (shape: QueueStoreShape): QueueStoreShape =>
     fireSchedule: (key, fire) => Effect.flatMap(Validate.name("schedule key", key), () => shape.fireSchedule(key, fire)),
     triggerSchedule: (key) => Effect.flatMap(Validate.name("schedule key", key), shape.triggerSchedule),
     removeSchedule: (key) => Effect.flatMap(Validate.name("schedule key", key), shape.removeSchedule),
-    ...FlowControl.checkedOperations(shape)
+    ...FlowControl.checkedOperations(shape),
+    ...Lifecycle.checkedOperations(shape)
   })
 
 /** Check the names of schedules before an upsert (the payloads are checked by the store, against its limits). */

@@ -379,6 +379,9 @@ class TaskContextOf implements TaskContext {
   get commit(): Handler.HandlerContext["commit"] {
     return this.#context.commit
   }
+  get progress(): Handler.HandlerContext["progress"] {
+    return this.#context.progress
+  }
 }
 
 /**

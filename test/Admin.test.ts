@@ -81,6 +81,8 @@ describe("Admin API on real PostgreSQL", () => {
       // One dead letter: claimed, then dead-lettered as a consumer finishes it, so it has a history too.
       const [doomed] = yield* store.send("reports", [{ task: "render", payload: { r: 1 } }])
       const [claim] = yield* store.claim("reports", { lease: "1 minute", limit: 1, consumer: "admin-test" })
+      // Its handler reported progress before it died: kept on the dead letter, shown with it.
+      assert.isTrue(yield* store.setProgress(claimRef(claim!), { step: 3, of: 4 }))
       const finished = yield* store.complete([{
         ref: claimRef(claim!),
         finish: { _tag: "DeadLetter", reason: "bad payload", error: "boom" },
@@ -121,6 +123,8 @@ describe("Admin API on real PostgreSQL", () => {
       const one = yield* request(base, "GET", `/api/messages/${doomed!.id}`, { auth })
       assert.strictEqual(one.status, 200, one.text)
       assert.deepInclude(one.body.message, { id: doomed!.id, state: "dead", deadReason: "bad payload" })
+      assert.deepStrictEqual(one.body.message.progress, { step: 3, of: 4 })
+      assert.isString(one.body.message.progressAt)
       assert.deepStrictEqual(one.body.attempts.map((a: any) => [a.attempt, a.outcome, a.consumer]), [[1, "dead-lettered", "admin-test"]])
       const missing = yield* request(base, "GET", "/api/messages/999999999", { auth })
       assert.strictEqual(missing.status, 404)

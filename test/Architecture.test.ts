@@ -51,6 +51,7 @@ const storeAgnostic = files.filter((file) =>
     "src/QueueStore.ts",
     "src/FlowControl.ts",
     "src/FlowDeclaration.ts",
+    "src/Lifecycle.ts",
     "src/MemoryQueueStore.ts",
     "src/memory/",
     "src/StoreSettings.ts",

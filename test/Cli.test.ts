@@ -296,6 +296,7 @@ describe("leasehold CLI (a real process)", () => {
       Effect.gen(function*() {
         const [leased] = yield* store.send(queue, [{ task: "job", payload: { n: 1 } }])
         const [claim] = yield* store.claim(queue, { lease: "1 minute", limit: 1, consumer: "cli-test" })
+        assert.isTrue(yield* store.setProgress(claim!, { done: 1, of: 2 }))
         const [delayed] = yield* store.send(queue, [{ task: "job", payload: { n: 2 }, delay: 3_600_000 }])
         const [ready] = yield* store.send(queue, [{ task: "job", payload: { n: 3 }, priority: 4 }])
         // Acked with a kept result: deleted, its history (with the result) stays.
@@ -340,6 +341,7 @@ describe("leasehold CLI (a real process)", () => {
       [inFlight.message.state, inFlight.message.leasedBy, inFlight.message.payload, inFlight.message.attempts, inFlight.attempts],
       ["in-flight", "cli-test", { n: 1 }, 1, []]
     )
+    assert.deepStrictEqual(inFlight.message.progress, { done: 1, of: 2 })
     assert.isNull(finished.message, "finished: deleted")
     assert.deepStrictEqual(finished.attempts.map((a: { outcome: string; result: unknown }) => [a.outcome, a.result]), [["acked", { total: 42 }]])
     assert.strictEqual(finishedTable.code, 0, show(finishedTable))

@@ -2,13 +2,17 @@
  * Session liveness under the races that can make a message run twice, on real
  * PostgreSQL in real time:
  *
- * - a consumer that re-registered while its heartbeats were failing is not
- *   safe until a heartbeat has advertised its new lock key (issue 8, item 4a);
+ * - heartbeats do not protect a consumer, and failing ones do not expose it:
+ *   with its heartbeats refused, one presence backend killed leaves it safe
+ *   (the other session holds its key, a replacement joins the same key, no
+ *   heartbeat needed to advertise it); issue 8 item 4a, as the lock probe has it;
  * - a heartbeat that commits while a sweep runs keeps its consumer (item 4b);
  * - a presence probe whose answer is read late, after a long event-loop block,
  *   does not make the consumer give up its own healthy session (item 9);
  * - a consumer really cut off from the database stops its handlers before
- *   another consumer's reaper can release its claims (item 18).
+ *   another consumer's reaper can release its claims (item 18);
+ * - a consumer claims nothing, and advertises no key, until both presence
+ *   sessions hold its key (with one, losing it would leave nothing holding it).
  *
  * Consumers that must be cut off or blocked at an exact point connect through
  * a TCP proxy of the test's own (test/support/PgProxy.ts).
@@ -74,7 +78,17 @@ const lockHolders = (schema: string, key: number) =>
       (rows) => rows.map((r) => r.pid)
     ))
 
-/** A consumer's row advertising a lock that its live backend holds: registered with session liveness. */
+/** Backends holding any presence lock of `schema`. */
+const presenceLocks = (schema: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    Effect.map(
+      sql<{ pid: number }>`
+        SELECT pid FROM pg_locks
+        WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid::bigint = ${ConsumerPresence.classKey(schema)}::bigint`,
+      (rows) => rows.map((r) => r.pid)
+    ))
+
+/** A consumer's row advertising a lock that its two presence sessions hold (one the row names): registered with session liveness. */
 const registered = (schema: string, id: string, except?: number) =>
   waitFor(
     `${id} to be registered with its lock advertised`,
@@ -83,7 +97,7 @@ const registered = (schema: string, id: string, except?: number) =>
       if (Option.isNone(row) || row.value.lock_key === null || row.value.backend_pid === null) return Option.none()
       if (row.value.backend_pid === except) return Option.none()
       const holders = yield* lockHolders(schema, row.value.lock_key)
-      return holders.length === 1 && holders[0] === row.value.backend_pid ? Option.some(row.value) : Option.none()
+      return holders.length === 2 && holders.includes(row.value.backend_pid) ? Option.some(row.value) : Option.none()
     }),
     15_000
   )
@@ -119,9 +133,14 @@ const recordingHandler = (runs: Array<Run>, holdOn: ReadonlySet<string>): Consum
  * (presence session `<app>-presence`, heartbeat pool `<app>-presence-pool`),
  * connected to `url` (the test server, or a proxy in front of it).
  */
-const startConsumer = (schema: string, consumerId: string, handler: Consumer.Handler, url = PgTest.databaseUrl()) =>
+const startConsumer = (
+  schema: string,
+  consumerId: string,
+  handler: Consumer.Handler,
+  url = PgTest.databaseUrl(),
+  app = `safe-${consumerId}-${rand()}`
+) =>
   Effect.gen(function*() {
-    const app = `safe-${consumerId}-${rand()}`
     const scope = yield* Scope.fork(yield* Scope.Scope)
     const layer = Consumer.layer(handler, {
       queues: [QUEUE],
@@ -147,7 +166,7 @@ const send = (schema: string) =>
 
 describe("session liveness races (real PostgreSQL, real time)", () => {
   it.live(
-    "item 4a: re-registered while heartbeats fail, a consumer is not safe until its new key is advertised: it stops its handlers before another's reaper releases them",
+    "item 4a: with its heartbeats refused, a consumer whose presence backend is killed keeps its claim: the other session holds its key, the replacement joins it",
     () =>
       withSchema((schema) =>
         Effect.gen(function*() {
@@ -160,8 +179,9 @@ describe("session liveness races (real PostgreSQL, real time)", () => {
           yield* waitFor("A to start the message", Effect.sync(() => Option.fromNullishOr(runs.find((r) => r.consumer === "live-a"))))
           const b = yield* startConsumer(schema, "live-b", handler)
           yield* registered(schema, "live-b")
+          const token = Option.getOrThrow(yield* messageState(schema, id)).lease_token
 
-          // A's heartbeats are refused from now on (its presence session can still be reopened).
+          // A's heartbeats are refused from now on (its presence sessions can still be reopened).
           yield* sql.unsafe(`
             CREATE FUNCTION ${schema}.refuse_heartbeat() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
@@ -171,23 +191,26 @@ describe("session liveness races (real PostgreSQL, real time)", () => {
           yield* sql.unsafe(`
             CREATE TRIGGER refuse_heartbeat BEFORE INSERT OR UPDATE ON ${schema}.consumers
             FOR EACH ROW EXECUTE FUNCTION ${schema}.refuse_heartbeat()`)
-          // ...and its presence session ends: A opens a new one with a new key, which no heartbeat
-          // can advertise. Its row keeps the old key, now free, and its heartbeat goes stale.
-          yield* sql`SELECT pg_terminate_backend(${first.backend_pid}::int)`
-          const rerun = yield* waitFor(
-            "B to run the message released by its reaper",
-            Effect.sync(() => Option.fromNullishOr(runs.find((r) => r.consumer === "live-b"))),
-            15_000
-          )
-          const original = runs.find((r) => r.consumer === "live-a")!
-          assert.isDefined(original.interruptedAt, "A's handler was still running when B started the message: a double run")
-          assert.isBelow(original.interruptedAt!, rerun.startedAt, "A stopped its handler before B could run the message")
-          assert.strictEqual(rerun.id, id)
-
-          // Heartbeats come back: A advertises its new key and is protected by it again.
+          // ...and one presence session ends, then the other once the first is replaced.
+          const key = first.lock_key!
+          const before = yield* lockHolders(schema, key)
+          for (const pid of before) {
+            yield* sql`SELECT pg_terminate_backend(${pid}::int)`
+            yield* waitFor(
+              "A to replace the session, on its key",
+              Effect.map(lockHolders(schema, key), (pids) => pids.length === 2 && !pids.includes(pid) ? Option.some(pids) : Option.none()),
+              10_000
+            )
+          }
+          // Several reapAfter bounds with B's reaper looking, A's heartbeat going stale meanwhile.
+          yield* Effect.sleep(2 * FAST.staleAfter)
+          assert.isAbove(Option.getOrThrow(yield* consumerRow(schema, "live-a")).age_ms, FAST.staleAfter, "A's heartbeat is stale")
+          const state = Option.getOrThrow(yield* messageState(schema, id))
+          assert.strictEqual(state.leased_by, "live-a", "the claim stays A's")
+          assert.strictEqual(state.lease_token, token)
+          assert.strictEqual(state.lease_expiries, 0)
+          assert.deepStrictEqual(runs.map((r) => [r.consumer, r.interruptedAt]), [["live-a", undefined]], "B never ran it; A's handler runs on")
           yield* sql.unsafe(`DROP TRIGGER refuse_heartbeat ON ${schema}.consumers`)
-          const again = yield* registered(schema, "live-a", first.backend_pid!)
-          assert.notStrictEqual(again.lock_key, first.lock_key)
           yield* b.stop
           yield* a.stop
         })
@@ -259,8 +282,9 @@ describe("session liveness races (real PostgreSQL, real time)", () => {
         const runs: Array<Run> = []
         const a = yield* startConsumer(schema, "blocked-a", recordingHandler(runs, new Set()), proxy.url)
         const before = yield* registered(schema, "blocked-a")
+        const holdersBefore = [...(yield* lockHolders(schema, before.lock_key!))].sort()
         const sessionsBefore = proxy.connections().filter((c) => c.applicationName === `${a.app}-presence`).length
-        assert.strictEqual(sessionsBefore, 1)
+        assert.strictEqual(sessionsBefore, 2)
 
         // The next statement on the presence session (a probe) is sent, then the whole process
         // blocks for 3 s (longer than the probe's 2 s timeout) while the answer waits to be read.
@@ -286,7 +310,7 @@ describe("session liveness races (real PostgreSQL, real time)", () => {
         )
         proxy.onClientChunk = undefined
         assert.isFalse(blocked!.closed, "the consumer closed its own healthy presence session")
-        assert.deepStrictEqual(yield* lockHolders(schema, before.lock_key!), [before.backend_pid], "the same backend holds the same lock")
+        assert.deepStrictEqual([...(yield* lockHolders(schema, before.lock_key!))].sort(), holdersBefore, "the same backends hold the same lock")
         const after = Option.getOrThrow(yield* consumerRow(schema, "blocked-a"))
         assert.strictEqual(after.lock_key, before.lock_key)
         assert.strictEqual(after.backend_pid, before.backend_pid)
@@ -332,6 +356,41 @@ describe("session liveness races (real PostgreSQL, real time)", () => {
 
         proxy.restore()
         yield* b.stop
+        yield* a.stop
+      })
+    ), { timeout: 45_000 })
+
+  it.live("a consumer whose second presence session cannot come up claims nothing and advertises no key until it does", () =>
+    withSchema((schema) =>
+      Effect.gen(function*() {
+        const proxy = yield* PgProxy.make(PgTest.databaseUrl())
+        const app = `safe-one-${rand()}`
+        // One presence session gets through; the next is accepted and never answered, until restored.
+        proxy.limit(`${app}-presence`, 1)
+        const id = yield* send(schema)
+        const runs: Array<Run> = []
+        const starting = yield* Effect.forkChild(startConsumer(schema, "one-a", recordingHandler(runs, new Set()), proxy.url, app))
+        yield* waitFor(
+          "one presence session to hold a lock, and the row to be written after it",
+          Effect.gen(function*() {
+            const holders = yield* presenceLocks(schema)
+            const row = yield* consumerRow(schema, "one-a")
+            return holders.length === 1 && Option.isSome(row) ? Option.some(true) : Option.none()
+          }),
+          15_000
+        )
+        // A few heartbeats (every 250 ms) with one session: none advertises its key, nothing is claimed.
+        yield* Effect.sleep(1_000)
+        assert.isNull(Option.getOrThrow(yield* consumerRow(schema, "one-a")).lock_key, "a key held by one session is not advertised")
+        assert.isUndefined(starting.pollUnsafe(), "the consumer started with one presence session")
+        assert.deepStrictEqual(runs, [])
+        assert.strictEqual(Option.getOrThrow(yield* messageState(schema, id)).leased_by, null, "nothing claimed")
+
+        proxy.restore()
+        const a = yield* Fiber.join(starting)
+        const row = yield* registered(schema, "one-a")
+        assert.isNotNull(row.lock_key)
+        yield* waitFor("A to run the message", Effect.sync(() => Option.fromNullishOr(runs.find((r) => r.id === id))))
         yield* a.stop
       })
     ), { timeout: 45_000 })

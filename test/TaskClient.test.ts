@@ -16,7 +16,9 @@
 import { readFileSync } from "node:fs"
 import { NodeHttpServer } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Layer, Option, Schema } from "effect"
+import { Deferred, Effect, Fiber, Layer, Option, Schema } from "effect"
+import { TestClock } from "effect/testing"
+import * as Lifecycle from "../src/Lifecycle.ts"
 import { HttpApi, HttpApiBuilder, HttpApiClient, HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
 import { HttpRouter } from "effect/http"
 import * as MemoryQueueStore from "../src/MemoryQueueStore.ts"
@@ -39,6 +41,9 @@ const welcome = Task.define({ name: "user.welcome", queue: "emails", payload: We
 /** Let the consumer run every message of `queues` to the end, moving the TestClock as needed (bounded). */
 const idle = (spy: Spy, queues: ReadonlyArray<string>) =>
   Testing.awaitIdle({ queues }).pipe(Effect.provideService(QueueStore, spy.inner))
+
+/** Whether a progress value read back says all 100 are done. */
+const isDone = (progress: unknown) => (progress as { readonly done?: unknown } | undefined)?.done === 100
 
 // --- An HTTP API whose handler sends a task (the type test) ---
 
@@ -207,6 +212,40 @@ describe("TaskClient", () => {
         Option.some({ total: 6, label: "six" })
       )
     }))
+
+  it.effect("a handler's progress: the last value reported wins, written at most every interval, fenced; awaitResult sees the end", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const client = yield* TaskClient.make.pipe(Effect.provideService(QueueStore, spy.store))
+      const long = Task.define({ name: "long", queue: "progress", payload: Schema.Number, success: Schema.Number })
+      const reported = yield* Deferred.make<string>()
+      const release = yield* Deferred.make<void>()
+      const sent = yield* client.send(long, 100)
+      yield* startConsumer(spy, Task.dispatcher(Task.implement(long, (n, context) =>
+        Effect.gen(function*() {
+          for (let k = 1; k <= n; k++) yield* context.progress({ done: k, of: n })
+          const tooLarge = yield* Effect.flip(context.progress("x".repeat(Lifecycle.limits.maxProgressBytes)))
+          yield* Deferred.succeed(reported, `${tooLarge._tag} ${tooLarge.field}`)
+          yield* Deferred.await(release)
+          yield* context.progress({ done: "after" })
+          return n
+        }))), {})
+      assert.strictEqual(yield* Deferred.await(reported), "InvalidInput progress")
+      // The first write went at once; the rest wait for the interval, and only the last is written.
+      const progressOf = Effect.map(client.progress(sent.id), Option.getOrUndefined)
+      for (let k = 0; k < 20 && !isDone(yield* progressOf); k++) {
+        yield* TestClock.adjust(Lifecycle.limits.progressIntervalMs)
+        yield* Effect.yieldNow
+      }
+      assert.deepStrictEqual(yield* progressOf, { done: 100, of: 100 })
+      assert.isAtMost(spy.of("progress").length, 2, "a hundred reports, one interval: at most two writes")
+      const awaiting = yield* Effect.forkChild(client.awaitResult(long, sent.id, { timeout: "1 minute", pollInterval: "1 hour" }))
+      yield* Deferred.succeed(release, undefined)
+      yield* idle(spy, ["progress"])
+      assert.deepStrictEqual(yield* Fiber.join(awaiting), Option.some(100))
+      // Reported in the run's last moment, after the first write's interval: written at most once more, never after the ack.
+      assert.isAtMost(spy.of("progress").length, 3)
+    })))
 
   it.effect("a send lands in the store with the payload encoded by the schema", () =>
     Effect.gen(function*() {

@@ -89,7 +89,7 @@ export const killRun = async (admin: PgClient, serverUrl: string, adapter: Adapt
 /** What each adapter documents as the bound on a killed worker's job (printed beside the measurement). */
 export const killBound: Record<Adapter, string> = {
   "raw-pg": "its 30 s visibility timeout (vt)",
-  "leasehold": "session liveness (dead sessions reaped within seconds), else one 30 s lease",
+  "leasehold": "session liveness (a dead worker's presence lock seen free for 0.3 s), else one 30 s lease",
   "graphile-worker": "a locked job is freed after 4 hours",
   "pg-boss": "an active job expires after expireInSeconds (default 15 min)"
 }

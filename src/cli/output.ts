@@ -107,6 +107,7 @@ export const messageDetail = (id: string, message: MessageInfo | undefined, atte
       ["dead at", message.deadAt === null ? "-" : iso(message.deadAt)],
       ["dead reason", oneLine(message.deadReason, 200) || "-"],
       ["last error", oneLine(message.lastError, 200) || "-"],
+      ["progress", message.progress == null ? "-" : `${oneLine(json(message.progress, false), 200)} (at ${message.progressAt == null ? "-" : iso(message.progressAt)})`],
       ["headers", json(message.headers, false)],
       ["payload", oneLine(json(message.payload, false), 200)]
     ].map(([key, value]) => `${`${key}:`.padEnd(16)}${printable(value!)}`)

@@ -22,6 +22,7 @@ import type { QueueStoreShape } from "../QueueStore.ts"
 import * as Backoff from "../internal/backoff.ts"
 import * as Commit from "./commit.ts"
 import * as Outcome from "./outcome.ts"
+import * as Progress from "./progress.ts"
 import * as AttemptResult from "../internal/attemptResult.ts"
 import * as Span from "../internal/span.ts"
 
@@ -54,6 +55,8 @@ interface Running extends Commit.Committing {
   submitted: boolean
   /** The handler's abort signal's controller, made when the handler first reads `signal`. */
   abort: AbortController | undefined
+  /** The run's progress writer, made on its first report; stopped when the run ends. */
+  progress: Progress.ProgressWriter | undefined
 }
 
 /** A run whose commit step committed: nothing more to write; a failure after the commit is said, not retried. */
@@ -74,7 +77,7 @@ const committed = (m: Running, exit: Exit.Exit<Outcome.RunResult>): Effect.Effec
 export const make = <R>(options: HandleOptions<R>) => {
   const { dispatcher, settings, completer } = options
   const commitStep = Commit.make(options.store, settings.consumerId)
-  const contextOf = (m: Running) => new MessageContext(m, settings.consumerId, options.idempotencyPrefix, commitStep)
+  const contextOf = (m: Running) => new MessageContext(m, settings.consumerId, options.idempotencyPrefix, commitStep, options.store)
 
   /** The rules for one message: the consumer's, with the task's retry policy where it has one. */
   const rulesFor = (claim: Claim, random: number): Outcome.Rules => {
@@ -126,8 +129,9 @@ export const make = <R>(options: HandleOptions<R>) => {
   }
 
   /** {@link finish} after the signal. */
-  const finishing = (m: Running, exit: Exit.Exit<Outcome.RunResult>): Effect.Effect<void> =>
-    Effect.andThen(
+  const finishing = (m: Running, exit: Exit.Exit<Outcome.RunResult>): Effect.Effect<void> => {
+    m.progress?.stop()
+    return Effect.andThen(
       Effect.andThen(m.slot.free, m.renewer.finish(m.claim.id)),
       Effect.suspend(() => {
         // A run that committed was acked in its commit's transaction; one the fence refused is the new holder's.
@@ -140,6 +144,7 @@ export const make = <R>(options: HandleOptions<R>) => {
         return Effect.flatMap(decide(m.claim, result), (action) => submit(m, action))
       })
     )
+  }
 
   /** Run the handler (unless the message is quarantined or out of attempts), timed. */
   const handled = (m: Running): Effect.Effect<Outcome.RunResult, never, R> =>
@@ -180,7 +185,7 @@ export const make = <R>(options: HandleOptions<R>) => {
    */
   const run = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim, slot: Slot): Effect.Effect<unknown, never, R> =>
     Effect.suspend(() => {
-      const m: Running = { claim, renewer, slot, startedAt: 0, submitted: false, abort: undefined, commit: "none" }
+      const m: Running = { claim, renewer, slot, startedAt: 0, submitted: false, abort: undefined, progress: undefined, commit: "none" }
       const annotations = { queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts }
       const body = handled(m).pipe(
         Effect.onExit((exit) => finish(m, exit)),
@@ -246,14 +251,16 @@ class MessageContext implements HandlerContext {
   readonly attempt: number
   readonly consumerId: string
   readonly leaseDeadline: Effect.Effect<Date>
-  readonly #running: Commit.Committing & { abort: AbortController | undefined }
+  readonly #running: Commit.Committing & { abort: AbortController | undefined; progress: Progress.ProgressWriter | undefined }
   readonly #prefix: string
   readonly #commit: ReturnType<typeof Commit.make>
+  readonly #store: QueueStoreShape
   constructor(
-    m: Commit.Committing & { abort: AbortController | undefined },
+    m: Commit.Committing & { abort: AbortController | undefined; progress: Progress.ProgressWriter | undefined },
     consumerId: string,
     prefix: string,
-    commit: ReturnType<typeof Commit.make>
+    commit: ReturnType<typeof Commit.make>,
+    store: QueueStoreShape
   ) {
     const { claim, renewer } = m
     this.messageId = claim.id
@@ -264,6 +271,7 @@ class MessageContext implements HandlerContext {
     this.#running = m
     this.#prefix = prefix
     this.#commit = commit
+    this.#store = store
   }
   get signal(): AbortSignal {
     return (this.#running.abort ??= new AbortController()).signal
@@ -274,6 +282,10 @@ class MessageContext implements HandlerContext {
   /** Made on first read, as `signal`: a handler that never commits pays nothing. */
   get commit(): HandlerContext["commit"] {
     return (effect) => this.#commit(this.#running, effect)
+  }
+  /** Made on first read, as `signal`; its writer on the first report. */
+  get progress(): HandlerContext["progress"] {
+    return (value) => (this.#running.progress ??= Progress.make(this.#store, this.#running.claim)).report(value)
   }
 }
 

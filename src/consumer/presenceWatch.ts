@@ -1,7 +1,7 @@
 /**
  * The consumer's side of session liveness: when this consumer could be judged
- * dead by other consumers' reapers (its presence session is gone and its
- * heartbeats stopped succeeding), stop its handlers before that moment, so a
+ * dead by other consumers' reapers (every presence session holding its lock is
+ * gone, and none regained in time), stop its handlers before that moment, so a
  * consumer cut off from the database never runs a message that another
  * consumer is about to run.
  */
@@ -9,7 +9,7 @@ import { Clock, Effect, Option } from "effect"
 import type { Registration } from "../ConsumerPresence.ts"
 import type { LeaseRenewer } from "./renew.ts"
 
-const CHECK_MS = 250
+const CHECK_MS = 25
 
 /** Watch `registration`; `safetyMs` before it becomes reapable, declare every lease in `renewers` lost. */
 export const watch = (options: {
@@ -31,7 +31,7 @@ export const watch = (options: {
       if (fencedFor !== reapableAt.value) {
         fencedFor = reapableAt.value
         yield* Effect.logError(
-          "presence lost: the presence session is gone and heartbeats are failing; other consumers may release " +
+          "presence lost: every presence session is gone and none was regained in time; other consumers may release " +
             "this consumer's claims soon, so its handlers are stopped"
         )
       }

@@ -7,7 +7,7 @@
 import { Clock, Effect } from "effect"
 import type { CancelResult, MessageId } from "../Message.ts"
 import type { QueueStoreShape } from "../QueueStore.ts"
-import { type MemoryState, type Row, stateOf } from "./state.ts"
+import { announce, type MemoryState, type Row, stateOf } from "./state.ts"
 
 /** Cancel the given rows, in id order: flag the running ones, delete the others with a history row. */
 const cancelRows = (state: MemoryState, targets: ReadonlyArray<Row>) =>
@@ -20,6 +20,7 @@ const cancelRows = (state: MemoryState, targets: ReadonlyArray<Row>) =>
         return { id, result: "cancelling" }
       }
       state.rows.delete(row.id)
+      announce(state, { id, queue: row.queue, task: row.task }, "cancelled", now)
       state.history.push({
         messageId: id,
         queue: row.queue,

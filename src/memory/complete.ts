@@ -6,10 +6,15 @@
  */
 import { Clock, Effect } from "effect"
 import type { Attempt, ClaimRef, MessageId } from "../Message.ts"
+import type { CompletionOutcome } from "../Lifecycle.ts"
 import type { Completion, Finish, QueueStoreShape } from "../QueueStore.ts"
 import * as Validate from "../internal/validate.ts"
 import { pushAttempt } from "./history.ts"
-import { hasLimits, held, type MemoryState, type Row, wake } from "./state.ts"
+import { announce, hasLimits, held, type MemoryState, type Row, wake } from "./state.ts"
+
+/** The completion event a landed finish announces (a release or a forget announces none). */
+const outcomeOf = (f: Finish, cancelled: boolean): CompletionOutcome | undefined =>
+  cancelled ? "cancelled" : f._tag === "Ack" ? "completed" : f._tag === "Retry" ? "retried" : f._tag === "DeadLetter" ? "dead-lettered" : undefined
 
 /**
  * The fenced write of a retry, release or dead letter of a held message (one flagged for
@@ -80,6 +85,8 @@ const ownRecord = (state: MemoryState, c: Completion): Attempt | undefined => {
 /** `complete`: each completion's fenced write, by its kind, then its history record; as one step. */
 export const complete = (state: MemoryState): QueueStoreShape["complete"] => (completions) =>
   Effect.gen(function*() {
+    // One time for the whole batch, read before any write: no step between a write and its record yields.
+    const endedAt = yield* Clock.currentTimeMillis
     const landedIds: Array<MessageId> = []
     const cancelledIds: Array<MessageId> = []
     for (const c of completions) {
@@ -111,11 +118,14 @@ export const complete = (state: MemoryState): QueueStoreShape["complete"] => (co
         attempt: base + c.attempt,
         consumer: c.consumer,
         startedAt: c.startedAt,
-        endedAt: new Date(yield* Clock.currentTimeMillis),
+        endedAt: new Date(endedAt),
         outcome: !landed ? "lease-lost" : cancelled ? "cancelled" : c.outcome,
         error: c.error,
         ...(c.result === undefined ? {} : { result: JSON.parse(c.result) })
       })
+      // After the history record: an awaiter woken by it finds the record (as SQL's statement is one).
+      const outcome = landed ? outcomeOf(f, cancelled) : undefined
+      if (outcome !== undefined) announce(state, { id: c.ref.id, queue: c.queue, task: c.task }, outcome, endedAt)
     }
     return { held: landedIds, cancelled: cancelledIds }
   })

@@ -19,7 +19,9 @@ const info = (row: Row, now: number): MessageInfo => {
     leasedAt: state === "in-flight" && row.leasedAt !== null ? new Date(row.leasedAt) : null,
     cancelRequestedAt: state === "in-flight" && row.cancelRequestedAt !== null ? new Date(row.cancelRequestedAt) : null,
     deadReason: row.deadReason,
-    deadAt: row.deadAt === null ? null : new Date(row.deadAt)
+    deadAt: row.deadAt === null ? null : new Date(row.deadAt),
+    progress: structuredClone(row.progress),
+    progressAt: row.progressAt === null ? null : new Date(row.progressAt)
   }
 }
 

@@ -68,7 +68,9 @@ export const send = (state: MemoryState): QueueStoreShape["send"] => (queue, mes
         cancelRequestedAt: null,
         key: m.key,
         turn: m.key === null ? 0 : turnOf(state, queue, m.key),
-        flowLimited: false
+        flowLimited: false,
+        progress: null,
+        progressAt: null
       })
       return { id: String(id) as MessageId, deduplicated: false }
     })

@@ -5,7 +5,8 @@
  *
  * @since 0.1.0
  */
-import type { Latch } from "effect"
+import { type Latch, PubSub } from "effect"
+import type { CompletionEvent } from "../Lifecycle.ts"
 import type { Attempt, MessageId, MessageState } from "../Message.ts"
 import type { FlowLimits, LimitsSource } from "../FlowControl.ts"
 import type { ScheduleInfo } from "../QueueStore.ts"
@@ -43,6 +44,9 @@ export interface Row {
   readonly turn: number
   /** Claimed under flow limits: its lease is a slot (never renewed once expired). */
   flowLimited: boolean
+  /** The last progress a handler reported (JSON data), and when; null for none. */
+  progress: unknown
+  progressAt: number | null
 }
 
 /** A queue's or task's stored limits (task `""` for the queue's own). */
@@ -86,12 +90,14 @@ export interface MemoryState {
   readonly flow: FlowState
   /** Messages locked by a commit step (as `FOR UPDATE` on PostgreSQL): no claim takes them meanwhile. */
   readonly committing: Set<bigint>
+  /** Where completion events are published (dropping: a subscriber too far behind misses the newest). */
+  readonly events: PubSub.PubSub<CompletionEvent>
   /** The next message id. */
   nextId: bigint
 }
 
-/** An empty state with these limits. */
-export const makeState = (limits: Validate.SendLimits): MemoryState => ({
+/** An empty state with these limits, publishing its completion events to `events`. */
+export const makeState = (limits: Validate.SendLimits, events: PubSub.PubSub<CompletionEvent>): MemoryState => ({
   rows: new Map(),
   listeners: new Map(),
   cancelListeners: new Map(),
@@ -102,6 +108,7 @@ export const makeState = (limits: Validate.SendLimits): MemoryState => ({
   limits,
   flow: { limits: new Map(), servedTurn: new Map(), keys: new Map(), rates: new Map() },
   committing: new Set(),
+  events,
   nextId: 1n
 })
 
@@ -149,3 +156,13 @@ export const flowBucket = (queue: string, task: string, key: string) => `${queue
 
 /** Whether `queue` has flow limits (its own or a task's): its claims run the limited claim. */
 export const hasLimits = (state: MemoryState, queue: string): boolean => state.flow.limits.has(queue)
+
+/** Announce that a run of message `id` (of `queue`, `task`) ended with `outcome` at `now`, to the subscribers of completion events. */
+export const announce = (
+  state: MemoryState,
+  message: { readonly id: MessageId; readonly queue: string; readonly task: string },
+  outcome: CompletionEvent["outcome"],
+  now: number
+): void => {
+  PubSub.publishUnsafe(state.events, { messageId: message.id, queue: message.queue, task: message.task, outcome, at: new Date(now) })
+}

@@ -12,6 +12,7 @@ import type { QueueStoreShape } from "../QueueStore.ts"
 import * as CancelInbox from "../internal/cancelInbox.ts"
 import type { PgContext } from "./context.ts"
 import { array, attemptNumber, historyInsert, storeTime, textArray } from "./fragments.ts"
+import { announceEnded } from "./lifecycle.ts"
 
 /**
  * Messages one transaction of `cancelWhere` cancels: the row locks a renewal of one of them may
@@ -27,11 +28,12 @@ const CANCEL_BATCH = 1_000
  * two writes touch only the ids the first statement locked.
  */
 const cancelLocked = (
-  { announcing, attemptsTable, channel, currentTime, sql, table }: PgContext,
+  ctx: PgContext,
   lock: (now: Date | null) => Effect.Effect<ReadonlyArray<{ id: bigint; running: boolean }>, SqlError.SqlError>
 ) =>
   // Without the NOTIFY when its queue is full (see `announcing`): the cancel still lands.
-  announcing((announce) => sql.withTransaction(Effect.gen(function*() {
+  ctx.announcing((announce) => ctx.sql.withTransaction(Effect.gen(function*() {
+    const { attemptsTable, channel, currentTime, sql, table } = ctx
     const now = yield* currentTime
     const locked = yield* lock(now)
     if (locked.length === 0) return []
@@ -58,8 +60,15 @@ const cancelLocked = (
         SELECT id, queue, task, attempt, '', ${storeTime(now)}, ${storeTime(now)},
                'cancelled', NULL
         FROM removed
+      ), ended AS (
+        -- The removed messages' runs ended, cancelled (a flagged one ends when its holder finishes it).
+        SELECT id, queue, task, 'cancelled' AS outcome FROM removed
+      ), ended_announced AS (
+        -- Callers awaiting the removed messages, and event streams, hear they were cancelled
+        -- (delivered at commit; read below so that it runs).
+        ${announceEnded(ctx, announce && ctx.announceEnds, now)}
       )
-      SELECT id, 'cancelled' AS result FROM removed
+      SELECT id, 'cancelled' AS result FROM removed CROSS JOIN ended_announced
       UNION ALL
       SELECT id, 'cancelling' AS result FROM flagged CROSS JOIN announced
       ORDER BY id`

@@ -17,11 +17,22 @@ const MAX_IDENTIFIER_BYTES = 63
  * `leasehold_<schema>` when that fits in an identifier; otherwise the schema is
  * cut short and a hash of the whole name keeps channels of different schemas apart.
  */
-export const notifyChannel = (schema: string): string => {
-  const plain = `leasehold_${schema}`
+export const notifyChannel = (schema: string): string => channelNamed("leasehold_", schema)
+
+/**
+ * The completion-event channel of `schema`: finishing writes and cancels announce the runs that
+ * ended on it (`completed`, `retried`, `dead-lettered`, `cancelled`), apart from the sends'
+ * channel, so consumers, which listen for sends, never hear them. `leasehold_ended_<schema>`,
+ * cut short with a hash as {@link notifyChannel} is.
+ */
+export const endedChannel = (schema: string): string => channelNamed("leasehold_ended_", schema)
+
+/** `<prefix><schema>`, within PostgreSQL's identifier length: cut short, with a hash of the whole schema name, when too long. */
+const channelNamed = (prefix: string, schema: string): string => {
+  const plain = `${prefix}${schema}`
   if (Buffer.byteLength(plain) <= MAX_IDENTIFIER_BYTES) return plain
   const suffix = `_${hash31(schema).toString(36)}`
-  return `leasehold_${schema.slice(0, MAX_IDENTIFIER_BYTES - "leasehold_".length - suffix.length)}${suffix}`
+  return `${prefix}${schema.slice(0, MAX_IDENTIFIER_BYTES - prefix.length - suffix.length)}${suffix}`
 }
 
 /**

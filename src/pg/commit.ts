@@ -12,9 +12,10 @@ import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 import { classify, CommitFenced, InvalidInput } from "../QueueError.ts"
 import type { Completion, QueueStoreShape } from "../QueueStore.ts"
-import { completeOn, notifyReleased } from "./complete.ts"
+import { completeOn, endedOf, notifyReleased } from "./complete.ts"
 import type { PgContext } from "./context.ts"
 import { historyInsert, storeTime } from "./fragments.ts"
+import { announceAfterCommit } from "./lifecycle.ts"
 import { onePoolRule } from "./onePool.ts"
 
 /**
@@ -49,7 +50,9 @@ const ackLocked = (ctx: PgContext, c: Completion) =>
       FROM acked AS a
       RETURNING message_id`
     const held = rows.length > 0
-    yield* notifyReleased(ctx, [c], { held: held ? [c.ref.id] : [], cancelled: [] })
+    const completed = { held: held ? [c.ref.id] : [], cancelled: [] }
+    yield* notifyReleased(ctx, [c], completed)
+    yield* announceAfterCommit(ctx, endedOf([c], completed))
     return held
   })
 
@@ -89,7 +92,7 @@ export const completeWith = (ctx: PgContext): QueueStoreShape["completeWith"] =>
       const value = yield* effect
       const held = completion.finish._tag === "Ack"
         ? yield* ackLocked(ctx, completion)
-        : (yield* completeOn(ctx, ctx.sql)([completion])).held.includes(id)
+        : (yield* completeOn(ctx, ctx.sql, "after-commit")([completion])).held.includes(id)
       // Locked above, so the write always finds its row; should it not, nothing must commit.
       if (!held) return yield* fenced(id, `commit of message ${id}: the finishing write found no lease; rolled back`)
       return value

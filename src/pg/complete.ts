@@ -12,7 +12,22 @@ import * as AttemptResult from "../internal/attemptResult.ts"
 import * as Validate from "../internal/validate.ts"
 import type { PgContext } from "./context.ts"
 import { array, historyInsert, storeTime, textArray } from "./fragments.ts"
+import { announceAfterCommit, announceEnded, type Ended } from "./lifecycle.ts"
 import { ids } from "./rows.ts"
+
+/** The runs a `complete` ended, as its statement's `ended` CTE tells them (for `announceAfterCommit`). */
+export const endedOf = (completions: ReadonlyArray<Completion>, completed: Completed): ReadonlyArray<Ended> => {
+  const held = new Set(completed.held)
+  const cancelled = new Set(completed.cancelled)
+  return completions.flatMap((c): ReadonlyArray<Ended> => {
+    if (!held.has(c.ref.id)) return []
+    const f = c.finish._tag
+    const outcome = cancelled.has(c.ref.id)
+      ? "cancelled"
+      : f === "Ack" ? "completed" : f === "Retry" ? "retried" : f === "DeadLetter" ? "dead-lettered" : undefined
+    return outcome === undefined ? [] : [{ id: c.ref.id, queue: c.queue, task: c.task, outcome }]
+  })
+}
 
 /** A finishing write's span attributes: the batch's size, and for one message, which and how it ends. */
 const completeAttributes = (completions: ReadonlyArray<Completion>): Record<string, unknown> => {
@@ -30,13 +45,16 @@ const completeAttributes = (completions: ReadonlyArray<Completion>): Record<stri
  * matched their token, and the history INSERT reads those to tell each
  * record's outcome. The CTEs touch disjoint rows (one kind per message).
  */
-export const complete = (ctx: PgContext): QueueStoreShape["complete"] => completeOn(ctx, ctx.leaseSql)
+export const complete = (ctx: PgContext): QueueStoreShape["complete"] => completeOn(ctx, ctx.leaseSql, "statement")
 
 /**
  * {@link complete} on `client`: the lease pool for the finishing writes of the consumer, the main
- * client for a commit step's (`pg/commit.ts`), whose write joins the transaction it runs in.
+ * client for a commit step's (`pg/commit.ts`), whose write joins the transaction it runs in. The
+ * runs it ends are announced in the statement (`statement`: it is a transaction of its own, run
+ * again without the NOTIFY should the NOTIFY queue be full), or after the caller's commit
+ * (`after-commit`: a commit step's, see `announceAfterCommit`).
  */
-export const completeOn = (ctx: PgContext, client: SqlClient.SqlClient) => (completions: ReadonlyArray<Completion>) =>
+export const completeOn = (ctx: PgContext, client: SqlClient.SqlClient, announceIn: "statement" | "after-commit") => (completions: ReadonlyArray<Completion>) =>
   Effect.gen(function*() {
     const { attemptsTable, currentTime, table } = ctx
     const leaseSql = client
@@ -73,7 +91,7 @@ export const completeOn = (ctx: PgContext, client: SqlClient.SqlClient) => (comp
     // plan then cannot see their lengths either, so it costs what the generic plan costs and the
     // generic plan is kept, planned once per connection. Otherwise every batch smaller than the
     // generic plan's guess of 10 rows was planned anew (~0.7 ms, more than it takes to run).
-    const rows = yield* leaseSql<{ id: bigint; cancelled: boolean }>`
+    const statement = (announce: boolean) => leaseSql<{ id: bigint; cancelled: boolean }>`
       WITH items AS (
         SELECT u.* FROM (
           SELECT ${textArray(id)}::bigint[] AS id, ${array(token, PgTypes.OID.uuid)} AS token, ${textArray(kind)} AS kind,
@@ -148,11 +166,26 @@ export const completeOn = (ctx: PgContext, client: SqlClient.SqlClient) => (comp
                i.error, i.result
         FROM items AS i LEFT JOIN held AS h ON h.id = i.id
         WHERE NOT EXISTS (SELECT 1 FROM earlier AS e WHERE e.id = i.id)
+      ), ended AS (
+        -- The runs that ended, for callers awaiting them and event streams: an ack completed, a
+        -- retry retried, a dead letter dead-lettered, anything deleted as cancelled cancelled (a
+        -- release ends nothing). A retried write that found its earlier record was announced then.
+        SELECT h.id, i.queue, i.task,
+               CASE WHEN h.cancelled THEN 'cancelled' WHEN i.kind = 'Ack' THEN 'completed'
+                    WHEN i.kind = 'Retry' THEN 'retried' ELSE 'dead-lettered' END AS outcome
+        FROM held AS h JOIN items AS i ON i.id = h.id
+        WHERE h.cancelled OR i.kind IN ('Ack', 'Retry', 'DeadLetter')
+      ), announced AS (
+        -- Delivered at this statement's commit, never for a write that rolled back; read below.
+        ${announceEnded(ctx, announce, now)}
       )
-      SELECT id, cancelled FROM held
+      SELECT id, cancelled FROM held CROSS JOIN announced
       UNION ALL SELECT id, outcome = 'cancelled' FROM earlier WHERE outcome <> 'lease-lost'`
+    const inStatement = announceIn === "statement" && ctx.announceEnds
+    const rows = yield* (inStatement ? ctx.announcing(statement) : statement(false))
     const completed = { held: ids(rows), cancelled: ids(rows.filter((row) => row.cancelled)) }
     yield* notifyReleased(ctx, completions, completed)
+    if (announceIn === "after-commit") yield* announceAfterCommit(ctx, endedOf(completions, completed))
     return completed
   }).pipe((e) => ctx.op("complete", completeAttributes(completions), e))
 

@@ -6,7 +6,8 @@
  * @since 0.1.0
  */
 import type { PgClient } from "@effect/sql-pg"
-import type { Effect, Option } from "effect"
+import type { Deferred, Effect, Option, PubSub, Scope } from "effect"
+import type { CompletionEvent } from "../Lifecycle.ts"
 import type { SqlClient, Statement } from "effect/sql"
 import type * as CancelInbox from "../internal/cancelInbox.ts"
 import type * as Validate from "../internal/validate.ts"
@@ -46,6 +47,12 @@ export interface PgContext {
   readonly ratesTable: Statement.Identifier
   /** The NOTIFY channel of the schema (`notifyChannel`). */
   readonly channel: string
+  /** The completion-event channel of the schema (`endedChannel`). */
+  readonly endedChannel: string
+  /** Whether the statements that end runs announce them on `endedChannel` (the store option `announceEnds`). */
+  readonly announceEnds: boolean
+  /** The completion events heard on `endedChannel`, for `completions` (`events.ts`). */
+  readonly events: EventsHub
   /** Send limits and defaults: the largest payload, the default attempts. */
   readonly limits: Validate.SendLimits
   /**
@@ -61,3 +68,12 @@ export interface PgContext {
   readonly cancelListeners: CancelInbox.Registry
 }
 
+
+/** The store's hub of completion events (`events.ts`): where its listener publishes, and whether it was started. */
+export interface EventsHub {
+  readonly pubsub: PubSub.PubSub<CompletionEvent>
+  /** Done once LISTEN is in place (or listening is impossible); set when the listener starts. */
+  listening: Deferred.Deferred<void> | undefined
+  /** The scope the listener lives in: the store's. */
+  readonly scope: Scope.Scope
+}

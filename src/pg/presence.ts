@@ -29,7 +29,10 @@ export interface PresenceContext {
   readonly lockKeys: string
   /** The first key of every presence lock of this schema. */
   readonly lockClass: number
-  /** A heartbeat older than this (ms) is stale. */
+  /**
+   * A heartbeat older than this (ms) is stale (a consumer id free to take over); after a
+   * server start, reapers release nothing for this long (everybody reconnects).
+   */
   readonly staleMs: number
 }
 
@@ -137,17 +140,21 @@ export interface LockTaken {
 }
 
 /**
- * On a presence session: take a fresh key's session lock (a fresh key per session: a
- * session that is dying but not yet gone keeps its old key, and never blocks the new one),
- * with the backend's pid and age.
+ * On a presence session: take the consumer's lock in shared mode, on `key` (another
+ * session of the same consumer holds it too) or, without one, on a fresh key from the
+ * sequence, with the backend's pid and age. Shared: every presence session of one consumer
+ * holds the same key, and a reaper's exclusive try (`pg/reap.ts`) is granted only once none
+ * does, so one session killed alone frees nothing; a replacement joins the key while the
+ * other session still holds it. Refused only while a reaper holds the key exclusively (a
+ * probe, for the length of one statement) or another consumer's session has it.
  */
-export const takeLock = (ctx: PresenceContext, session: SqlClient.SqlClient) =>
+export const takeLock = (ctx: PresenceContext, session: SqlClient.SqlClient, key?: number) =>
   Effect.map(
     session<LockTaken>`
-      SELECT pg_backend_pid() AS pid, k.key, pg_try_advisory_lock(${ctx.lockClass}::int, k.key) AS locked,
+      SELECT pg_backend_pid() AS pid, k.key, pg_try_advisory_lock_shared(${ctx.lockClass}::int, k.key) AS locked,
              (SELECT (extract(epoch FROM now() - a.backend_start) * 1000)::float8
               FROM pg_stat_activity a WHERE a.pid = pg_backend_pid()) AS age_ms
-      FROM (SELECT nextval(${ctx.lockKeys}::regclass)::int AS key) AS k`,
+      FROM (SELECT coalesce(${key ?? null}::int, nextval(${ctx.lockKeys}::regclass)::int) AS key) AS k`,
     (rows) => rows[0]
   )
 
@@ -164,17 +171,28 @@ export const lockShown = (ctx: PresenceContext, session: SqlClient.SqlClient, ke
     (rows) => rows[0]
   )
 
-/** On a presence session: give lock `key` back (wherever it landed). */
+/** On a presence session: give the shared lock `key` back (wherever it landed). */
 export const unlock = (ctx: PresenceContext, session: SqlClient.SqlClient, key: number) =>
-  session`SELECT pg_advisory_unlock(${ctx.lockClass}::int, ${key}::int)`
+  session`SELECT pg_advisory_unlock_shared(${ctx.lockClass}::int, ${key}::int)`
 
 /** On a presence session: the backend answering it (a different one means the session is gone). */
 export const backendPid = (session: SqlClient.SqlClient) => session<{ pid: number }>`SELECT pg_backend_pid() AS pid`
 
 /**
+ * On a presence session: the probe the keeper runs back to back. It waits `sleepMs` on the
+ * server before answering with the backend's pid, so that the session is nearly always in
+ * a statement: when its backend ends (terminated, the server shutting down) the client
+ * hears it at once, from the failed statement, rather than at its next probe. An answer
+ * proves the backend was alive `sleepMs` after the probe was sent. No lock, no row.
+ */
+export const probe = (session: SqlClient.SqlClient, sleepMs: number) =>
+  session<{ pid: number }>`SELECT pg_backend_pid() AS pid FROM pg_sleep(${sleepMs / 1000}::float8)`
+
+/**
  * On the presence pool (another client connection than the session's): try to take lock
  * `key`, and give back whatever it took in the same statement (one statement runs on one
- * backend). Granted means the session's lock is not the session's alone.
+ * backend). The try is exclusive, so the session's shared hold refuses it on any other
+ * backend. Granted means the session's lock is not the session's alone.
  */
 export const tryTakeOver = (ctx: PresenceContext, key: number) =>
   Effect.map(

@@ -24,25 +24,53 @@ export interface Reaped {
   readonly execution: string | null
 }
 
+/** A consumer whose presence lock nobody held at one look: its id and the key its row advertises. */
+export interface FreeLock {
+  readonly id: string
+  readonly lockKey: number
+}
+
 /**
- * One sweep, as consumer `self` (never reaped by itself). First a cheap look at the small
- * consumers table; only when some heartbeat is stale (and `release`), the statement that
- * decides and releases, atomically:
+ * The reaper's look, every `reapEvery`: the other consumers advertising a lock that no
+ * session holds now, on a server up for longer than the stale bound (after a restart every
+ * session is new and everybody gets that long to reconnect). `pg_try_advisory_xact_lock` is
+ * exclusive, so it is granted only when none of the consumer's presence sessions (each holds
+ * the key shared) is left, and it is let go when this statement ends; a session of that
+ * consumer taking the key in that instant is refused and tries again. `OFFSET 0` keeps the
+ * lock try on the rows the cheap conditions kept (the consumers table is small). No scan of
+ * pg_locks, no row locked, nothing written.
+ */
+export const freeLocks = (ctx: PresenceContext, self: string): Effect.Effect<ReadonlyArray<FreeLock>, StoreError> =>
+  Effect.gen(function*() {
+    const { consumers, lockClass, sql, staleMs } = ctx
+    const rows = yield* sql<{ id: string; lock_key: number }>`
+      SELECT c.id, c.lock_key FROM (
+        SELECT id, lock_key FROM ${consumers}
+        WHERE lock_key IS NOT NULL AND id <> ${self}
+          AND pg_postmaster_start_time() < now() - ${staleMs}::bigint * interval '1 millisecond'
+        OFFSET 0
+      ) AS c
+      WHERE pg_try_advisory_xact_lock(${lockClass}::int, c.lock_key)`
+    return rows.map((r) => ({ id: r.id, lockKey: r.lock_key }))
+  }).pipe(classify("reap probe"))
+
+/**
+ * Release the claims of dead consumers, as consumer `self` (never reaped by itself):
+ * `only` those (each with the key it was seen advertising, and free), or, without `only`,
+ * every consumer whose lock is free now (an operator's or a test's sweep, on one look).
+ * One statement decides and releases, atomically:
  *
- * - `stale`: other consumers advertising a lock, heartbeat older than the bound,
- *   on a server up for longer than the bound (after a restart every session is
- *   new and everybody gets the bound to heartbeat again). Materialized so the
- *   lock probe below runs on these rows only. `FOR UPDATE ... SKIP LOCKED`: the
- *   statement's snapshot may predate a heartbeat that committed since; locking
- *   re-reads the latest row version and re-checks the staleness on it (and the
- *   key it advertises), and a row being written right now is a heartbeat under
- *   way, so it is skipped rather than waited for.
- * - `dead`: those whose lock is free. `pg_try_advisory_xact_lock` is granted only
- *   when no session holds the key, and it is held until this statement commits,
- *   so the consumer cannot re-take it between the check and the release, and two
- *   reapers never release the same consumer twice. No scan of pg_locks.
- * - their rows are deleted (a consumer that was in fact alive writes it again with
- *   its next heartbeat), so a dead consumer is handled once, not at every sweep;
+ * - `free`: the consumers to release, advertising that key still, on a server up for longer
+ *   than the stale bound. Materialized so the lock try below runs on these rows only.
+ *   `FOR UPDATE ... SKIP LOCKED`: a row being written right now is a live consumer's
+ *   heartbeat under way, so it is skipped rather than waited for, and locking re-reads the
+ *   latest row version (the key it advertises).
+ * - `dead`: those whose lock is free. `pg_try_advisory_xact_lock` (exclusive) is granted only
+ *   when none of the consumer's sessions holds the key (they hold it shared), and it is held
+ *   until this statement commits, so the consumer cannot re-take it between the check and
+ *   the release, and two reapers never release the same consumer twice.
+ * - their rows are deleted (a consumer that was in fact alive writes it again with its next
+ *   heartbeat), so a dead consumer is handled once, not at every sweep;
  * - every claim still under lease by a dead consumer is made visible now, its token
  *   cleared (the dead holder's fenced writes match nothing), and counted as a lease
  *   expiry. The attempt is not given back: the worker died mid-attempt, exactly as
@@ -53,14 +81,15 @@ export interface Reaped {
  *   cleared (the dead run's fenced writes match nothing), and announced on the workflow
  *   channel once (`run`), so another runner replays it at once instead of after its lease.
  */
-export const sweep = (ctx: PresenceContext, self: string, release = true): Effect.Effect<ReadonlyArray<Reaped>, StoreError> =>
+export const sweep = (
+  ctx: PresenceContext,
+  self: string,
+  only?: ReadonlyArray<FreeLock>
+): Effect.Effect<ReadonlyArray<Reaped>, StoreError> =>
   Effect.gen(function*() {
     const { attempts, consumers, lockClass, messages, sql, staleMs } = ctx
-    const [candidates] = yield* sql<{ n: number }>`
-      SELECT count(*)::int AS n FROM ${consumers}
-      WHERE lock_key IS NOT NULL AND id <> ${self}
-        AND heartbeat_at < now() - ${staleMs}::bigint * interval '1 millisecond'`
-    if ((candidates?.n ?? 0) === 0 || !release) return []
+    const candidates = only ?? (yield* freeLocks(ctx, self))
+    if (candidates.length === 0) return []
     const rows = yield* sql<{
       consumer: string
       host: string
@@ -70,16 +99,17 @@ export const sweep = (ctx: PresenceContext, self: string, release = true): Effec
       queue: string | null
       execution: string | null
     }>`
-      WITH stale AS MATERIALIZED (
+      WITH free AS MATERIALIZED (
         SELECT c.id, c.host, c.pid, c.lock_key, c.heartbeat_at FROM ${consumers} AS c
-        WHERE c.lock_key IS NOT NULL AND c.id <> ${self}
-          AND c.heartbeat_at < now() - ${staleMs}::bigint * interval '1 millisecond'
+        JOIN unnest(${candidates.map((c) => c.id)}::text[], ${candidates.map((c) => c.lockKey)}::int[]) AS w(id, lock_key)
+          ON w.id = c.id AND w.lock_key = c.lock_key
+        WHERE c.id <> ${self}
           AND pg_postmaster_start_time() < now() - ${staleMs}::bigint * interval '1 millisecond'
-        ORDER BY c.heartbeat_at
+        ORDER BY c.id
         LIMIT 100
         FOR UPDATE OF c SKIP LOCKED
       ), dead AS MATERIALIZED (
-        SELECT * FROM stale WHERE pg_try_advisory_xact_lock(${lockClass}::int, stale.lock_key)
+        SELECT * FROM free WHERE pg_try_advisory_xact_lock(${lockClass}::int, free.lock_key)
       ), forgotten AS (
         DELETE FROM ${consumers} AS c USING dead WHERE c.id = dead.id
       ), released AS (
@@ -94,7 +124,7 @@ export const sweep = (ctx: PresenceContext, self: string, release = true): Effec
       ), history AS (
         ${historyInsert(attempts)}
         SELECT r.id, r.queue, r.task, r.attempt, r.consumer, coalesce(r.leased_at, now()), now(), 'lease-expired',
-               'consumer ' || r.consumer || ' died: its session ended and its heartbeat went stale; released by the reaper'
+               'consumer ' || r.consumer || ' died: its presence sessions ended; released by the reaper'
         FROM released AS r
       ), executions AS (
         UPDATE ${ctx.executions} AS e SET

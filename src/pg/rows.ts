@@ -57,6 +57,8 @@ export const toMessage = (row: MessageColumns & { readonly queue?: string }, que
 export interface InfoRow extends MessageRow {
   readonly view_state: MessageState
   readonly cancel_requested_at: Date | null
+  readonly progress: unknown
+  readonly progress_at: Date | null
 }
 
 /** A message and where it stands (what is only true of a state is shown in that state only). */
@@ -68,7 +70,9 @@ export const toInfo = (row: InfoRow): MessageInfo => ({
   leasedAt: row.view_state === "in-flight" ? row.leased_at : null,
   cancelRequestedAt: row.view_state === "in-flight" ? row.cancel_requested_at : null,
   deadReason: row.dead_reason,
-  deadAt: row.dead_at
+  deadAt: row.dead_at,
+  progress: row.progress ?? null,
+  progressAt: row.progress_at ?? null
 })
 
 /** What claim returns per row: the columns of a claim, nothing else. */

@@ -97,17 +97,23 @@ export const ageProblem = (mode: "on" | "auto", lock: PresenceSql.LockTaken): st
     : undefined
 
 /**
- * The whole proof for a session just granted `lock`: undefined when the lock is this
- * session's own, else what shows a pooler. Never fails on a failed probe (that proves
- * nothing); fails when the lock check itself cannot be asked.
+ * The proof for a session just granted `lock`: undefined when the lock is this session's
+ * own, else what shows a pooler. Never fails on a failed probe (that proves nothing); fails
+ * when the lock check itself cannot be asked. A session `joining` the key of another session
+ * of the same consumer (same target, already proven) skips the shared-backend probe (several
+ * statements on the presence pool, behind its sweeps): it is replacing a lost session, and
+ * the sooner it holds the key the less the consumer is exposed.
  */
 export const prove = (
   ctx: PresenceSql.PresenceContext,
   session: SqlClient.SqlClient,
   lock: PresenceSql.LockTaken,
-  mode: "on" | "auto"
+  mode: "on" | "auto",
+  joining = false
 ) =>
   Effect.gen(function*() {
     const check = yield* PresenceSql.lockShown(ctx, session, lock.key)
-    return checkProblem(lock, check) ?? (yield* sharedBackend(ctx, session, lock.pid, lock.key)) ?? ageProblem(mode, lock)
+    const problem = checkProblem(lock, check)
+    if (problem !== undefined || joining) return problem ?? ageProblem(mode, lock)
+    return (yield* sharedBackend(ctx, session, lock.pid, lock.key)) ?? ageProblem(mode, lock)
   })

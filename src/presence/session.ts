@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Exit, Scope } from "effect"
+import { Clock, Effect, Exit, Scope } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import type { SqlClient } from "effect/sql"
 import * as PresenceSql from "../pg/presence.ts"
@@ -22,6 +22,13 @@ export interface Session {
   readonly sql: SqlClient.SqlClient
   readonly backendPid: number
   readonly lockKey: number
+  /**
+   * Clock ms by which the lock was granted (the answer to the statement taking it was in):
+   * the key is held by this session from then on, while it lives.
+   */
+  readonly grantedBy: number
+  /** Clock ms at which the lock was last shown held on the server (the lock check's send time, or later). */
+  readonly heldAt: number
 }
 
 /** No session to be had: a pooler is in the way (lease expiry only). */
@@ -31,16 +38,32 @@ export interface PoolerFound {
 }
 
 /**
- * Open a presence session: connect, take a fresh key's session lock, and
- * check that the lock really belongs to this connection's backend (see
- * `poolerProof.ts`).
+ * The key to join was refused, try after try: a reaper holds it exclusively (it found every
+ * session of this consumer gone, and is releasing its claims). The caller takes a fresh key.
+ */
+export interface KeyRefused {
+  readonly _tag: "KeyRefused"
+  readonly key: number
+}
+
+/** How often a refused key is asked for again, and how long apart (a reaper's probe holds it for one statement). */
+const JOIN_TRIES = 5
+const JOIN_PAUSE_MS = 20
+
+/**
+ * Open a presence session: connect, take the consumer's lock in shared mode (on `key`,
+ * which its other session holds, or a fresh key), and check that the lock really belongs
+ * to this connection's backend (see `poolerProof.ts`). Joining a key is the quick check
+ * (two statements): a session of this consumer on the same target already passed the
+ * whole proof; a fresh key gets the whole proof.
  */
 export const open = (options: {
   readonly ctx: PresenceSql.PresenceContext
   readonly where: PoolerProof.Target
   readonly appName: string
   readonly mode: "on" | "auto"
-}): Effect.Effect<Session | PoolerFound, StoreError> =>
+  readonly key?: number | undefined
+}): Effect.Effect<Session | PoolerFound | KeyRefused, StoreError> =>
   Effect.gen(function*() {
     const { ctx, where } = options
     if (where.target._tag === "None") {
@@ -61,18 +84,27 @@ export const open = (options: {
         startupParameters: Pooler.startupParameters(where.mode, base.startupParameters, { statement_timeout: "5000" })
       }).pipe(Effect.provide(Reactivity.layer), Scope.provide(scope))
       const session = client.withoutTransforms()
-      for (let i = 0; i < 3; i++) {
-        const lock = yield* PresenceSql.takeLock(ctx, session)
+      const key = options.key
+      for (let i = 0; i < (key === undefined ? 3 : JOIN_TRIES); i++) {
+        const lock = yield* PresenceSql.takeLock(ctx, session, key)
+        const grantedBy = yield* Clock.currentTimeMillis
         if (lock === undefined) break
-        if (!lock.locked) continue // the sequence wrapped onto a key still held: take the next
-        const problem = yield* PoolerProof.prove(ctx, session, lock, options.mode)
+        if (!lock.locked) {
+          // A fresh key: the sequence wrapped onto a key still held, take the next. A key to
+          // join: a reaper holds it for a statement (a probe) or is releasing us: ask again.
+          if (key !== undefined) yield* Effect.sleep(JOIN_PAUSE_MS)
+          continue
+        }
+        const heldAt = yield* Clock.currentTimeMillis
+        const problem = yield* PoolerProof.prove(ctx, session, lock, options.mode, key !== undefined)
         if (problem !== undefined) {
           // Wherever the lock landed, give it back (best effort; the key is never advertised).
           yield* PresenceSql.unlock(ctx, session, lock.key).pipe(Effect.ignore)
           return { _tag: "Pooler" as const, detail: problem }
         }
-        return { scope, sql: session, backendPid: lock.pid, lockKey: lock.key } satisfies Session
+        return { scope, sql: session, backendPid: lock.pid, lockKey: lock.key, grantedBy, heldAt } satisfies Session
       }
+      if (key !== undefined) return { _tag: "KeyRefused" as const, key }
       return yield* new QueryFailed({ operation: "register", message: "register: no free presence lock key in 3 tries" })
     }).pipe(classify("register"))
     return yield* attempt.pipe(

@@ -3,8 +3,9 @@
  * operations (as `QueueStoreShape` groups them): the lease protocol (`lease.ts`: claim, renew,
  * expiry, wake-ups; `send.ts`: sends, dedup keys and uniqueness windows; `complete.ts`: the
  * finishing writes; `commit.ts`: the commit step), the operator's reads and writes (`operator.ts`; `deadLetters.ts`),
- * maintenance (`maintenance.ts`), schedules (`schedules.ts`), flow control (`flow.ts`), and the refusal of bad input
- * (`input.ts`). It runs on the memory store and on real PostgreSQL (see MemoryQueueStore.test.ts,
+ * maintenance (`maintenance.ts`), schedules (`schedules.ts`), flow control (`flow.ts`), the refusal of bad input
+ * (`input.ts`), and the caller's lifecycle (`lifecycle.ts`: completion events, progress, awaiting an end).
+ * It runs on the memory store and on real PostgreSQL (see MemoryQueueStore.test.ts,
  * PgQueueStore.test.ts and PoolerConformance.test.ts).
  * Time is Effect's Clock, moved with TestClock; PostgreSQL also runs it on the database's
  * clock (production's path), with real-time tests in place of those that move time.
@@ -20,6 +21,7 @@ import { deadLetters } from "./deadLetters.ts"
 import { flow } from "./flow.ts"
 import { input } from "./input.ts"
 import { lease } from "./lease.ts"
+import { lifecycle } from "./lifecycle.ts"
 import { maintenance } from "./maintenance.ts"
 import { operator } from "./operator.ts"
 import { schedules } from "./schedules.ts"
@@ -51,5 +53,5 @@ export const conformance = (
       databaseClock,
       exactlyOnceMessages: options.exactlyOnceMessages
     }
-    for (const group of [lease, send, complete, commit, operator, deadLetters, maintenance, schedules, flow, input]) group(suite)
+    for (const group of [lease, send, complete, commit, operator, deadLetters, maintenance, schedules, flow, input, lifecycle]) group(suite)
   })

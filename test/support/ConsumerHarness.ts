@@ -59,6 +59,7 @@ export const makeSpy: Effect.Effect<Spy> = Effect.gen(function*() {
           yield* record("renew", "start", refs.map((r) => r.id))
           return yield* (spy.renew === undefined ? inner.renew(refs, lease) : spy.renew(refs, inner))
         }).pipe(Effect.onExit(() => record("renew", "end", refs.map((r) => r.id)))),
+      setProgress: (ref, progress) => Effect.tap(inner.setProgress(ref, progress), () => record("progress", "end", [ref.id])),
       // A batch of finishing writes is recorded as one call per completion, by its kind, in order.
       complete: (completions) =>
         Effect.tap(inner.complete(completions), () =>

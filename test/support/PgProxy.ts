@@ -1,8 +1,8 @@
 /**
  * A TCP proxy of the test's own in front of the test server, to put a client
  * in situations PostgreSQL alone cannot: cut off from the database while the
- * server runs on for everyone else, or an event loop blocked at an exact point
- * of the protocol.
+ * server runs on for everyone else, an event loop blocked at an exact point
+ * of the protocol, or a slow network (`delayMs`).
  *
  * Each connection is tagged with the `application_name` of its startup packet,
  * so a test can aim at one consumer's presence session or heartbeat pool.
@@ -16,6 +16,8 @@ export interface ProxiedConnection {
   applicationName: string | undefined
   /** Set when either side closed. */
   closed: boolean
+  /** Frozen by {@link PgProxy.limit}: over the number of connections let through under its name. */
+  limited: boolean
 }
 
 /** A running proxy. */
@@ -28,6 +30,11 @@ export interface PgProxy {
    * CPU-heavy handler would.
    */
   onClientChunk: ((connection: ProxiedConnection, chunk: Buffer) => void) | undefined
+  /**
+   * Latency added to every chunk, each way (a slow network: a round trip takes twice
+   * this more), order kept. 0 (default): forwarded at once.
+   */
+  delayMs: number
   /**
    * Cut off every client whose `application_name` starts with `prefix`: their
    * connections are dropped, and new ones are accepted and closed at once (a
@@ -42,6 +49,11 @@ export interface PgProxy {
    * retransmit for minutes before anyone noticed).
    */
   freeze(prefix: string): void
+  /**
+   * Let only `n` more connections whose `application_name` is exactly `name` through; those
+   * after them are frozen (accepted, never answered), connections already open go on.
+   */
+  limit(name: string, n: number): void
   /** Let everybody through again (frozen connections are closed: their streams lost bytes). */
   restore(): void
   /** Connections currently open through the proxy. */
@@ -68,12 +80,24 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
         let cutPrefix: string | undefined
         let frozenPrefix: string | undefined
         const isCut = (c: ProxiedConnection) => cutPrefix !== undefined && c.applicationName?.startsWith(cutPrefix) === true
+        let limit: { readonly name: string; left: number } | undefined
         const isFrozen = (c: ProxiedConnection) =>
-          frozenPrefix !== undefined && (c.applicationName ?? "").startsWith(frozenPrefix)
+          c.limited || (frozenPrefix !== undefined && (c.applicationName ?? "").startsWith(frozenPrefix))
         const frozen = new Set<net.Socket>()
+        /** Forward after `proxy.delayMs`, in order: a chunk never overtakes the one before it. */
+        const delayed = () => {
+          let last = 0
+          return (send: () => void) => {
+            if (proxy.delayMs <= 0 && last <= Date.now()) return send()
+            last = Math.max(Date.now() + proxy.delayMs, last)
+            setTimeout(send, last - Date.now())
+          }
+        }
         const server = net.createServer((client) => {
           sockets.add(client)
-          const connection: ProxiedConnection = { applicationName: undefined, closed: false }
+          const toClient = delayed()
+          const toServer = delayed()
+          const connection: ProxiedConnection = { applicationName: undefined, closed: false, limited: false }
           const upstream = net.connect(Number(target.port || 5432), target.hostname)
           sockets.add(upstream)
           live.set(client, { connection, upstream })
@@ -89,23 +113,32 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
           upstream.on("close", drop).on("error", drop)
           upstream.on("data", (chunk) => {
             if (isFrozen(connection)) return void frozen.add(client)
-            if (!isCut(connection)) client.write(chunk)
+            toClient(() => {
+              if (!isCut(connection) && !client.destroyed) client.write(chunk)
+            })
           })
           let head = Buffer.alloc(0)
           client.on("data", (chunk) => {
             if (connection.applicationName === undefined) {
               head = Buffer.concat([head, chunk])
               connection.applicationName = applicationNameIn(head)
+              if (limit !== undefined && connection.applicationName === limit.name) {
+                if (limit.left > 0) limit.left -= 1
+                else connection.limited = true
+              }
             }
             if (isCut(connection)) return drop()
             if (isFrozen(connection)) return void frozen.add(client)
-            upstream.write(chunk)
+            toServer(() => {
+              if (!upstream.destroyed) upstream.write(chunk)
+            })
             proxy.onClientChunk?.(connection, chunk)
           })
         })
         const proxy: PgProxy = {
           url: "",
           onClientChunk: undefined,
+          delayMs: 0,
           cut(prefix) {
             cutPrefix = prefix
             for (const [client, { connection }] of live) {
@@ -118,9 +151,13 @@ export const make = (targetUrl: string): Effect.Effect<PgProxy, never, Scope.Sco
           freeze(prefix) {
             frozenPrefix = prefix
           },
+          limit(name, n) {
+            limit = { name, left: n }
+          },
           restore() {
             cutPrefix = undefined
             frozenPrefix = undefined
+            limit = undefined
             for (const client of frozen) client.destroy()
             frozen.clear()
           },

@@ -1,5 +1,5 @@
 /**
- * Migration 12: who holds a workflow execution (see docs/workflows.md, "Crashes").
+ * Migration 13: who holds a workflow execution (see docs/workflows.md, "Crashes").
  *
  * - `workflow_executions.leased_by`: the presence consumer id of the runner holding the
  *   execution's lease (null while none holds it, or when the runner has no session liveness),
