@@ -3,7 +3,9 @@
  * `Chaos` workflow (activities, a durable sleep, an approval deferred, a fan-out) on BENCH_WF_RUNNERS
  * (3) runner processes, while runners are SIGKILLed and restarted (every BENCH_WF_KILL_MS, 1500, one
  * READY for at least BENCH_WF_MIN_UP_MS, 3000) and runner backends terminated (every
- * BENCH_WF_TERMINATE_MS, 1000). The orchestrator approves suspended
+ * BENCH_WF_TERMINATE_MS, 1000); runners that exit by themselves are replaced and counted. The runners'
+ * lease is BENCH_WF_LEASE_MS (5000), their session liveness BENCH_WF_LIVENESS (on); BENCH_WF_STALL_MS
+ * (with BENCH_WF_STALL_EVERY_MS) stalls their event loops to imitate load. The orchestrator approves suspended
  * executions by token as it goes. It reports, and exits 1 unless: every execution completed with the
  * right result (0 lost), each activity attempt recorded once, no sample ever found an execution
  * suspended on a deferred already done (a lost wake-up), and none is left suspended with its wake-up
