@@ -39,6 +39,7 @@ import { flowRoutes } from "./http/adminFlow.ts"
 import { insightRoutes } from "./http/adminInsights.ts"
 import { BulkActionInput, BulkCount, BulkInput, BulkOutcomeSchema, DepthAnswer, DepthSampleSchema, FilterFields, MinutesInput, ScheduleRow, ThroughputAnswer, ThroughputRowSchema, TriggerOutcome } from "./http/adminInsightsSchema.ts"
 import { Insights } from "./Insights.ts"
+import { workflowRoutes } from "./http/adminWorkflows.ts"
 
 export { BulkActionInput, BulkCount, BulkInput, BulkOutcomeSchema, DepthAnswer, DepthSampleSchema, FilterFields, MinutesInput, ScheduleRow, ThroughputAnswer, ThroughputRowSchema, TriggerOutcome }
 export { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, RateRow, RateInput, LimitsInput, WeightInput, LimitsView, LimitsRow, FlowStatusRow, AdminAuth, ReadAuth, InputErrors, AdminGroup, AdminApi }
@@ -203,6 +204,7 @@ export const handlers = HttpApiBuilder.group(AdminApi, "admin", (handlers) =>
     const settings = yield* Effect.serviceOption(StoreSettings)
     const flow = flowRoutes(store)
     const dash = insightRoutes(store, yield* Effect.serviceOption(Insights))
+    const workflows = workflowRoutes(sql, Option.map(settings, (s) => s.schema))
     const queueRow = (queue: string) =>
       Effect.map(store.queues(), (all) =>
         all.find((q) => q.queue === queue) ?? { queue, ready: 0, delayed: 0, inFlight: 0, dead: 0, oldestReadyAgeMs: 0, paused: false, pausedAt: null })
@@ -267,6 +269,12 @@ export const handlers = HttpApiBuilder.group(AdminApi, "admin", (handlers) =>
       .handle("clearLimits", ({ params, query }) => Effect.mapError(flow.clearLimits(params.queue, query.task), storeFailure))
       .handle("keyWeight", ({ params, payload }) => Effect.mapError(flow.keyWeight(params.queue, payload), storeFailure))
       .handle("flow", ({ params }) => Effect.mapError(flow.flow(params.queue), storeFailure))
+      .handle("workflows", ({ query }) => Effect.mapError(workflows.list({ ...query, limit: limitOf(query.limit, 100) }), storeFailure))
+      .handle("workflow", ({ params }) =>
+        workflows.show(params.workflow, params.executionId).pipe(
+          Effect.catchTags({ ConnectionDead: (e) => Effect.fail(storeFailure(e)), QueryFailed: (e) => Effect.fail(storeFailure(e)) }),
+          Effect.mapError((e) => (e._tag === "InvalidInput" ? storeFailure(e) : e))
+        ))
       .handle("counters", () => counters)
       .handle("throughput", ({ query }) => Effect.mapError(dash.throughput(query), storeFailure))
       .handle("depthHistory", ({ query }) => Effect.mapError(dash.depthHistory(query), storeFailure))

@@ -2,27 +2,32 @@
  * leasehold as the engine of effect's `effect/workflow`: `make` builds effect's `WorkflowEngine`
  * service on PostgreSQL (docs/workflows.md), `layer` provides it. Each execution is a row held by a
  * fenced lease; activity results are recorded fenced and replayed, not re-run; sleeps and deferreds
- * hold no lease; a dead runner's execution resumes on another within the lease.
+ * hold no lease; a dead runner's execution resumes on another within session liveness (with a
+ * `ConsumerPresence` in context) or else its lease; a runner shutting down releases what it holds.
  *
  * @since 0.1.0
  */
-import { type Duration, Effect, Layer, type Scope } from "effect"
+import { type Duration, Effect, Layer, Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import { WorkflowEngine } from "effect/workflow"
 import { defaultSchema } from "./Migrations.ts"
-import type { InvalidInput } from "./QueueError.ts"
+import * as WorkflowConfig from "./config/workflow.ts"
+import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
+import * as LeasePool from "./pg/leasePool.ts"
+import * as QueueConfig from "./QueueConfig.ts"
 import * as Sql from "./pg/workflow.ts"
 import * as WorkflowAdmin from "./workflow/admin.ts"
 import { encoded } from "./workflow/engine.ts"
 import * as Transactional from "./workflow/transactional.ts"
+import * as Lifecycle from "./workflow/lifecycle.ts"
 import { claimLoop } from "./workflow/runner.ts"
 import * as Signals from "./workflow/signals.ts"
 import type { EngineState } from "./workflow/state.ts"
 
 /** How the engine runs. */
 export interface WorkflowOptions {
-  /** The schema of leasehold's tables (migrated, migration 11 or later). Default `leasehold`. */
+  /** The schema of leasehold's tables (migrated, migration 14 or later). Default `leasehold`. */
   readonly schema?: string | undefined
   /** How long a run holds its execution between renewals (renewed every lease/3). Default 10 seconds. */
   readonly lease?: Duration.Input | undefined
@@ -30,6 +35,21 @@ export interface WorkflowOptions {
   readonly pollInterval?: Duration.Input | undefined
   /** How many executions this process runs at once. Default 32. */
   readonly concurrency?: number | undefined
+  /**
+   * The consumer id this runner registers with session liveness (a `ConsumerPresence` in
+   * context): the reaper releases its executions by it when its session dies. Default
+   * `<host>-<pid>-<random>-workflows`.
+   */
+  readonly consumerId?: string | undefined
+  /** How long the drain on shutdown waits for runs to release their executions. Default 10 seconds. */
+  readonly shutdownGrace?: Duration.Input | undefined
+  /**
+   * A small pool of its own for the renewals (default 2 connections, 10 s statement timeout), so
+   * runs whose activities keep the main pool busy cannot starve them and lose their leases; built
+   * from the `PgClient` in context (without one, renewals use the main client). `false`: renew
+   * through the main client.
+   */
+  readonly leasePool?: false | { readonly maxConnections?: number | undefined } | undefined
 }
 
 /**
@@ -39,28 +59,75 @@ export interface WorkflowOptions {
  */
 export const make = (
   options: WorkflowOptions = {}
-): Effect.Effect<WorkflowEngine.WorkflowEngine["Service"], InvalidInput, SqlClient.SqlClient | Scope.Scope> =>
+): Effect.Effect<WorkflowEngine.WorkflowEngine["Service"], InvalidInput | StoreError, SqlClient.SqlClient | Scope.Scope> =>
   Effect.gen(function*() {
     const schema = yield* Validate.schemaName(options.schema ?? defaultSchema)
-    const leaseMs = yield* Validate.durationMs("lease", options.lease ?? "10 seconds", { min: 30 })
-    const pollMs = yield* Validate.durationMs("pollInterval", options.pollInterval ?? "1 second", { min: 1 })
-    const concurrency = yield* Validate.positiveInt("concurrency", options.concurrency ?? 32, 10_000)
+    const { leaseMs: minLease, pollIntervalMs: minPoll, shutdownGraceMs: minGrace } = WorkflowConfig.workflowMinimums
+    const leaseMs = yield* Validate.durationMs("lease", options.lease ?? "10 seconds", { min: minLease })
+    const pollMs = yield* Validate.durationMs("pollInterval", options.pollInterval ?? "1 second", { min: minPoll })
+    const concurrency = yield* Validate.positiveInt("concurrency", options.concurrency ?? 32, WorkflowConfig.MAX_WORKFLOW_CONCURRENCY)
+    const graceMs = yield* Validate.durationMs("shutdownGrace", options.shutdownGrace ?? "10 seconds", { min: minGrace })
+    const consumerId = yield* Validate.name("consumerId", options.consumerId ?? `${QueueConfig.defaultConsumerId()}-workflows`)
+    const leaseConnections = options.leasePool === false
+      ? 0
+      : yield* Validate.positiveInt("leasePool.maxConnections", options.leasePool?.maxConnections ?? 2, 100)
     const w = Sql.make(yield* SqlClient.SqlClient, schema)
+    const leaseClient = leaseConnections === 0
+      ? undefined
+      : yield* LeasePool.make({ maxConnections: leaseConnections, statementTimeoutMs: 10_000, suffix: "workflow-lease" })
     const state: EngineState = {
       w,
+      leaseSql: leaseClient === undefined ? w : Sql.make(leaseClient, schema),
       settings: { leaseMs, pollMs, concurrency },
       registry: new Map(),
       runs: new Map(),
-      signals: yield* Signals.make(w.channel)
+      signals: yield* Signals.make(w.channel),
+      holder: null,
+      atRisk: Effect.succeed(false),
+      draining: false
     }
     const engine = WorkflowEngine.makeUnsafe(encoded(state))
-    yield* Effect.forkScoped(claimLoop(state, engine))
+    // Closed in reverse: the drain first, then the runs' scope, then the presence registration.
+    const scope = yield* Effect.scope
+    const presence = yield* Scope.fork(scope)
+    const runs = yield* Scope.fork(scope)
+    const beforeClaim = yield* Lifecycle.holderRegistration(state, consumerId, presence)
+    const loop = yield* Effect.forkScoped(claimLoop(state, engine, { runs, beforeClaim }))
+    yield* Effect.addFinalizer(() => Lifecycle.drain(state, loop, graceMs))
     return engine
   })
 
 /** The engine as a layer: effect's `WorkflowEngine`, on leasehold's tables. */
-export const layer = (options: WorkflowOptions = {}): Layer.Layer<WorkflowEngine.WorkflowEngine, InvalidInput, SqlClient.SqlClient> =>
+export const layer = (
+  options: WorkflowOptions = {}
+): Layer.Layer<WorkflowEngine.WorkflowEngine, InvalidInput | StoreError, SqlClient.SqlClient> =>
   Layer.effect(WorkflowEngine.WorkflowEngine, make(options))
+
+/** The engine's environment variables (docs/configuration.md), by option. */
+export const variables = WorkflowConfig.workflowVariables
+
+/**
+ * {@link layer} configured from the environment: `LEASEHOLD_WORKFLOW_LEASE`,
+ * `LEASEHOLD_WORKFLOW_POLL_INTERVAL`, `LEASEHOLD_WORKFLOW_CONCURRENCY`,
+ * `LEASEHOLD_WORKFLOW_SHUTDOWN_GRACE` and `LEASEHOLD_SCHEMA` (through the current
+ * `ConfigProvider`); `options` apply where a variable is unset. A bad value fails the layer
+ * with a `ConfigInvalid` naming its variable and rule.
+ */
+export const layerFromEnv = (
+  options: WorkflowOptions = {}
+): Layer.Layer<WorkflowEngine.WorkflowEngine, InvalidInput | StoreError | ConfigInvalid, SqlClient.SqlClient> =>
+  Layer.unwrap(Effect.gen(function*() {
+    const fromEnv = yield* WorkflowConfig.workflowFromEnv
+    const schema = yield* QueueConfig.schemaFromEnv
+    return layer({
+      ...options,
+      schema: schema ?? options.schema,
+      lease: fromEnv.leaseMs ?? options.lease,
+      pollInterval: fromEnv.pollIntervalMs ?? options.pollInterval,
+      concurrency: fromEnv.concurrency ?? options.concurrency,
+      shutdownGrace: fromEnv.shutdownGraceMs ?? options.shutdownGrace
+    })
+  }))
 
 /**
  * Mark an activity exactly-once for its writes to the engine's database:
@@ -76,6 +143,9 @@ export const list = WorkflowAdmin.list
 /** The recorded activity attempts of one execution. */
 export const activities = WorkflowAdmin.activities
 
+/** One execution with its activity attempts, done deferreds and clocks (none if it does not exist). */
+export const show = WorkflowAdmin.show
+
 /** Delete executions completed longer ago than `olderThan` (default 7 days). */
 export const prune = WorkflowAdmin.prune
 
@@ -84,3 +154,6 @@ export const statuses = WorkflowAdmin.statuses
 
 /** An execution as listed. */
 export type Execution = WorkflowAdmin.Execution
+
+/** An execution in full, as {@link show} answers it. */
+export type ExecutionDetail = WorkflowAdmin.ExecutionDetail

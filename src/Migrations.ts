@@ -19,6 +19,7 @@ import leanHistory from "./migrations/0010_lean_history.ts"
 import workflows from "./migrations/0011_workflows.ts"
 import progress from "./migrations/0012_progress.ts"
 import depthSamples from "./migrations/0013_depth_samples.ts"
+import workflowHolders from "./migrations/0014_workflow_holders.ts"
 import { classify, type InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
 import * as Statements from "./pg/migrate.ts"
@@ -40,7 +41,8 @@ const all: ReadonlyArray<readonly [id: number, name: string, make: (schema: stri
   [10, "lean_history", leanHistory],
   [11, "workflows", workflows],
   [12, "progress", progress],
-  [13, "depth_samples", depthSamples]
+  [13, "depth_samples", depthSamples],
+  [14, "workflow_holders", workflowHolders]
 ]
 
 /** The ids and names of every migration, in order: what a fully migrated schema has run. */

@@ -12,13 +12,11 @@ import { PgClient } from "@effect/sql-pg"
 import { Clock, Context, Duration, Effect, Layer, type Scope } from "effect"
 import * as Flow from "./pg/flow.ts"
 import { Insights, type InsightsShape } from "./Insights.ts"
-import * as Reactivity from "effect/reactivity/Reactivity"
 import { SqlClient } from "effect/sql"
 import * as Migrations from "./Migrations.ts"
-import * as Pooler from "./Pooler.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { StoreSettings } from "./StoreSettings.ts"
-import { classify, type ConfigInvalid, type InvalidInput, type StoreError } from "./QueueError.ts"
+import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
 import { defaults, fromOperations, QueueStore, type QueueStoreShape } from "./QueueStore.ts"
 import type * as CancelInbox from "./internal/cancelInbox.ts"
 import * as Validate from "./internal/validate.ts"
@@ -34,6 +32,7 @@ import * as History from "./pg/history.ts"
 import * as PgInsights from "./pg/insights.ts"
 import * as Lifecycle from "./pg/lifecycle.ts"
 import * as Lease from "./pg/lease.ts"
+import * as LeasePool from "./pg/leasePool.ts"
 import * as Messages from "./pg/messages.ts"
 import * as Notify from "./pg/notify.ts"
 import { op } from "./pg/op.ts"
@@ -211,30 +210,15 @@ const makeWithInsights = (options: PgQueueStoreOptions) =>
     return { store, insights }
   })
 
-/**
- * The lease pool: a second client on the same server as the main `PgClient`,
- * small, with its own `statement_timeout`. `undefined` when there is no
- * `PgClient` to copy the connection settings from, or when disabled.
- */
+/** The lease pool (`pg/leasePool.ts`): `undefined` when disabled or without a `PgClient` in context. */
 const makeLeaseClient = (options: PgQueueStoreOptions["leasePool"]) =>
-  Effect.gen(function*() {
-    if (options === false) return undefined
-    const main = yield* Effect.serviceOption(PgClient.PgClient)
-    if (main._tag === "None") return undefined
-    const timeoutMs = Duration.toMillis(options?.statementTimeout ?? "10 seconds")
-    const client = yield* PgClient.make({
-      ...main.value.config,
+  options === false
+    ? Effect.succeed(undefined)
+    : LeasePool.make({
       maxConnections: options?.maxConnections ?? 2,
-      minConnections: 0,
-      applicationName: `${main.value.config.applicationName ?? "leasehold"}-lease`,
-      keepAlive: main.value.config.keepAlive ?? "10 seconds",
-      // Through a pooler, no startup parameter (refused): lease statements are bounded by the consumer's timeouts.
-      startupParameters: Pooler.startupParameters((yield* Pooler.current).mode, main.value.config.startupParameters, {
-        statement_timeout: String(Math.round(timeoutMs))
-      })
-    }).pipe(Effect.provide(Reactivity.layer), classify("connect lease pool"))
-    return client.withoutTransforms()
-  })
+      statementTimeoutMs: Duration.toMillis(options?.statementTimeout ?? "10 seconds"),
+      suffix: "lease"
+    })
 
 /**
  * The store as a layer over the `SqlClient` in context (migrating first unless

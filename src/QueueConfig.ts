@@ -26,6 +26,7 @@ export * from "./config/connection.ts"
 export * from "./config/process.ts"
 export { forQueue, type Lane, lanes, marginFor, type QueueOptions, type QueueSettings } from "./config/queues.ts"
 export { type DurationLike, parseDuration } from "./config/rules.ts"
+export { type WorkflowEnv, workflowConfig, workflowFromEnv, workflowVariables } from "./config/workflow.ts"
 export { env } from "./config/variables.ts"
 
 

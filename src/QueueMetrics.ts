@@ -71,7 +71,7 @@ export const schedulesFired = Metric.counter("leasehold_schedule_slots_fired", {
 /**
  * Workflow runs this process finished, by `outcome`: `complete`, `suspended` (a sleep, a deferred,
  * a child, a failure it suspends on), `released` (stopped without a result: shutdown, an unsafe
- * interrupt, a defect), `lost` (its lease was gone: it wrote nothing more).
+ * interrupt, a defect), `lost` (its lease was gone, or its presence about to be judged dead: it wrote nothing more).
  */
 export const workflowRuns = Metric.counter("leasehold_workflow_runs", { description: "Workflow runs finished, by outcome" })
 /** {@link workflowRuns} with its outcome attribute. */
@@ -81,7 +81,11 @@ export const workflowRunsBy = (outcome: "complete" | "suspended" | "released" | 
 export const workflowActivitiesRecorded = Metric.counter("leasehold_workflow_activities_recorded", {
   description: "Workflow activity results recorded"
 })
-/** Workflow executions this process holds (runs under way). */
+/** Workflow executions of dead runners this process's reaper released (session liveness). */
+export const workflowReaped = Metric.counter("leasehold_workflow_executions_reaped", {
+  description: "Workflow executions of dead runners released by the reaper"
+})
+/** Workflow runs under way in this process. */
 export const workflowInFlight = Metric.gauge("leasehold_workflow_in_flight", { description: "Workflow runs under way in this process" })
 
 // ---------------------------------------------------------------------------

@@ -370,7 +370,8 @@ describe("QueueConfig", () => {
         QueueConfig.httpVariables,
         QueueConfig.adminVariables,
         QueueConfig.logVariables,
-        ConsumerPresence.variables
+        ConsumerPresence.variables,
+        QueueConfig.workflowVariables
       ]
       for (const view of views) for (const name of Object.values(view)) assert.include(names, name)
       assert.sameMembers([...new Set(views.flatMap((view) => Object.values(view)))], names)

@@ -3,7 +3,9 @@
  * `Chaos` workflow (activities, a durable sleep, an approval deferred, a fan-out) on BENCH_WF_RUNNERS
  * (3) runner processes, while runners are SIGKILLed and restarted (every BENCH_WF_KILL_MS, 1500, one
  * READY for at least BENCH_WF_MIN_UP_MS, 3000) and runner backends terminated (every
- * BENCH_WF_TERMINATE_MS, 1000). The orchestrator approves suspended
+ * BENCH_WF_TERMINATE_MS, 1000); runners that exit by themselves are replaced and counted. The runners'
+ * lease is BENCH_WF_LEASE_MS (5000), their session liveness BENCH_WF_LIVENESS (on); BENCH_WF_STALL_MS
+ * (with BENCH_WF_STALL_EVERY_MS) stalls their event loops to imitate load. The orchestrator approves suspended
  * executions by token as it goes. It reports, and exits 1 unless: every execution completed with the
  * right result (0 lost), each activity attempt recorded once, no sample ever found an execution
  * suspended on a deferred already done (a lost wake-up), and none is left suspended with its wake-up
@@ -31,6 +33,8 @@ const DEADLINE_MS = envMs("BENCH_WF_DEADLINE_MS", 300_000)
 const MIN_UP_MS = envMs("BENCH_WF_MIN_UP_MS", 3_000)
 /** The runners' workflow lease. */
 const LEASE_MS = Number(process.env["BENCH_WF_LEASE_MS"] ?? 5_000)
+/** The runners' session liveness (BENCH_WF_LIVENESS: on, off or auto; default on). */
+const LIVENESS = process.env["BENCH_WF_LIVENESS"] ?? "on"
 const schema = "wfchaos"
 const logDir = `.tmp/bench-workflow-${Date.now()}`
 
@@ -54,7 +58,8 @@ const spawnRunner = (): Proc => {
     name: `runner-${spawned++}`,
     script: "bench/workflow/runner.ts",
     logDir,
-    env: { LEASEHOLD_DATABASE_URL: server.url, LEASEHOLD_SCHEMA: schema, BENCH_WF_LEASE_MS: String(LEASE_MS) },
+    env: { LEASEHOLD_DATABASE_URL: server.url, LEASEHOLD_SCHEMA: schema, BENCH_WF_LEASE_MS: String(LEASE_MS), LEASEHOLD_SESSION_LIVENESS: LIVENESS,
+      BENCH_WF_STALL_MS: process.env["BENCH_WF_STALL_MS"] ?? "0", BENCH_WF_STALL_EVERY_MS: process.env["BENCH_WF_STALL_EVERY_MS"] ?? "200" },
     nodeArgs: []
   })
   runner.waitLine("READY", 120_000).then(() => readyAt.set(runner, Date.now()), () => undefined)
@@ -67,9 +72,9 @@ const started = Date.now()
 const ids = Array.from({ length: COUNT }, (_, n) => ({ id: `wf-${n}`, n }))
 const executionIds = await runtime.runPromise(Effect.forEach(ids, (p) => Chaos.execute(p, { discard: true }), { concurrency: 8 }))
 const byExecution = new Map(executionIds.map((e, i) => [e, ids[i]!]))
-console.log(`started ${COUNT} executions on ${RUNNERS} runners in ${Date.now() - started} ms`)
+console.log(`started ${COUNT} executions on ${RUNNERS} runners (lease ${LEASE_MS} ms, session liveness ${LIVENESS}) in ${Date.now() - started} ms`)
 
-const stats = { kills: 0, terminated: 0, lostWakeUps: 0, overdueClocks: 0, approvals: 0 }
+const stats = { kills: 0, crashed: 0, terminated: 0, lostWakeUps: 0, overdueClocks: 0, approvals: 0 }
 const approved = new Set<string>()
 
 /** Approve (by token) every execution suspended on its approval that was not approved yet. */
@@ -123,6 +128,11 @@ while ((await remaining()) > 0 && Date.now() - started < DEADLINE_MS) {
   }
   await approve()
   await sampleWakeUps()
+  // A runner that died by itself (a backend terminated under its start-up) is replaced and counted.
+  for (const dead of runners.filter((r) => r.exit !== undefined)) {
+    runners.splice(runners.indexOf(dead), 1, spawnRunner())
+    stats.crashed++
+  }
   const killable = runners.filter((r) => Date.now() - (readyAt.get(r) ?? Date.now()) >= MIN_UP_MS)
   if (Date.now() - lastKill >= KILL_MS && killable.length > 0) {
     lastKill = Date.now()
@@ -163,7 +173,7 @@ const [reruns] = await query<{ n: number }>(`
   SELECT coalesce(sum(c - 1), 0)::int AS n FROM (SELECT count(*) AS c FROM ${schema}.effects GROUP BY execution, activity) AS runs`)
 
 console.log([
-  `elapsed ${elapsedMs} ms; runners SIGKILLed ${stats.kills}, backends terminated ${stats.terminated}, approvals ${stats.approvals}`,
+  `elapsed ${elapsedMs} ms; runners SIGKILLed ${stats.kills}, exited by themselves ${stats.crashed}, backends terminated ${stats.terminated}, approvals ${stats.approvals}`,
   `executions: ${right} right, ${wrong} wrong, ${incomplete} not complete (lost) of ${COUNT}`,
   `activity results recorded: ${recorded!.rows} rows, ${recorded!.keys} distinct attempts (expected ${COUNT * 4})`,
   `activity bodies run again (interrupted by a kill before their result was recorded): ${reruns!.n}`,

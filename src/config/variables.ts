@@ -1,6 +1,7 @@
 /**
  * Every `LEASEHOLD_*` environment variable leasehold reads, in one record: the consumer's,
- * the connection's, the HTTP server's, the admin token, the log level and session liveness.
+ * the connection's, the HTTP server's, the admin token, the log level, session liveness and the
+ * workflow engine's.
  * Every other map of variable names (`QueueConfig.variables`, `QueueConfig.httpVariables`, ...)
  * is a view of this one; docs/configuration.md and docs/operating.md list each (test/Readme.test.ts
  * checks both ways).
@@ -47,7 +48,12 @@ export const env = {
   adminToken: "LEASEHOLD_ADMIN_TOKEN",
   logLevel: "LEASEHOLD_LOG_LEVEL",
   // Session liveness (ConsumerPresence.modeFromEnv).
-  sessionLiveness: "LEASEHOLD_SESSION_LIVENESS"
+  sessionLiveness: "LEASEHOLD_SESSION_LIVENESS",
+  // The workflow engine (LeaseholdWorkflow.layerFromEnv).
+  workflowLease: "LEASEHOLD_WORKFLOW_LEASE",
+  workflowPollInterval: "LEASEHOLD_WORKFLOW_POLL_INTERVAL",
+  workflowConcurrency: "LEASEHOLD_WORKFLOW_CONCURRENCY",
+  workflowShutdownGrace: "LEASEHOLD_WORKFLOW_SHUTDOWN_GRACE"
 } as const
 
 /** The key of a variable in {@link env}. */

@@ -9,6 +9,7 @@ import { Schema } from "effect"
 import { Attempt, DeadLetter, MessageInfo } from "../Message.ts"
 import { BulkActionInput, BulkCount, BulkInput, BulkOutcomeSchema, DepthAnswer, FilterFields, MinutesInput, ScheduleRow, ThroughputAnswer, TriggerOutcome } from "./adminInsightsSchema.ts"
 import { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, LimitsInput, LimitsRow, WeightInput, FlowStatusRow } from "./adminSchema.ts"
+import { ExecutionDetail, ExecutionIdInput, ExecutionRow, WorkflowName, WorkflowStatusInput } from "./adminWorkflows.ts"
 
 // ---------------------------------------------------------------------------
 // Middleware
@@ -177,6 +178,26 @@ export const AdminGroup = HttpApiGroup.make("admin")
     HttpApiEndpoint.get("flow", "/api/queues/:queue/flow", { params: queueParams, success: FlowStatusRow, error: readErrors })
       .middleware(ReadAuth),
     "What holds a queue back now: its limits, messages in flight, keys at their limit, blocked FIFO keys, full rate windows"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("workflows", "/api/workflows", {
+      query: {
+        status: Schema.optionalKey(WorkflowStatusInput),
+        workflow: Schema.optionalKey(WorkflowName),
+        limit: Schema.optionalKey(Limit)
+      },
+      success: Schema.Array(ExecutionRow),
+      error: readErrors
+    }).middleware(ReadAuth),
+    "Workflow executions, newest first (at most limit, default 100), optionally of one status or workflow: what each is suspended on, its clocks, runs and recorded activities"
+  ))
+  .add(summarized(
+    HttpApiEndpoint.get("workflow", "/api/workflows/:workflow/:executionId", {
+      params: { workflow: WorkflowName, executionId: ExecutionIdInput },
+      success: ExecutionDetail,
+      error: [Unavailable, NotFound]
+    }).middleware(ReadAuth),
+    "One workflow execution: its payload and last result, its activity attempts, done deferreds and clocks"
   ))
   .add(summarized(
     HttpApiEndpoint.get("counters", "/api/counters", { success: Counters }).middleware(ReadAuth),

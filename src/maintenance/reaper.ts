@@ -23,20 +23,28 @@ export const report = (reaped: ReadonlyArray<Reap.Reaped>): Effect.Effect<number
     for (const r of reaped) byConsumer.set(r.consumer, [...(byConsumer.get(r.consumer) ?? []), r])
     const now = yield* Clock.currentTimeMillis
     let released = 0
+    let executionsReleased = 0
     for (const [consumer, rows] of byConsumer) {
       const first = rows[0]!
       const ids = rows.flatMap((r) => (r.messageId === null ? [] : [r.messageId]))
+      const executions = rows.flatMap((r) => (r.execution === null ? [] : [r.execution]))
       released += ids.length
+      executionsReleased += executions.length
       const who = `consumer ${consumer} (host ${first.host}, pid ${first.pid}) is gone: its presence sessions ended (last heartbeat ${
         seconds(now - first.heartbeatAt.getTime())
       } ago)`
-      yield* (ids.length === 0
+      const what = [
+        ids.length === 0 ? [] : [`its ${ids.length} claim(s), counted as lease expiries: ${ids.join(", ")}`],
+        executions.length === 0 ? [] : [`its ${executions.length} workflow execution(s): ${executions.join(", ")}`]
+      ].flat()
+      yield* (what.length === 0
         ? Effect.logInfo(`${who}; it held no claims`)
-        : Effect.logWarning(`${who}; released its ${ids.length} claim(s) at once, counted as lease expiries: ${ids.join(", ")}`)).pipe(
-          Effect.annotateLogs({ deadConsumer: consumer, messageIds: ids.join(",") })
+        : Effect.logWarning(`${who}; released at once ${what.join("; and ")}`)).pipe(
+          Effect.annotateLogs({ deadConsumer: consumer, messageIds: ids.join(","), executions: executions.join(",") })
         )
     }
     if (released > 0) yield* Metric.update(QueueMetrics.reaped, released)
+    if (executionsReleased > 0) yield* Metric.update(QueueMetrics.workflowReaped, executionsReleased)
     return released
   })
 

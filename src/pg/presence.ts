@@ -12,6 +12,7 @@ import { Effect } from "effect"
 import type { SqlClient, Statement } from "effect/sql"
 import * as Validate from "../internal/validate.ts"
 import { classify, type InvalidInput, type StoreError } from "../QueueError.ts"
+import { notifyChannel } from "./channel.ts"
 
 /** What every presence and reaper statement needs, built once per presence service. */
 export interface PresenceContext {
@@ -20,6 +21,10 @@ export interface PresenceContext {
   readonly consumers: Statement.Identifier
   readonly messages: Statement.Identifier
   readonly attempts: Statement.Identifier
+  /** The workflow executions a dead runner may hold (released by the reaper too). */
+  readonly executions: Statement.Identifier
+  /** The workflow runners' channel: a released execution is announced there (`run`). */
+  readonly workflowChannel: string
   /** The sequence handing out lock keys (`<schema>.consumer_lock_keys`), for `::regclass`. */
   readonly lockKeys: string
   /** The first key of every presence lock of this schema. */
@@ -37,6 +42,8 @@ export const makeContext = (pool: SqlClient.SqlClient, schema: string, lockClass
   consumers: pool(`${schema}.consumers`),
   messages: pool(`${schema}.messages`),
   attempts: pool(`${schema}.attempts`),
+  executions: pool(`${schema}.workflow_executions`),
+  workflowChannel: notifyChannel(`${schema}__workflows`),
   lockKeys: `${schema}.consumer_lock_keys`,
   lockClass,
   staleMs

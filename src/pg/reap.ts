@@ -17,9 +17,11 @@ export interface Reaped {
   readonly host: string
   readonly pid: number
   readonly heartbeatAt: Date
-  /** The released message, absent when the dead consumer held nothing. */
+  /** The released message, absent when the dead consumer held nothing (or this row is an execution). */
   readonly messageId: string | null
   readonly queue: string | null
+  /** The released workflow execution (`<workflow>/<execution id>`), when this row is one. */
+  readonly execution: string | null
 }
 
 /** A consumer whose presence lock nobody held at one look: its id and the key its row advertises. */
@@ -75,6 +77,9 @@ export const freeLocks = (ctx: PresenceContext, self: string): Effect.Effect<Rea
  *   when its lease runs out, so attempts still bound a message that kills workers.
  *   `o` is the row as it was, for the attempt history, whose attempt is numbered
  *   across redrives (attempt_base + attempts, as every store write numbers it).
+ * - every workflow execution a dead runner holds is made runnable now, its token and holder
+ *   cleared (the dead run's fenced writes match nothing), and announced on the workflow
+ *   channel once (`run`), so another runner replays it at once instead of after its lease.
  */
 export const sweep = (
   ctx: PresenceContext,
@@ -92,6 +97,7 @@ export const sweep = (
       heartbeat_at: Date
       message_id: bigint | string | null
       queue: string | null
+      execution: string | null
     }>`
       WITH free AS MATERIALIZED (
         SELECT c.id, c.host, c.pid, c.lock_key, c.heartbeat_at FROM ${consumers} AS c
@@ -120,17 +126,29 @@ export const sweep = (
         SELECT r.id, r.queue, r.task, r.attempt, r.consumer, coalesce(r.leased_at, now()), now(), 'lease-expired',
                'consumer ' || r.consumer || ' died: its presence sessions ended; released by the reaper'
         FROM released AS r
+      ), executions AS (
+        UPDATE ${ctx.executions} AS e SET
+          lease_token = NULL, leased_by = NULL, status = 'runnable', visible_at = now(), updated_at = now()
+        FROM dead AS d
+        WHERE e.leased_by = d.id AND e.lease_token IS NOT NULL
+        RETURNING e.workflow || '/' || e.execution_id AS execution, d.id AS consumer
+      ), announced AS (
+        SELECT count(pg_notify(${ctx.workflowChannel}, 'run')) AS n FROM (SELECT 1 FROM executions LIMIT 1) AS one
       )
-      SELECT d.id AS consumer, d.host, d.pid, d.heartbeat_at, r.id AS message_id, r.queue
+      SELECT d.id AS consumer, d.host, d.pid, d.heartbeat_at, r.id AS message_id, r.queue, NULL::text AS execution
       FROM dead AS d LEFT JOIN released AS r ON r.consumer = d.id
-      ORDER BY d.id, r.id`
+      UNION ALL
+      SELECT d.id, d.host, d.pid, d.heartbeat_at, NULL, NULL, x.execution
+      FROM dead AS d JOIN executions AS x ON x.consumer = d.id CROSS JOIN announced
+      ORDER BY 1, 5, 7`
     return rows.map((r): Reaped => ({
       consumer: r.consumer,
       host: r.host,
       pid: r.pid,
       heartbeatAt: r.heartbeat_at,
       messageId: r.message_id === null ? null : String(r.message_id),
-      queue: r.queue
+      queue: r.queue,
+      execution: r.execution
     }))
   }).pipe(classify("reap"), Effect.withSpan("leasehold.reap"))
 

@@ -69,12 +69,28 @@ export const start = (w: WorkflowSql, key: Key, payload: unknown, parent: Key | 
     Effect.map((rows) => (rows[0]?.started ?? 0) > 0)
   )
 
+/** Who claims: the runner's presence consumer id (null without session liveness) and the executions it runs now. */
+export interface Claimer {
+  readonly holder: string | null
+  /** Executions this runner is running: never claimed again by it while their run goes on. */
+  readonly running: ReadonlyArray<Key>
+}
+
 /**
  * Claim up to `limit` executions of `workflows` that may run now (new, woken, a lease run out,
- * a clock due), SKIP LOCKED so runners never wait on each other; each gets a fresh token and
- * `visible_at` at the end of its lease, and the wake it heard before is cleared (this run sees it).
+ * a clock due), SKIP LOCKED so runners never wait on each other; each gets a fresh token,
+ * `visible_at` at the end of its lease and its holder (`leased_by`, what the reaper releases by),
+ * and the wake it heard before is cleared (this run sees it). The claimer's own running
+ * executions are skipped: a run whose lease ran out late is still under way here, and its next
+ * renewal, fenced by its token, keeps it unless another runner took it meanwhile.
  */
-export const claim = (w: WorkflowSql, workflows: ReadonlyArray<string>, limit: number, leaseMs: number): Sql<ReadonlyArray<Claimed>> =>
+export const claim = (
+  w: WorkflowSql,
+  workflows: ReadonlyArray<string>,
+  limit: number,
+  leaseMs: number,
+  claimer: Claimer = { holder: null, running: [] }
+): Sql<ReadonlyArray<Claimed>> =>
   w.sql<{
     workflow: string
     execution_id: string
@@ -85,14 +101,18 @@ export const claim = (w: WorkflowSql, workflows: ReadonlyArray<string>, limit: n
     parent_execution: string | null
   }>`
     WITH chosen AS (
-      SELECT workflow, execution_id FROM ${w.executions}
-      WHERE visible_at <= now() AND workflow = ANY(${textArray(workflows)})
-      ORDER BY visible_at
+      SELECT x.workflow, x.execution_id FROM ${w.executions} AS x
+      WHERE x.visible_at <= now() AND x.workflow = ANY(${textArray(workflows)})
+        AND NOT EXISTS (SELECT 1 FROM unnest(${textArray(claimer.running.map((k) => k.workflow))},
+                                             ${textArray(claimer.running.map((k) => k.executionId))}) AS mine(workflow, execution_id)
+                        WHERE mine.workflow = x.workflow AND mine.execution_id = x.execution_id)
+      ORDER BY x.visible_at
       LIMIT ${limit}
       FOR UPDATE SKIP LOCKED
     )
     UPDATE ${w.executions} AS e SET
       lease_token = gen_random_uuid(),
+      leased_by   = ${claimer.holder},
       status      = 'running',
       visible_at  = now() + ${leaseMs}::bigint * interval '1 millisecond',
       wake        = 0,
@@ -266,6 +286,7 @@ export const finish = (w: WorkflowSql, claimed: Claimed, outcome: Finish): Sql<b
         failed       = ${outcome.failed},
         suspended_on = ${outcome.suspendedOn === undefined ? null : JSON.stringify(outcome.suspendedOn)}::jsonb,
         lease_token  = NULL,
+        leased_by    = NULL,
         status       = CASE WHEN ${outcome.complete} THEN 'complete'
                             WHEN e.wake = 2 OR (e.wake = 1 AND NOT ${outcome.failed}) THEN 'runnable'
                             ELSE 'suspended' END,
@@ -309,6 +330,7 @@ export const release = (w: WorkflowSql, claimed: Claimed, delayMs: number): Sql<
     WITH released AS (
       UPDATE ${w.executions} SET
         lease_token = NULL,
+        leased_by   = NULL,
         status      = 'runnable',
         visible_at  = now() + ${delayMs}::bigint * interval '1 millisecond',
         updated_at  = now()

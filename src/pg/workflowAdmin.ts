@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { Effect } from "effect"
-import type { SqlError } from "effect/sql"
+import type { SqlError, Statement } from "effect/sql"
 import type { Key, WorkflowSql } from "./workflow.ts"
 
 /** One execution as an operator sees it. */
@@ -16,6 +16,8 @@ export interface ExecutionRow {
   readonly status: string
   readonly failed: boolean
   readonly held: boolean
+  /** The presence consumer id of the runner holding it (null: none, or a runner without session liveness). */
+  readonly holder: string | null
   readonly suspended_on: unknown
   readonly clocks: unknown
   readonly parent: string | null
@@ -34,12 +36,11 @@ export interface ListFilter {
 }
 
 /**
- * Executions, newest first, filtered by workflow and status (null parameters match all): with
- * their unfired clocks and how many activity results they recorded, read per listed row only.
+ * The columns of an execution as listed, over `e` (the executions): its unfired clocks and how
+ * many activity results it recorded, read per row by its key.
  */
-export const list = (w: WorkflowSql, filter: ListFilter): Effect.Effect<ReadonlyArray<ExecutionRow>, SqlError.SqlError> =>
-  w.sql<ExecutionRow>`
-    SELECT e.workflow, e.execution_id, e.status, e.failed, e.lease_token IS NOT NULL AS held, e.suspended_on,
+const listedColumns = (w: WorkflowSql): Statement.Statement<never> =>
+  w.sql`e.workflow, e.execution_id, e.status, e.failed, e.lease_token IS NOT NULL AS held, e.leased_by AS holder, e.suspended_on,
            (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.name, 'due_at', c.due_at) ORDER BY c.due_at), '[]')
             FROM ${w.clocks} c
             WHERE c.workflow = e.workflow AND c.execution_id = e.execution_id
@@ -49,12 +50,71 @@ export const list = (w: WorkflowSql, filter: ListFilter): Effect.Effect<Readonly
            e.runs,
            (SELECT count(*)::int FROM ${w.activities} a
             WHERE a.workflow = e.workflow AND a.execution_id = e.execution_id) AS activities,
-           e.visible_at AS next_run_at, e.created_at, e.completed_at
+           e.visible_at AS next_run_at, e.created_at, e.completed_at`
+
+/**
+ * Executions, newest first, filtered by workflow and status (null parameters match all): with
+ * their unfired clocks and how many activity results they recorded, read per listed row only.
+ */
+export const list = (w: WorkflowSql, filter: ListFilter): Effect.Effect<ReadonlyArray<ExecutionRow>, SqlError.SqlError> =>
+  w.sql<ExecutionRow>`
+    SELECT ${listedColumns(w)}
     FROM ${w.executions} e
     WHERE (${filter.workflow ?? null}::text IS NULL OR e.workflow = ${filter.workflow ?? null})
       AND (${filter.status ?? null}::text IS NULL OR e.status = ${filter.status ?? null})
     ORDER BY e.created_at DESC
     LIMIT ${filter.limit}`
+
+/** One execution in full: its listed columns, payload, last result and what was heard while held. */
+export interface ExecutionDetailRow extends ExecutionRow {
+  readonly payload: unknown
+  readonly result: unknown
+  /** The interrupt requested: 0 none, 1 safe, 2 unsafe. */
+  readonly interrupt: number
+  readonly updated_at: Date
+}
+
+/**
+ * One execution by key, the list's columns and the rest of the row (the list's statement on one
+ * row: its key is the primary key), or undefined.
+ */
+export const execution = (w: WorkflowSql, key: Key): Effect.Effect<ExecutionDetailRow | undefined, SqlError.SqlError> =>
+  w.sql<ExecutionDetailRow>`
+    SELECT ${listedColumns(w)},
+           e.payload, e.result, e.interrupt, e.updated_at
+    FROM ${w.executions} e
+    WHERE e.workflow = ${key.workflow} AND e.execution_id = ${key.executionId}`.pipe(Effect.map((rows) => rows[0]))
+
+/** A deferred of an execution that is done: its name, its stored exit and when. */
+export interface DeferredRow {
+  readonly name: string
+  readonly exit: unknown
+  readonly done_at: Date
+}
+
+/** An execution's done deferreds (fired clocks among them, named `DurableClock/<name>`), in the order they were done. */
+export const deferreds = (w: WorkflowSql, key: Key): Effect.Effect<ReadonlyArray<DeferredRow>, SqlError.SqlError> =>
+  w.sql<DeferredRow>`
+    SELECT name, exit, done_at FROM ${w.deferreds}
+    WHERE workflow = ${key.workflow} AND execution_id = ${key.executionId}
+    ORDER BY done_at, name`
+
+/** A clock of an execution: when it is due and whether it fired (its deferred is done). */
+export interface ClockRow {
+  readonly name: string
+  readonly due_at: Date
+  readonly fired: boolean
+}
+
+/** Every clock an execution scheduled, fired or not, by due time (a few per execution: read by its key). */
+export const clocks = (w: WorkflowSql, key: Key): Effect.Effect<ReadonlyArray<ClockRow>, SqlError.SqlError> =>
+  w.sql<ClockRow>`
+    SELECT c.name, c.due_at,
+           EXISTS (SELECT 1 FROM ${w.deferreds} d
+                   WHERE d.workflow = c.workflow AND d.execution_id = c.execution_id AND d.name = c.name) AS fired
+    FROM ${w.clocks} c
+    WHERE c.workflow = ${key.workflow} AND c.execution_id = ${key.executionId}
+    ORDER BY c.due_at, c.name`
 
 /** One recorded activity attempt: how it ended (`success`, `failure`, `defect`) and when. */
 export interface ActivityRow {

@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import { type Duration, Effect } from "effect"
+import { type Duration, Effect, Option } from "effect"
 import { SqlClient } from "effect/sql"
 import { defaultSchema } from "../Migrations.ts"
 import { classify, type InvalidInput, type StoreError } from "../QueueError.ts"
@@ -52,6 +52,29 @@ export const activities = (options: {
       classify("workflows.activities")
     )
   })
+
+/** One execution in full, as `show` answers it: the row, its activity attempts, done deferreds and clocks. */
+export interface ExecutionDetail {
+  readonly execution: Admin.ExecutionDetailRow
+  readonly activities: ReadonlyArray<RecordedActivity>
+  readonly deferreds: ReadonlyArray<Admin.DeferredRow>
+  readonly clocks: ReadonlyArray<Admin.ClockRow>
+}
+
+/** One execution with its recorded activity attempts, done deferreds and clocks; none if it does not exist. */
+export const show = (options: {
+  readonly schema?: string | undefined
+  readonly workflow: string
+  readonly executionId: string
+}): Effect.Effect<Option.Option<ExecutionDetail>, InvalidInput | StoreError, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const w = yield* statementsFor(options.schema)
+    const key = { workflow: options.workflow, executionId: options.executionId }
+    const execution = yield* Admin.execution(w, key)
+    if (execution === undefined) return Option.none()
+    const [activities, deferreds, clocks] = yield* Effect.all([Admin.activities(w, key), Admin.deferreds(w, key), Admin.clocks(w, key)])
+    return Option.some({ execution, activities, deferreds, clocks })
+  }).pipe(classify("workflows.show"))
 
 /**
  * Delete executions completed more than `olderThan` ago (default 7 days), in batches of `batch`

@@ -17,21 +17,31 @@ import { type EngineState, keyOf, type Registered, type Run, statement } from ".
 /** How long a run that died of a defect waits before it is claimed again. */
 const DEFECT_DELAY_MS = 5_000
 
-/** The claim loop, forever: claim what fits, fork a run per claim, then wait for a signal or the poll interval. */
-export const claimLoop = (state: EngineState, engine: WorkflowEngine.WorkflowEngine["Service"]) =>
+/**
+ * The claim loop, until the drain: claim what fits (never an execution this process is still
+ * running), fork a run per claim into `runs`, then wait for a signal or the poll interval.
+ * `beforeClaim` runs before each claim that may take something (the presence registration).
+ */
+export const claimLoop = (
+  state: EngineState,
+  engine: WorkflowEngine.WorkflowEngine["Service"],
+  options: { readonly runs: Scope.Scope; readonly beforeClaim: Effect.Effect<void> }
+) =>
   Effect.gen(function*() {
-    const scope = yield* Effect.scope
-    while (true) {
+    while (!state.draining) {
       const names = [...state.registry.keys()]
       const free = state.settings.concurrency - state.runs.size
+      if (names.length > 0 && free > 0) yield* options.beforeClaim
+      const claimer = { holder: state.holder, running: [...state.runs.values()].map((run) => run.claimed) }
       const claimed = names.length === 0 || free <= 0
         ? []
-        : yield* Sql.claim(state.w, names, free, state.settings.leaseMs).pipe(
+        : yield* Sql.claim(state.w, names, free, state.settings.leaseMs, claimer).pipe(
           Effect.catch((error) => Effect.as(Effect.logWarning("leasehold workflow: claim failed", error), []))
         )
       for (const row of claimed) {
         const entry = state.registry.get(row.workflow)
-        if (entry !== undefined) yield* Effect.forkIn(runOne(state, engine, entry, row), scope)
+        if (entry !== undefined) yield* Effect.forkIn(runOne(state, engine, entry, row), options.runs)
+        else yield* statement(Sql.release(state.w, row, 0)) // unregistered since the claim began
       }
       if (claimed.length > 0 && claimed.length === free) continue
       yield* state.signals.waitUntil({ check: Effect.succeedNone, wanted: (p) => p === "run", ms: state.settings.pollMs })
@@ -79,7 +89,7 @@ const runOne = (
     yield* Metric.update(QueueMetrics.workflowInFlight, state.runs.size)
     yield* Effect.addFinalizer(() =>
       Effect.suspend(() => {
-        state.runs.delete(key)
+        if (state.runs.get(key) === run) state.runs.delete(key)
         return Metric.update(QueueMetrics.workflowInFlight, state.runs.size)
       })
     )
@@ -137,14 +147,17 @@ const lost = (message: string) =>
   Effect.andThen(Effect.logWarning(message), Metric.update(QueueMetrics.workflowRunsBy("lost"), 1))
 
 /**
- * The renewer: every lease/3, extend the lease fenced by token. A lost lease (no row) abandons the
- * run and interrupts it; only connection-dead errors are retried on the next tick; an unsafe
+ * The renewer: every lease/3, extend the lease fenced by token. A lost lease (no row), or a
+ * presence about to be judged dead, abandons the run and interrupts it; only connection-dead errors are retried on the next tick; an unsafe
  * interrupt heard here stops the run in progress.
  */
 const renew = (state: EngineState, run: Run) =>
   Effect.gen(function*() {
     yield* Effect.sleep(Math.max(1, Math.floor(state.settings.leaseMs / 3)))
-    const interrupt = yield* Sql.renew(state.w, run.claimed, state.settings.leaseMs).pipe(
+    if (yield* state.atRisk) {
+      return yield* stopLost(run, "leasehold workflow: presence lost (session gone, heartbeats failing); stopping the run before its execution is reaped")
+    }
+    const interrupt = yield* Sql.renew(state.leaseSql, run.claimed, state.settings.leaseMs).pipe(
       Effect.catchIf(isConnectionDead, () => Effect.succeed(run.interrupt))
     )
     if (interrupt === undefined) return yield* stopLost(run, "leasehold workflow: lease lost; stopping the run")

@@ -45,10 +45,24 @@ export interface Settings {
 /** The state of one process's engine. */
 export interface EngineState {
   readonly w: Sql.WorkflowSql
+  /** The lease traffic's client (renewals, finishing writes): a small pool of its own when there is a `PgClient`. */
+  readonly leaseSql: Sql.WorkflowSql
   readonly settings: Settings
   readonly registry: Map<string, Registered>
   readonly runs: Map<string, Run>
   readonly signals: Signals
+  /**
+   * This runner's presence consumer id once registered with session liveness (`leased_by` of
+   * its claims, what the reaper releases by when its session dies); null without it.
+   */
+  holder: string | null
+  /**
+   * Whether this runner could be judged dead by another's reaper soon (its presence session gone
+   * and its heartbeats failing): its runs stop before that, as a consumer's handlers do.
+   */
+  atRisk: Effect.Effect<boolean>
+  /** Set when the engine shuts down: nothing more is claimed, and runs release what they hold. */
+  draining: boolean
 }
 
 /** The map key of an execution. */

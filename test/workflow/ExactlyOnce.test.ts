@@ -106,7 +106,7 @@ layer(Engine, { excludeTestServices: true, timeout: 60_000 })("exactly-once acti
       const stale = { ...claimed!, token: "00000000-0000-4000-8000-000000000000" }
       const instance = WorkflowEngine.WorkflowInstance.initial(Credit, key.executionId)
       const run = { claimed: stale, instance, fiber: undefined, interrupt: 0, lost: false, awaiting: { deferreds: new Set<string>(), children: new Set<string>() } }
-      const state = { w, settings: { leaseMs: 30_000, pollMs: 200, concurrency: 1 }, registry: new Map(), runs: new Map(), signals: undefined as never }
+      const state = { w, leaseSql: w, settings: { leaseMs: 30_000, pollMs: 200, concurrency: 1 }, registry: new Map(), runs: new Map(), signals: undefined as never, holder: null, atRisk: Effect.succeed(false), draining: false }
       const attempt = Effect.gen(function*() {
         yield* sql`INSERT INTO ${sql(ledger)} (execution, attempt) VALUES (${key.executionId}, 1)`.pipe(Effect.orDie)
         return yield* Codec.decodeResult({ _tag: "Complete", exit: { _tag: "Success", value: 1 } })

@@ -3,12 +3,16 @@
  * token (a holder whose lease ran out and was reclaimed records nothing and cannot finish), no
  * lost wake-up (a deferred completed while a run holds the execution makes its suspension
  * runnable at once), clocks (a suspended execution is visible at its earliest unfired clock,
- * fired by the next claim), and a finished child waking its parent.
+ * fired by the next claim), a finished child waking its parent, and the reaper releasing the
+ * executions a dead runner (its presence session gone, its heartbeat stale) holds.
  */
 import { assert, layer } from "@effect/vitest"
 import { Effect, Layer, Option } from "effect"
 import { SqlClient } from "effect/sql"
+import * as ConsumerPresence from "../../src/ConsumerPresence.ts"
 import * as Migrations from "../../src/Migrations.ts"
+import * as PresenceSql from "../../src/pg/presence.ts"
+import * as Reap from "../../src/pg/reap.ts"
 import * as Sql from "../../src/pg/workflow.ts"
 import * as PgTest from "../support/PgTest.ts"
 import { waitFor } from "../support/Wait.ts"
@@ -59,6 +63,18 @@ layer(Db, { excludeTestServices: true })("workflow statements on PostgreSQL", (i
       assert.isTrue(yield* Sql.finish(w, fresh2, suspended))
     }))
 
+  it.effect("a runner never claims again an execution it is still running, even once its lease ran out", () =>
+    Effect.gen(function*() {
+      const w = yield* statements
+      const key = { ...fresh(), workflow: "Mine" }
+      yield* Sql.start(w, key, {}, undefined)
+      const first = (yield* claimOne(w, key, 30))!
+      yield* waitFor("the lease to run out", Effect.map(row(w, key), (r) => Option.some(r).pipe(Option.filter(() => r.visible === true))))
+      const again = yield* Sql.claim(w, ["Mine"], 5, 30_000, { holder: null, running: [key] })
+      assert.deepStrictEqual(again, [], "skipped: its run goes on here")
+      assert.isDefined(yield* Sql.renew(w, first, 30_000), "so its late renewal still holds it")
+    }))
+
   it.effect("a deferred completed while a run holds the execution is not lost", () =>
     Effect.gen(function*() {
       const w = yield* statements
@@ -94,6 +110,38 @@ layer(Db, { excludeTestServices: true })("workflow statements on PostgreSQL", (i
       assert.deepStrictEqual(yield* Sql.deferredResult(w, key, "DurableClock/nap"), { _tag: "Success", value: null })
       yield* Sql.finish(w, woken, suspended)
       assert.deepStrictEqual(yield* row(w, key), { status: "suspended", visible: null, wake: 0 }, "a fired clock no longer counts")
+    }))
+
+  it.effect("the reaper releases a dead runner's executions at once, fenced: its token can write nothing more", () =>
+    Effect.gen(function*() {
+      const w = yield* statements
+      const sql = yield* SqlClient.SqlClient
+      // A dead runner: its row advertises a lock nobody holds, its heartbeat an hour old.
+      yield* sql`
+        INSERT INTO ${sql(`${schema}.consumers`)} (id, host, pid, lock_key, backend_pid, heartbeat_at)
+        VALUES ('dead-runner', 'test-host', 4242, nextval(${`${schema}.consumer_lock_keys`}::regclass)::int, 0, now() - interval '1 hour')`
+      const mine = { ...fresh(), workflow: "Reaped" }
+      const other = { ...fresh(), workflow: "Reaped" }
+      yield* Sql.start(w, mine, {}, undefined)
+      yield* Sql.start(w, other, {}, undefined)
+      const claimed = yield* Sql.claim(w, ["Reaped"], 1, 30_000, { holder: "dead-runner", running: [] })
+      const held = claimed[0]!
+      const byLive = (yield* Sql.claim(w, ["Reaped"], 1, 30_000, { holder: null, running: [] }))[0]!
+      assert.notStrictEqual(held.executionId, byLive.executionId)
+
+      const ctx = PresenceSql.makeContext(sql.withoutTransforms(), schema, ConsumerPresence.classKey(schema), 100)
+      const reaped = yield* Reap.sweep(ctx, "someone")
+      assert.deepStrictEqual(reaped.map((r) => [r.consumer, r.messageId, r.execution]), [
+        ["dead-runner", null, `Reaped/${held.executionId}`],
+        ["dead-runner", null, null] // the consumer's row: it held no message
+      ])
+      const released = { workflow: "Reaped", executionId: held.executionId }
+      assert.deepStrictEqual(yield* row(w, released), { status: "runnable", visible: true, wake: 0 })
+      assert.isFalse(yield* Sql.recordActivity(w, held, "a", 1, { _tag: "Complete" }), "the dead run's token matches nothing")
+      assert.isUndefined(yield* Sql.renew(w, held, 30_000))
+      const untouched = { workflow: "Reaped", executionId: byLive.executionId }
+      assert.deepStrictEqual(yield* row(w, untouched), { status: "running", visible: false, wake: 0 }, "a claim without a dead holder stays")
+      assert.deepStrictEqual(yield* Reap.sweep(ctx, "someone"), [], "the dead runner is handled once")
     }))
 
   it.effect("a child that completes wakes its parent; a detached one (no parent recorded) does not", () =>
