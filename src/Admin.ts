@@ -20,9 +20,12 @@
  * @since 0.1.0
  */
 import { Effect, Layer, Metric, Option, Redacted } from "effect"
-import { HttpApiBuilder, HttpApiError, HttpApiGroup, HttpApiMiddleware } from "effect/http-api"
-import { HttpServerRequest } from "effect/http"
-import { SqlClient } from "effect/sql"
+import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
+import * as HttpApiError from "effect/http-api/HttpApiError"
+import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as SchemaIssue from "effect/SchemaIssue"
 import { createHash, timingSafeEqual } from "node:crypto"
 import * as ConsumerPresence from "./ConsumerPresence.ts"

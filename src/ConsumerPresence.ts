@@ -62,7 +62,7 @@
  *
  * @since 0.1.0
  */
-import { PgClient } from "@effect/sql-pg"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import { Clock, Context, Deferred, type Duration, Effect, Layer, Option, type Scope } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import type { SqlClient } from "effect/sql"

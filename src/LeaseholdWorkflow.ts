@@ -8,8 +8,8 @@
  * @since 0.1.0
  */
 import { type Duration, Effect, Layer, Scope } from "effect"
-import { SqlClient } from "effect/sql"
-import { WorkflowEngine } from "effect/workflow"
+import * as SqlClient from "effect/sql/SqlClient"
+import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import { defaultSchema } from "./Migrations.ts"
 import * as WorkflowConfig from "./config/workflow.ts"
 import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"

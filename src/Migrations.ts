@@ -5,7 +5,9 @@
  * @since 0.1.0
  */
 import { Effect, Layer } from "effect"
-import { Migrator, SqlClient, SqlError } from "effect/sql"
+import * as Migrator from "effect/sql/Migrator"
+import * as SqlClient from "effect/sql/SqlClient"
+import * as SqlError from "effect/sql/SqlError"
 import createMessages from "./migrations/0001_create_messages.ts"
 import attemptsAndLeaseExpiries from "./migrations/0002_attempts_and_lease_expiries.ts"
 import consumers from "./migrations/0003_consumers.ts"

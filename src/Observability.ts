@@ -13,8 +13,10 @@
  * @since 0.1.0
  */
 import { Config, Context, type Duration, Effect, Layer } from "effect"
-import { FetchHttpClient } from "effect/http"
-import { Otlp, type OtlpExporter, PrometheusMetrics } from "effect/observability"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
+import * as Otlp from "effect/observability/Otlp"
+import * as PrometheusMetrics from "effect/observability/PrometheusMetrics"
+import type { OtlpExporter } from "effect/observability"
 import * as Read from "./config/read.ts"
 import { redactSecrets } from "./internal/redact.ts"
 import { ConfigInvalid } from "./QueueError.ts"

@@ -8,11 +8,11 @@
  *
  * @since 0.1.0
  */
-import { PgClient } from "@effect/sql-pg"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import { Clock, Context, Duration, Effect, Layer, type Scope } from "effect"
 import * as Flow from "./pg/flow.ts"
 import { Insights, type InsightsShape } from "./Insights.ts"
-import { SqlClient } from "effect/sql"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Migrations from "./Migrations.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import { StoreSettings } from "./StoreSettings.ts"

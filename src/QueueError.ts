@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { Cause, Effect, Schema } from "effect"
-import { SqlError } from "effect/sql"
+import * as SqlError from "effect/sql/SqlError"
 import { redactSecrets } from "./internal/redact.ts"
 
 /**

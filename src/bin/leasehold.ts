@@ -19,7 +19,8 @@
  * command, message ids that match nothing), 2 refused before connecting (a bad
  * or unknown flag, argument or command; the error and the command's help on stderr).
  */
-import { NodeRuntime, NodeServices } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as NodeServices from "@effect/platform-node/NodeServices"
 import { Effect } from "effect"
 import * as Cli from "../cli/cli.ts"
 

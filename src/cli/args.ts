@@ -3,7 +3,9 @@
  * command's handler runs, and each failure names the flag and the rule (exit 2, nothing connected).
  */
 import { Effect } from "effect"
-import { Argument, CliError, Flag } from "effect/cli"
+import * as Argument from "effect/cli/Argument"
+import * as CliError from "effect/cli/CliError"
+import * as Flag from "effect/cli/Flag"
 import type { MessageId } from "../Message.ts"
 
 /** Refuse an invocation with `message` (printed with the command's help, exit 2). */

@@ -17,7 +17,11 @@
  */
 import { createRequire } from "node:module"
 import { Cause, Console, Effect, Exit, Layer, Runtime } from "effect"
-import { CliConfig, CliError, CliOutput, Command, GlobalFlag } from "effect/cli"
+import * as CliConfig from "effect/cli/CliConfig"
+import * as CliError from "effect/cli/CliError"
+import * as CliOutput from "effect/cli/CliOutput"
+import * as Command from "effect/cli/Command"
+import * as GlobalFlag from "effect/cli/GlobalFlag"
 import { connect, interruptEndsNormally, print } from "./connect.ts"
 import { deadLetters } from "./deadLetters.ts"
 import { describe } from "./errors.ts"

@@ -3,7 +3,7 @@
  * for the commands that write), print, and mark a command that ends normally on Ctrl-C.
  */
 import { Console, Context, Effect, Layer } from "effect"
-import { SqlClient } from "effect/sql"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Migrations from "../Migrations.ts"
 import * as PgQueueStore from "../PgQueueStore.ts"
 import * as QueueConfig from "../QueueConfig.ts"

@@ -3,7 +3,8 @@
  * (and may migrate, like send).
  */
 import { Effect, Option } from "effect"
-import { Command, Flag } from "effect/cli"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
 import type { MessageId } from "../Message.ts"
 import type { DeadLetterFilter } from "../QueueStore.ts"
 import { jsonFlag, limitFlag, parseIds, refuse } from "./args.ts"

@@ -6,7 +6,10 @@
  * refused naming the rule (exit 2), nothing written.
  */
 import { Effect, Option } from "effect"
-import { Argument, CliError, Command, Flag } from "effect/cli"
+import * as Argument from "effect/cli/Argument"
+import * as CliError from "effect/cli/CliError"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
 import * as FlowControl from "../FlowControl.ts"
 import type { FlowLimits, Rate } from "../FlowControl.ts"
 import { jsonFlag, queueArgument, refuse, wholeNumber } from "./args.ts"

@@ -3,7 +3,10 @@
  * `cancel` some. Only `send` and `cancel` write (and may migrate).
  */
 import { Effect, Option } from "effect"
-import { Argument, CliError, Command, Flag } from "effect/cli"
+import * as Argument from "effect/cli/Argument"
+import * as CliError from "effect/cli/CliError"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
 import type { MessageId } from "../Message.ts"
 import * as QueueConfig from "../QueueConfig.ts"
 import * as Validate from "../internal/validate.ts"

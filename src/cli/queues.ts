@@ -3,7 +3,9 @@
  * `queues list | pause | resume` (pause and resume write, and may migrate).
  */
 import { Console, Effect } from "effect"
-import { Argument, Command, Flag } from "effect/cli"
+import * as Argument from "effect/cli/Argument"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
 import type { QueueStats } from "../Message.ts"
 import type { QueueStore } from "../QueueStore.ts"
 import * as Validate from "../internal/validate.ts"

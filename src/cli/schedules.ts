@@ -3,7 +3,8 @@
  * (and may migrate, like send).
  */
 import { Effect, Option } from "effect"
-import { Argument, Command } from "effect/cli"
+import * as Argument from "effect/cli/Argument"
+import * as Command from "effect/cli/Command"
 import * as Validate from "../internal/validate.ts"
 import { jsonFlag, refuse } from "./args.ts"
 import { connect, print } from "./connect.ts"

@@ -2,7 +2,8 @@
  * `leasehold serve`: the admin API and the dashboard against LEASEHOLD_DATABASE_URL, until Ctrl-C.
  */
 import { Console, Context, Effect, Layer, Option } from "effect"
-import { Command, Flag } from "effect/cli"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
 import * as QueueConfig from "../QueueConfig.ts"
 import { intFlag } from "./args.ts"
 import { connect, endOnInterrupt, print } from "./connect.ts"

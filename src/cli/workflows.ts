@@ -3,7 +3,10 @@
  * list and show are read-only; prune deletes finished executions (and may migrate, like send).
  */
 import { Effect, Option } from "effect"
-import { Argument, CliError, Flag, Command } from "effect/cli"
+import * as Argument from "effect/cli/Argument"
+import * as CliError from "effect/cli/CliError"
+import * as Flag from "effect/cli/Flag"
+import * as Command from "effect/cli/Command"
 import * as LeaseholdWorkflow from "../LeaseholdWorkflow.ts"
 import * as QueueConfig from "../QueueConfig.ts"
 import { jsonFlag, limitFlag, refuse } from "./args.ts"

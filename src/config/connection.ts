@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { PgClient } from "@effect/sql-pg"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import { Config, Effect, Layer, Option, Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import * as Pooler from "../Pooler.ts"

@@ -4,7 +4,12 @@
  *
  * @since 0.1.0
  */
-import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "effect/http-api"
+import * as HttpApi from "effect/http-api/HttpApi"
+import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
+import * as HttpApiSecurity from "effect/http-api/HttpApiSecurity"
+import * as OpenApi from "effect/http-api/OpenApi"
 import { Schema } from "effect"
 import { Attempt, DeadLetter, MessageInfo } from "../Message.ts"
 import { BulkActionInput, BulkCount, BulkInput, BulkOutcomeSchema, DepthAnswer, FilterFields, MinutesInput, ScheduleRow, ThroughputAnswer, TriggerOutcome } from "./adminInsightsSchema.ts"

@@ -8,7 +8,7 @@
  * @since 0.1.0
  */
 import { Effect, Option, Schema } from "effect"
-import { SqlClient } from "effect/sql"
+import * as SqlClient from "effect/sql/SqlClient"
 import type { InvalidInput, StoreError } from "../QueueError.ts"
 import * as WorkflowAdmin from "../workflow/admin.ts"
 import { NotFound } from "./adminSchema.ts"

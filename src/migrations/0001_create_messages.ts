@@ -6,7 +6,7 @@
  * its id for life. Acked messages are deleted.
  */
 import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as SqlClient from "effect/sql/SqlClient"
 
 /** Build the migration for `schema` (already validated as an identifier). */
 export default (schema: string) =>

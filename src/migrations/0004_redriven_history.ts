@@ -7,7 +7,7 @@
  * the drive's attempts to the base and records a `redriven` row.
  */
 import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as SqlClient from "effect/sql/SqlClient"
 
 /** Build the migration for `schema` (already validated as an identifier). */
 export default (schema: string) =>

@@ -13,7 +13,7 @@
  * by the next send with the key.
  */
 import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as SqlClient from "effect/sql/SqlClient"
 
 /** Build the migration for `schema` (already validated as an identifier). */
 export default (schema: string) =>

@@ -14,7 +14,7 @@
  * - `flow_rates`: the start times inside each rate window, per queue, task and key bucket.
  */
 import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as SqlClient from "effect/sql/SqlClient"
 
 /** Build the migration for `schema` (already validated as an identifier). */
 export default (schema: string) =>

@@ -4,7 +4,7 @@
  * it was written. Read with the message (`get`, `messages`), never by the claim.
  */
 import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as SqlClient from "effect/sql/SqlClient"
 
 /** Build the migration for `schema` (already validated as an identifier). */
 export default (schema: string) =>

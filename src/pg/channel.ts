@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { Effect } from "effect"
-import { SqlError } from "effect/sql"
+import * as SqlError from "effect/sql/SqlError"
 import { hash31 } from "../internal/hash.ts"
 
 /** PostgreSQL's limit on identifiers, channel names included (NAMEDATALEN - 1 bytes). */

@@ -9,7 +9,7 @@
  * @since 0.5.0
  */
 import { Effect } from "effect"
-import { SqlClient } from "effect/sql"
+import * as SqlClient from "effect/sql/SqlClient"
 import { classify, CommitFenced, InvalidInput } from "../QueueError.ts"
 import type { Completion, QueueStoreShape } from "../QueueStore.ts"
 import { completeOn, endedOf, notifyReleased } from "./complete.ts"

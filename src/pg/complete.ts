@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import { PgTypes } from "@effect/sql-pg"
+import * as PgTypes from "@effect/sql-pg/PgTypes"
 import { Effect } from "effect"
 import type { SqlClient } from "effect/sql"
 import type { Completed, Completion, QueueStoreShape } from "../QueueStore.ts"

@@ -6,7 +6,7 @@
  *
  * @since 0.6.0
  */
-import { PgClient } from "@effect/sql-pg"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import { Deferred, Effect, Fiber, PubSub, Queue, Scope } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import type { CompletionEvent, LifecycleOperations } from "../Lifecycle.ts"

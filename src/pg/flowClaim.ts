@@ -8,7 +8,7 @@
  *
  * @since 0.4.0
  */
-import { Statement } from "effect/sql"
+import * as Statement from "effect/sql/Statement"
 import type { FlowLimitStage } from "../QueueMetrics.ts"
 import { historyErrors } from "../QueueStore.ts"
 import type { PgContext } from "./context.ts"

@@ -8,9 +8,9 @@
  *
  * @since 0.1.0
  */
-import { PgTypes } from "@effect/sql-pg"
+import * as PgTypes from "@effect/sql-pg/PgTypes"
 import { Result } from "effect"
-import { Statement } from "effect/sql"
+import * as Statement from "effect/sql/Statement"
 
 /**
  * The time a statement runs at, `coalesce($now::timestamptz, now())`: `now` is the store's

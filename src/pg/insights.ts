@@ -5,7 +5,7 @@
  *
  * @since 0.5.0
  */
-import { PgTypes } from "@effect/sql-pg"
+import * as PgTypes from "@effect/sql-pg/PgTypes"
 import { Effect } from "effect"
 import type { InsightsShape } from "../Insights.ts"
 import { hash31 } from "../internal/hash.ts"

@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import { Effect, Option } from "effect"
-import { Statement } from "effect/sql"
+import * as Statement from "effect/sql/Statement"
 import type { MessageState } from "../Message.ts"
 import type { QueueStoreShape } from "../QueueStore.ts"
 import type { PgContext } from "./context.ts"

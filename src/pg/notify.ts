@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import { PgClient } from "@effect/sql-pg"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import { Deferred, Effect, Fiber, Latch, Queue } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import type { MessageId } from "../Message.ts"

@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import { Context } from "effect"
-import { SqlClient } from "effect/sql"
+import * as SqlClient from "effect/sql/SqlClient"
 import { InvalidInput } from "../QueueError.ts"
 
 /**

@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { Effect, Option } from "effect"
-import { Statement } from "effect/sql"
+import * as Statement from "effect/sql/Statement"
 import type { MessageId, SendResult } from "../Message.ts"
 import { defaults, type QueueStoreShape } from "../QueueStore.ts"
 import * as Validate from "../internal/validate.ts"

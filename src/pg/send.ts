@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { PgTypes } from "@effect/sql-pg"
+import * as PgTypes from "@effect/sql-pg/PgTypes"
 import { Effect, Option } from "effect"
 import type { MessageId, SendResult } from "../Message.ts"
 import type { QueueStoreShape } from "../QueueStore.ts"

@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import { type Duration, Effect, Option } from "effect"
-import { SqlClient } from "effect/sql"
+import * as SqlClient from "effect/sql/SqlClient"
 import { defaultSchema } from "../Migrations.ts"
 import { classify, type InvalidInput, type StoreError } from "../QueueError.ts"
 import * as Validate from "../internal/validate.ts"

@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { Effect, Exit, Schema } from "effect"
-import { Workflow } from "effect/workflow"
+import * as Workflow from "effect/workflow/Workflow"
 
 const AnyOrVoid = Schema.Union([Schema.Any, Schema.Void])
 

@@ -7,7 +7,8 @@
  * @since 0.1.0
  */
 import { Context, Duration, Effect, Fiber, Metric, Option, Schema } from "effect"
-import { Workflow, WorkflowEngine } from "effect/workflow"
+import * as Workflow from "effect/workflow/Workflow"
+import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import * as QueueMetrics from "../QueueMetrics.ts"
 import * as Sql from "../pg/workflow.ts"
 import * as Codec from "./codec.ts"

@@ -6,7 +6,8 @@
  * @since 0.1.0
  */
 import { Context, Effect, Exit, Fiber, Metric, Schema, Scope } from "effect"
-import { Workflow, WorkflowEngine } from "effect/workflow"
+import * as Workflow from "effect/workflow/Workflow"
+import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import { isConnectionDead } from "../QueueError.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
 import * as Sql from "../pg/workflow.ts"

@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { PgClient } from "@effect/sql-pg"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import { Effect, Option, PubSub, Queue, Scope } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
 

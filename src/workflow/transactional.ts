@@ -8,7 +8,8 @@
  */
 import { Context, Data, Effect } from "effect"
 import { constFalse } from "effect/Function"
-import { SqlClient, type SqlError } from "effect/sql"
+import * as SqlClient from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql"
 import type { Workflow } from "effect/workflow"
 import * as Sql from "../pg/workflow.ts"
 import * as Codec from "./codec.ts"
