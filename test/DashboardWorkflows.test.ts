@@ -4,9 +4,10 @@
  * PostgreSQL schema:
  *
  * - one Chain completes after its two activities (its deferred done from outside), one stays
- *   suspended on its `go` deferred, one Doomed fails after two attempts;
+ *   suspended on its `go` deferred, one Doomed fails after two attempts, one Waits is interrupted
+ *   while suspended;
  * - the list (`#/workflows`) shows each with its status (complete, suspended on deferred go,
- *   failed), and its status filter is the URL;
+ *   failed, interrupted), and its status filter is the URL;
  * - the completed Chain's page lists its activities with their results; the suspended one's shows
  *   its deferred waiting; the failed one's shows each attempt's error;
  * - screenshots of the list and the completed Chain's page go to .tmp/dashboard-workflows.png and
@@ -54,10 +55,11 @@ describe(`Dashboard workflow views in headless Chromium on a real engine and Pos
         Layer.provide(Layer.succeed(SqlClient.SqlClient, sql))
       ))
       const id = `dash-${Date.now()}`
-      const [done, waiting, doomed] = yield* Effect.all([
+      const [done, waiting, doomed, stopped] = yield* Effect.all([
         W.Chain.execute({ id: `${id}-done` }, { discard: true }),
         W.Chain.execute({ id: `${id}-waiting` }, { discard: true }),
-        W.Doomed.execute({ id: `${id}-doomed` }, { discard: true })
+        W.Doomed.execute({ id: `${id}-doomed` }, { discard: true }),
+        W.Waits.execute({ id: `${id}-stopped` }, { discard: true })
       ]).pipe(Effect.provide(engine))
       const { page, problems } = yield* openDashboard(yield* launch(chromiumTool), `${base}/`, token)
       yield* Effect.promise(() => page.click(`nav a[data-nav="workflows"]`))
@@ -65,15 +67,18 @@ describe(`Dashboard workflow views in headless Chromium on a real engine and Pos
       // Both Chains suspend on go; then the first one's deferred is done and it completes.
       yield* waitPage("both Chains suspended on go", async () => {
         const s = await statusCells(page)
-        return s[done] === "suspended on deferred go" && s[waiting] === "suspended on deferred go" ? true : undefined
+        return s[done] === "suspended on deferred go" && s[waiting] === "suspended on deferred go" && s[stopped] === "suspended on deferred never"
+          ? true
+          : undefined
       })
+      yield* W.Waits.interrupt(stopped).pipe(Effect.provide(engine))
       yield* DurableDeferred.done(W.Go, {
         token: DurableDeferred.tokenFromExecutionId(W.Go, { workflow: W.Chain, executionId: done }),
         exit: Exit.void
       }).pipe(Effect.provide(engine))
       const statuses = yield* waitPage("the list's statuses", async () => {
         const s = await statusCells(page)
-        return s[done] === "complete" && s[doomed] === "failed" ? s : undefined
+        return s[done] === "complete" && s[doomed] === "failed" && s[stopped] === "interrupted" ? s : undefined
       })
       assert.strictEqual(statuses[waiting], "suspended on deferred go")
       mkdirSync(".tmp", { recursive: true })
@@ -84,7 +89,7 @@ describe(`Dashboard workflow views in headless Chromium on a real engine and Pos
       yield* Effect.promise(() => page.click(`#workflows-form button[data-action="filter"]`))
       yield* waitPage("only the complete ones", async () => {
         const s = await statusCells(page)
-        return Object.keys(s).length === 2 && s[waiting] === undefined ? true : undefined
+        return Object.keys(s).length === 3 && s[waiting] === undefined ? true : undefined
       })
       assert.include(yield* Effect.promise(() => page.evaluate(() => (globalThis as any).location.hash as string)), "status=complete")
 

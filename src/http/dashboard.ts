@@ -28,7 +28,7 @@ import { messageMarkup, messageScript } from "./dashboard/message.ts"
 import { overviewMarkup, overviewScript, overviewStyle } from "./dashboard/overview.ts"
 import { schedulesMarkup, schedulesScript } from "./dashboard/schedules.ts"
 import { searchMarkup, searchScript } from "./dashboard/search.ts"
-import { workflowsMarkup, workflowsScript } from "./dashboard/workflows.ts"
+import { workflowsMarkup, workflowsScript, workflowsStyle } from "./dashboard/workflows.ts"
 import { flowScript, flowStyle } from "./dashboardFlow.ts"
 
 /** The views in the navigation: [route, label]. */
@@ -100,7 +100,7 @@ refresh();
 setInterval(refresh, 2000);
 `
 
-const style = commonStyle + overviewStyle + chartsStyle + flowStyle
+const style = commonStyle + overviewStyle + chartsStyle + flowStyle + workflowsStyle
 
 const script = [
   commonScript,

@@ -14,6 +14,11 @@
 /** The statuses the list filters by (the API's `status`). */
 const statuses = ["runnable", "running", "suspended", "complete"]
 
+/** The views' style: a standing wraps at words, never inside one. */
+export const workflowsStyle = `
+td.standing { white-space: normal; min-width: 16em; max-width: 40em; }
+`
+
 /** The views' markup. */
 export const workflowsMarkup = `<section id="view-workflows" data-view="workflows" hidden>
 <h2>Workflow executions</h2>
@@ -79,11 +84,11 @@ const executionRow = (e) => {
   const tr = fieldRow([
     ["workflow", viewLink("/workflows" + queryOf({ workflow: e.workflow }), e.workflow)],
     ["executionId", viewLink(executionHash(e.workflow, e.executionId), e.executionId)],
-    ["status", standing(e), "text"], ["runs", e.runs, "num"], ["activities", e.activities, "num"],
+    ["status", standing(e), "standing"], ["runs", e.runs, "num"], ["activities", e.activities, "num"],
     ["createdAt", iso(e.createdAt)], ["updatedAt", iso(e.updatedAt)], ["completedAt", iso(e.completedAt)]
   ]);
   tr.dataset.execution = e.executionId;
-  if (e.status === "complete" && e.outcome !== "success") tr.querySelector('[data-field="status"]').className = "text bad";
+  if (e.status === "complete" && e.outcome !== "success") tr.querySelector('[data-field="status"]').className = "standing bad";
   return tr;
 };
 
