@@ -3,8 +3,8 @@
  * leasehold's workflow engine running beside the server on the store's schema:
  * - GET /api/workflows lists executions newest first, filtered by status and workflow, bounded
  *   by limit, with what each is suspended on and its clocks;
- * - GET /api/workflows/:workflow/:executionId shows one with its payload, result, activity
- *   attempts, done deferreds and clocks (fired or not); an unknown one is a 404;
+ * - GET /api/workflows/:workflow/:executionId shows one with its payload, result and outcome,
+ *   activity attempts (with their stored exits), done deferreds and clocks (fired or not); an unknown one is a 404;
  * - a bad status or limit is a 400 naming the field; the routes need the token once one is set;
  * - on the memory store (no executions) the list is empty and every execution is not found.
  */
@@ -52,9 +52,11 @@ describe("Admin workflow routes", () => {
         suspendedOn: { deferreds: ["go"], children: [] },
         clocks: [],
         activities: 1,
+        outcome: null,
         nextRunAt: null,
         completedAt: null
       })
+      assert.isString(suspended.updatedAt)
       const done = yield* waitFor("Flaky and Nap to complete", Effect.map(get("/api/workflows?status=complete"), (r) =>
         r.status === 200 && r.body.length === 2 ? Option.some(r.body) : Option.none()))
       assert.sameMembers(done.map((e: any) => e.executionId), [nap, flaky])
@@ -66,6 +68,9 @@ describe("Admin workflow routes", () => {
       assert.deepStrictEqual(flakyShown.body.execution.payload, { id: `${id}-flaky` })
       assert.strictEqual(flakyShown.body.execution.status, "complete")
       assert.strictEqual(flakyShown.body.execution.result._tag, "Complete")
+      assert.strictEqual(flakyShown.body.execution.outcome, "success")
+      assert.deepStrictEqual(flakyShown.body.activities.at(-1).exit, { _tag: "Success", value: 3 })
+      assert.deepStrictEqual(flakyShown.body.activities[0].exit._tag, "Failure")
       assert.deepStrictEqual(flakyShown.body.activities.map((a: any) => [a.activity, a.attempt, a.outcome]), [
         ["flaky", 1, "failure"],
         ["flaky", 2, "failure"],

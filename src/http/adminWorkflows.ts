@@ -24,6 +24,9 @@ export const WorkflowStatusInput = Schema.Literals(WorkflowAdmin.statuses).annot
   message: `one of ${WorkflowAdmin.statuses.join(", ")}`
 })
 
+/** How a recorded activity attempt ended. */
+const activityOutcomes = ["success", "failure", "interrupted", "defect"] as const
+
 /** A clock not fired yet, as listed. */
 const DueClock = Schema.Struct({ name: Schema.String, dueAt: Schema.Date })
 
@@ -41,11 +44,15 @@ export const ExecutionRow = Schema.Struct({
   suspendedOn: Schema.NullOr(Schema.Struct({ deferreds: Schema.Array(Schema.String), children: Schema.Array(Schema.String) })),
   clocks: Schema.Array(DueClock),
   parent: Schema.NullOr(Schema.String),
+  /** How a complete execution ended: `success`, `failure`, `interrupted`, `defect`; null while not complete. */
+  outcome: Schema.NullOr(Schema.String),
   runs: Schema.Number,
   activities: Schema.Number,
   /** When it may be claimed next (its lease's end while held, its earliest clock while asleep); null: waiting to be woken, or complete. */
   nextRunAt: Schema.NullOr(Schema.Date),
   createdAt: Schema.Date,
+  /** When its row last changed (a run, a lease, a wake-up). */
+  updatedAt: Schema.Date,
   completedAt: Schema.NullOr(Schema.Date)
 })
 
@@ -57,13 +64,14 @@ export const ExecutionDetail = Schema.Struct({
     /** The last run's `Workflow.Result` as stored (null before a run wrote one). */
     result: Schema.Unknown,
     /** The interrupt requested: 0 none, 1 safe, 2 unsafe. */
-    interrupt: Schema.Number,
-    updatedAt: Schema.Date
+    interrupt: Schema.Number
   }),
   activities: Schema.Array(Schema.Struct({
     activity: Schema.String,
     attempt: Schema.Number,
-    outcome: Schema.Literals(["success", "failure", "defect"]),
+    outcome: Schema.Literals(activityOutcomes),
+    /** The attempt's exit as stored: `{ _tag: "Success", value }` or `{ _tag: "Failure", cause: [reasons] }`. */
+    exit: Schema.Unknown,
     recordedAt: Schema.Date
   })),
   deferreds: Schema.Array(Schema.Struct({ name: Schema.String, exit: Schema.Unknown, doneAt: Schema.Date })),
@@ -86,10 +94,12 @@ const rowView = (row: WorkflowAdmin.Execution): Row => ({
     dueAt: new Date(c.due_at)
   })),
   parent: row.parent,
+  outcome: row.outcome,
   runs: Number(row.runs),
   activities: Number(row.activities),
   nextRunAt: row.next_run_at,
   createdAt: row.created_at,
+  updatedAt: row.updated_at,
   completedAt: row.completed_at
 })
 
@@ -99,13 +109,13 @@ const detailView = (detail: WorkflowAdmin.ExecutionDetail): typeof ExecutionDeta
     ...rowView(detail.execution),
     payload: detail.execution.payload,
     result: detail.execution.result ?? null,
-    interrupt: Number(detail.execution.interrupt),
-    updatedAt: detail.execution.updated_at
+    interrupt: Number(detail.execution.interrupt)
   },
   activities: detail.activities.map((a) => ({
     activity: a.activity,
     attempt: Number(a.attempt),
-    outcome: a.outcome as "success" | "failure" | "defect",
+    outcome: a.outcome as typeof activityOutcomes[number],
+    exit: a.exit,
     recordedAt: a.recorded_at
   })),
   deferreds: detail.deferreds.map((d) => ({ name: d.name, exit: d.exit, doneAt: d.done_at })),

@@ -7,7 +7,9 @@
  *   consumers, in flight, dead letters, the serving process's counters;
  * - `#/search?queue=..&payload=..` the message search with its bulk actions (`search.ts`, `bulk.ts`);
  * - `#/message/<id>` one message (`message.ts`);
- * - `#/schedules` (`schedules.ts`) and `#/consumers` (`consumers.ts`).
+ * - `#/schedules` (`schedules.ts`) and `#/consumers` (`consumers.ts`);
+ * - `#/workflows?status=..&workflow=..` the workflow executions, `#/workflow/<workflow>/<id>` one
+ *   execution (`workflows.ts`).
  *
  * The current view reads its `/api` routes every 2 s. Every request is relative to the page,
  * so behind a reverse proxy that serves the dashboard under a path of its own (and strips it)
@@ -26,6 +28,7 @@ import { messageMarkup, messageScript } from "./dashboard/message.ts"
 import { overviewMarkup, overviewScript, overviewStyle } from "./dashboard/overview.ts"
 import { schedulesMarkup, schedulesScript } from "./dashboard/schedules.ts"
 import { searchMarkup, searchScript } from "./dashboard/search.ts"
+import { workflowsMarkup, workflowsScript, workflowsStyle } from "./dashboard/workflows.ts"
 import { flowScript, flowStyle } from "./dashboardFlow.ts"
 
 /** The views in the navigation: [route, label]. */
@@ -33,20 +36,20 @@ const navigation: ReadonlyArray<readonly [string, string]> = [
   ["overview", "overview"],
   ["search", "messages"],
   ["schedules", "schedules"],
-  ["consumers", "consumers"]
+  ["consumers", "consumers"],
+  ["workflows", "workflows"]
 ]
 
 /** Which view the URL names, and the refresh loop of the current one. */
 const routerScript = `
-/** The view of the URL's hash: #/<view>/<id>?<params> (#/ or none: the overview). */
+/** The view of the URL's hash: #/<view>/<id>/..?<params> (#/ or none: the overview); path: the decoded parts after the view. */
 const route = () => {
   const hash = location.hash.replace(/^#/, "");
   const at = hash.indexOf("?");
-  const path = at === -1 ? hash : hash.slice(0, at);
-  const parts = path.split("/").filter((p) => p !== "");
+  const parts = (at === -1 ? hash : hash.slice(0, at)).split("/").filter((p) => p !== "");
   const name = parts[0] !== undefined && views[parts[0]] !== undefined ? parts[0] : "overview";
-  const id = parts[1] === undefined ? undefined : decodeURIComponent(parts[1]);
-  return { name, id, params: new URLSearchParams(at === -1 ? "" : hash.slice(at + 1)), key: name + "/" + (id || "") + "?" + (at === -1 ? "" : hash.slice(at + 1)) };
+  const rest = parts.slice(1).map(decodeURIComponent);
+  return { name, id: rest[0], path: rest, params: new URLSearchParams(at === -1 ? "" : hash.slice(at + 1)), key: name + "/" + parts.slice(1).join("/") + "?" + (at === -1 ? "" : hash.slice(at + 1)) };
 };
 
 let shown = "";
@@ -58,7 +61,7 @@ const show = () => {
   document.title = "leasehold: " + views[r.name].title;
   if (r.key !== shown) {
     shown = r.key;
-    if (views[r.name].enter) views[r.name].enter(r.params, r.id);
+    if (views[r.name].enter) views[r.name].enter(r.params, r.id, r.path);
   }
   return r;
 };
@@ -74,7 +77,7 @@ async function refresh() {
   refreshing = true;
   try {
     const r = show();
-    await views[r.name].refresh(r.params, r.id);
+    await views[r.name].refresh(r.params, r.id, r.path);
     $("status").textContent = "updated " + new Date().toLocaleTimeString() + " (every 2 s)";
     $("status").className = "";
   } catch (error) {
@@ -97,7 +100,7 @@ refresh();
 setInterval(refresh, 2000);
 `
 
-const style = commonStyle + overviewStyle + chartsStyle + flowStyle
+const style = commonStyle + overviewStyle + chartsStyle + flowStyle + workflowsStyle
 
 const script = [
   commonScript,
@@ -110,6 +113,7 @@ const script = [
   messageScript,
   schedulesScript,
   consumersScript,
+  workflowsScript,
   routerScript
 ].join("\n")
 
@@ -137,6 +141,7 @@ ${searchMarkup}
 ${messageMarkup}
 ${schedulesMarkup}
 ${consumersMarkup}
+${workflowsMarkup}
 <script>${script}</script>
 </body>
 </html>

@@ -21,10 +21,13 @@ export interface ExecutionRow {
   readonly suspended_on: unknown
   readonly clocks: unknown
   readonly parent: string | null
+  /** How a complete execution ended (`success`, `failure`, `defect`, `interrupted`); null while not complete. */
+  readonly outcome: string | null
   readonly runs: number
   readonly activities: number
   readonly next_run_at: Date | null
   readonly created_at: Date
+  readonly updated_at: Date
   readonly completed_at: Date | null
 }
 
@@ -34,6 +37,17 @@ export interface ListFilter {
   readonly status?: string | undefined
   readonly limit: number
 }
+
+/**
+ * How the stored `Workflow.Result` JSON in `column` ended: `success`, else by the reasons of its
+ * exit's cause (a `Fail`, else an interrupt, else a defect). One expression for activities and
+ * executions, so both name outcomes alike.
+ */
+const outcomeOf = (w: WorkflowSql, column: string): Statement.Statement<never> =>
+  w.sql`CASE WHEN ${w.sql(column)} #>> '{exit,_tag}' = 'Success' THEN 'success'
+             WHEN jsonb_path_exists(${w.sql(column)}, '$.exit.cause[*] ? (@._tag == "Fail")') THEN 'failure'
+             WHEN jsonb_path_exists(${w.sql(column)}, '$.exit.cause[*] ? (@._tag == "Interrupt")') THEN 'interrupted'
+             ELSE 'defect' END`
 
 /**
  * The columns of an execution as listed, over `e` (the executions): its unfired clocks and how
@@ -47,10 +61,11 @@ const listedColumns = (w: WorkflowSql): Statement.Statement<never> =>
               AND NOT EXISTS (SELECT 1 FROM ${w.deferreds} d
                               WHERE d.workflow = c.workflow AND d.execution_id = c.execution_id AND d.name = c.name)) AS clocks,
            CASE WHEN e.parent_workflow IS NOT NULL THEN e.parent_workflow || '/' || e.parent_execution END AS parent,
+           CASE WHEN e.status = 'complete' THEN ${outcomeOf(w, "e.result")} END AS outcome,
            e.runs,
            (SELECT count(*)::int FROM ${w.activities} a
             WHERE a.workflow = e.workflow AND a.execution_id = e.execution_id) AS activities,
-           e.visible_at AS next_run_at, e.created_at, e.completed_at`
+           e.visible_at AS next_run_at, e.created_at, e.updated_at, e.completed_at`
 
 /**
  * Executions, newest first, filtered by workflow and status (null parameters match all): with
@@ -71,7 +86,6 @@ export interface ExecutionDetailRow extends ExecutionRow {
   readonly result: unknown
   /** The interrupt requested: 0 none, 1 safe, 2 unsafe. */
   readonly interrupt: number
-  readonly updated_at: Date
 }
 
 /**
@@ -81,7 +95,7 @@ export interface ExecutionDetailRow extends ExecutionRow {
 export const execution = (w: WorkflowSql, key: Key): Effect.Effect<ExecutionDetailRow | undefined, SqlError.SqlError> =>
   w.sql<ExecutionDetailRow>`
     SELECT ${listedColumns(w)},
-           e.payload, e.result, e.interrupt, e.updated_at
+           e.payload, e.result, e.interrupt
     FROM ${w.executions} e
     WHERE e.workflow = ${key.workflow} AND e.execution_id = ${key.executionId}`.pipe(Effect.map((rows) => rows[0]))
 
@@ -116,24 +130,23 @@ export const clocks = (w: WorkflowSql, key: Key): Effect.Effect<ReadonlyArray<Cl
     WHERE c.workflow = ${key.workflow} AND c.execution_id = ${key.executionId}
     ORDER BY c.due_at, c.name`
 
-/** One recorded activity attempt: how it ended (`success`, `failure`, `defect`) and when. */
+/** One recorded activity attempt: how it ended (`success`, `failure`, `interrupted`, `defect`), its stored exit (its value or cause) and when. */
 export interface ActivityRow {
   readonly activity: string
   readonly attempt: number
   readonly outcome: string
+  readonly exit: unknown
   readonly recorded_at: Date
 }
 
 /**
  * An execution's recorded activity attempts, in the order they were recorded; the outcome read
- * from the stored `Workflow.Result` JSON (a failed exit's cause holds `Fail` or `Die` reasons).
+ * from the stored `Workflow.Result` JSON (a failed exit's cause holds `Fail`, `Die` or `Interrupt`
+ * reasons), its exit given as stored.
  */
 export const activities = (w: WorkflowSql, key: Key): Effect.Effect<ReadonlyArray<ActivityRow>, SqlError.SqlError> =>
   w.sql<ActivityRow>`
-    SELECT activity, attempt,
-           CASE WHEN result #>> '{exit,_tag}' = 'Success' THEN 'success'
-                WHEN jsonb_path_exists(result, '$.exit.cause[*] ? (@._tag == "Fail")') THEN 'failure'
-                ELSE 'defect' END AS outcome,
+    SELECT activity, attempt, ${outcomeOf(w, "result")} AS outcome, result -> 'exit' AS exit,
            recorded_at
     FROM ${w.activities}
     WHERE workflow = ${key.workflow} AND execution_id = ${key.executionId}

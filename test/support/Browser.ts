@@ -6,12 +6,14 @@
  * server with the admin API).
  */
 import { Context, Deferred, Effect, Exit, Layer, Scope } from "effect"
+import { SqlClient } from "effect/sql"
 import { type Browser, chromium, type Page } from "playwright-core"
 import * as Consumer from "../../src/Consumer.ts"
 import * as ConsumerPresence from "../../src/ConsumerPresence.ts"
 import * as Http from "../../src/Http.ts"
 import type * as QueueConfig from "../../src/QueueConfig.ts"
 import { QueueStore } from "../../src/QueueStore.ts"
+import { StoreSettings } from "../../src/StoreSettings.ts"
 import * as PgTest from "./PgTest.ts"
 import { requireTool, type Tool } from "./RequireTool.ts"
 import { waitForAsync } from "./Wait.ts"
@@ -50,7 +52,7 @@ export const openDashboard = (browser: Browser, url: string, token: string) =>
 /**
  * A worker for a dashboard test, for the length of the test's scope: `Http.layerWithAdmin` with
  * `token` over a real consumer (`options`; fast polling, a short lease) with session liveness on
- * a fresh PostgreSQL schema. On the way out `gate` is opened first, so a handler waiting on it
+ * a fresh PostgreSQL schema (its client and schema returned too, for a workflow engine beside it). On the way out `gate` is opened first, so a handler waiting on it
  * lets the consumer stop at once, whatever the test reached.
  */
 export const dashboardWorker = (
@@ -69,5 +71,10 @@ export const dashboardWorker = (
       ),
       scope
     )
-    return { base: Context.get(context, Http.Listening).url, store: Context.get(context, QueueStore) }
+    return {
+      base: Context.get(context, Http.Listening).url,
+      store: Context.get(context, QueueStore),
+      sql: Context.get(context, SqlClient.SqlClient),
+      schema: Context.get(context, StoreSettings).schema
+    }
   })

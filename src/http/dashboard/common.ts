@@ -106,6 +106,17 @@ const fieldRow = (cells) => {
   return tr;
 };
 
+/** <tr>s of [field, label, value] facts: the label a <th>, the value (text or a node) a <td> with its field in data-field. */
+const factRows = (facts) => facts.map(([field, label, value]) => {
+  const tr = document.createElement("tr");
+  const th = document.createElement("th");
+  th.textContent = label;
+  const td = value instanceof Node ? nodeCell(value, "text") : cell(value, "text");
+  td.dataset.field = field;
+  tr.append(th, td);
+  return tr;
+});
+
 /** Replace the rows of table body \`id\` with \`rows\` (each a <tr>), or a note when there are none. */
 const fill = (id, rows, columns, none) => {
   const body = $(id);

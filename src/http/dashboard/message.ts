@@ -129,15 +129,7 @@ views.message = {
     const m = detail.message;
     const now = Date.now();
     $("message-actions").replaceChildren(...messageActions(m));
-    fill("message-rows", messageFacts(m, now).map(([field, label, value]) => {
-      const tr = document.createElement("tr");
-      const th = document.createElement("th");
-      th.textContent = label;
-      const td = value instanceof Node ? nodeCell(value, "text") : cell(value, "text");
-      td.dataset.field = field;
-      tr.append(th, td);
-      return tr;
-    }), 2, "");
+    fill("message-rows", factRows(messageFacts(m, now)), 2, "");
     $("message-payload").textContent = pretty(m.payload);
     $("message-headers").textContent = pretty(m.headers);
     fill("message-attempts", detail.attempts.map(attemptRow), 7, "no attempt yet");
