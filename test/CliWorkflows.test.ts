@@ -44,7 +44,7 @@ describe("leasehold workflows", () => {
     const lines = list.stdout.trim().split("\n")
     assert.match(lines[0]!, /^WORKFLOW\s+EXECUTION\s+STATUS\s+RUNS\s+ACTIVITIES\s+WAITING ON$/)
     assert.match(lines.find((l) => l.startsWith("Chain"))!, new RegExp(`^Chain\\s+${chain}\\s+suspended\\s+1\\s+1\\s+deferred go$`))
-    assert.match(lines.find((l) => l.startsWith("Doomed"))!, new RegExp(`^Doomed\\s+${doomed}\\s+complete\\s+1\\s+2\\s*$`))
+    assert.match(lines.find((l) => l.startsWith("Doomed"))!, new RegExp(`^Doomed\\s+${doomed}\\s+complete \\((failure|defect)\\)\\s+1\\s+2\\s*$`))
     const complete = JSON.parse((await run(["workflows", "list", "--status", "complete", "--json"], schema)).stdout) as Array<{ workflow: string }>
     assert.deepStrictEqual(complete.map((r) => r.workflow), ["Doomed"])
     const refused = await run(["workflows", "list", "--status", "sleeping"], schema)

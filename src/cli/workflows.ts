@@ -13,6 +13,14 @@ import { jsonFlag, limitFlag, refuse } from "./args.ts"
 import { connect, print } from "./connect.ts"
 import * as Out from "./output.ts"
 
+
+/** The status as listed: a suspension on failure, and how a complete execution ended (success, failure, interrupted). */
+const statusText = (r: { readonly status: string; readonly failed: boolean; readonly outcome: string | null }): string =>
+  r.status === "suspended" && r.failed
+    ? "suspended (failed)"
+    : r.status === "complete" && r.outcome !== null && r.outcome !== "success"
+    ? `complete (${r.outcome})`
+    : r.status
 const statusFlag = Flag.String("status").pipe(
   Flag.withMetavar("STATUS"),
   Flag.withDescription(`Only executions with this status: ${LeaseholdWorkflow.statuses.join(", ")}`),
@@ -49,7 +57,7 @@ const executionsTable = (rows: ReadonlyArray<LeaseholdWorkflow.Execution>): stri
       rows.map((r) => [
         r.workflow,
         r.execution_id,
-        r.status === "suspended" && r.failed ? "suspended (failed)" : r.status,
+        statusText(r),
         String(r.runs),
         String(r.activities),
         r.status === "suspended" ? waitingOn(r) : ""
