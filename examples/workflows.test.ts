@@ -1,5 +1,5 @@
 import { assert, it, layer } from "@effect/vitest"
-import { Effect, Exit, Fiber, Layer } from "effect"
+import { Effect, Exit, Fiber, Layer, Option } from "effect"
 import { TestClock } from "effect/testing"
 import { WorkflowEngine } from "effect/workflow"
 import { Consumer, LeaseholdWorkflow, MemoryQueueStore, Migrations, Task, TaskClient } from "leasehold"
@@ -36,10 +36,21 @@ layer(AllWorkflowsLive.pipe(Layer.provideMerge(Engine), Layer.provideMerge(Resiz
 it.effect("a reminder sleeps a day, then reminds", () =>
   Effect.gen(function*() {
     const reminded = yield* Effect.forkChild(Reminder.execute({ user: "ada" }))
-    yield* TestClock.adjust("1 second") // the execution starts and schedules its clock
+    // The execution starts and schedules its clock on the test clock's "now": wait for its
+    // suspension (scheduler turns, no time passing) so the day counts from here.
+    const id = yield* Reminder.executionId({ user: "ada" })
+    let suspended = false
+    for (let turn = 0; turn < 1_000 && !suspended; turn++) {
+      const result = yield* Reminder.poll(id)
+      suspended = Option.isSome(result) && result.value._tag === "Suspended"
+      if (!suspended) yield* Effect.yieldNow
+    }
+    assert.isTrue(suspended, "the execution suspended on its clock")
     yield* TestClock.adjust("23 hours")
     assert.isUndefined(reminded.pollUnsafe(), "still asleep after 23 hours")
     yield* TestClock.adjust("1 hour")
-    const exit = reminded.pollUnsafe()
+    // Awaited, not polled: the execution's end is a few scheduler turns after the clock fires
+    // (without the day's adjustment the await never ends and the test times out).
+    const exit = yield* Fiber.await(reminded)
     assert.deepStrictEqual(exit, Exit.succeed("reminded ada"))
   }).pipe(Effect.provide(WorkflowsLive.pipe(Layer.provideMerge(WorkflowEngine.layerMemory)))))

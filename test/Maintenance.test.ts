@@ -55,9 +55,18 @@ describe("Maintenance", () => {
         firstAtOnce: true,
         run: Effect.sync(() => void (rounds += 1))
       }))
-      yield* Effect.yieldNow
+      // A round runs on a fiber of its own (detached): a few scheduler turns, no time passing.
+      const turns = (wanted: number) =>
+        Effect.gen(function*() {
+          for (let turn = 0; turn < 10 && rounds < wanted; turn++) yield* Effect.yieldNow
+        })
+      yield* turns(1)
       assert.strictEqual(rounds, 1)
-      yield* TestClock.adjust(1_000)
+      yield* TestClock.adjust(999)
+      yield* turns(2)
+      assert.strictEqual(rounds, 1, "the second round waits its interval")
+      yield* TestClock.adjust(1)
+      yield* turns(2)
       assert.strictEqual(rounds, 2)
       yield* Fiber.interrupt(fiber)
     }))

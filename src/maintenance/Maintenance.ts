@@ -9,6 +9,7 @@
  * @since 0.1.0
  */
 import { Cause, Effect, type Fiber, type Scope } from "effect"
+import { detached } from "../internal/detached.ts"
 
 /** A maintenance task: `run` every `every` milliseconds, for the life of a scope. */
 export interface Task<E extends { readonly message: string } = never> {
@@ -39,7 +40,11 @@ export const forever = (name: string, loop: Effect.Effect<never>): Effect.Effect
 
 /** The task's loop: its rounds, `every` apart, for good (see {@link forever}). */
 export const loop = <E extends { readonly message: string }>(task: Task<E>): Effect.Effect<never> => {
-  const round = task.run.pipe(
+  // Detached: a round blocked on a connection that stopped answering (a partition) must not hold
+  // the scope's close (and so a shutdown); interrupted, the loop ends at once and the round's fiber
+  // is interrupted in the background. Every round is harmless to finish late (fenced releases,
+  // idempotent deletes, a sample).
+  const round = detached(task.run).pipe(
     Effect.catch((error) => Effect.logWarning(task.failed?.(error) ?? `${task.name} failed: ${error.message}`))
   )
   const rounds = Effect.forever(Effect.andThen(Effect.sleep(task.every), round)) as Effect.Effect<never>
