@@ -44,14 +44,16 @@ export const prometheusContentType = "text/plain; version=0.0.4; charset=utf-8"
  * `PrometheusMetrics.layerHttp()` adds the same route to any `HttpRouter`.
  */
 export const layerPrometheus = (options: PrometheusOptions = {}): Layer.Layer<Prometheus> =>
-  // effect's PrometheusMetrics (and the HTTP modules it imports) is loaded when the layer is
-  // built: a worker that exports nothing does not pay for it (test/ImportCost.test.ts).
-  Layer.effect(
+  // effect's PrometheusMetrics is loaded by the first scrape: a worker that provides this layer
+  // but serves no HTTP (LEASEHOLD_HTTP_PORT unset) never loads it (test/ImportCost.test.ts).
+  Layer.succeed(
     Prometheus,
-    Effect.map(
-      Effect.promise(() => import("effect/observability/PrometheusMetrics")),
-      (PrometheusMetrics) => Prometheus.of({ scrape: PrometheusMetrics.format({ prefix: options.prefix }) })
-    )
+    Prometheus.of({
+      scrape: Effect.flatMap(
+        Effect.promise(() => import("effect/observability/PrometheusMetrics")),
+        (PrometheusMetrics) => PrometheusMetrics.format({ prefix: options.prefix })
+      )
+    })
   )
 
 /** Where and how to push over OTLP/HTTP. */

@@ -36,6 +36,7 @@ const lazy: ReadonlyArray<{ readonly loadedBy: string; readonly files: ReadonlyA
     ]
   },
   { loadedBy: "../../src/http/adminHandlers.ts", files: ["src/http/adminHandlers.ts", "src/http/adminInsights.ts", "src/http/adminFlow.ts"] },
+  // Observability.layerPrometheus loads it on the first scrape, not when the layer is built.
   { loadedBy: "effect/observability/PrometheusMetrics", files: ["effect/dist/observability/PrometheusMetrics.js"] },
   { loadedBy: "effect/observability/Otlp", files: ["effect/dist/observability/Otlp.js"] },
   { loadedBy: "effect/http/FetchHttpClient", files: ["effect/dist/http/FetchHttpClient.js"] },
