@@ -160,14 +160,17 @@ export const activities = (w: WorkflowSql, key: Key): Effect.Effect<ReadonlyArra
  * nothing a runner holds or may run is ever chosen. A child whose parent is not complete stays:
  * the parent's next replay reads the child's result from its row, and a child gone would be
  * started again (`start` inserts what is missing) and run twice. Rows are locked SKIP LOCKED, so
- * pruners on several runners share the work without waiting on each other.
+ * pruners on several runners share the work without waiting on each other, and deleted by their
+ * row address (stable: this statement holds their lock): matched by key instead, the planner
+ * hashed the batch against a scan of the whole table (EXPLAIN ANALYZE of a batch of 1,000 among
+ * 200,000 executions on the test server, PostgreSQL 18: 146 ms by key, 30-40 ms by address).
  */
 export const prune = (w: WorkflowSql, olderThanMs: number, limit: number): Effect.Effect<number, SqlError.SqlError> =>
   w.sql<{ pruned: number }>`
     WITH gone AS (
       DELETE FROM ${w.executions} e
-      WHERE (e.workflow, e.execution_id) IN (
-        SELECT x.workflow, x.execution_id FROM ${w.executions} x
+      WHERE e.ctid = ANY(ARRAY(
+        SELECT x.ctid FROM ${w.executions} x
         WHERE x.completed_at < now() - ${olderThanMs}::bigint * interval '1 millisecond'
           AND x.status = 'complete'
           AND NOT EXISTS (SELECT 1 FROM ${w.executions} p
@@ -176,7 +179,7 @@ export const prune = (w: WorkflowSql, olderThanMs: number, limit: number): Effec
         ORDER BY x.completed_at
         LIMIT ${limit}
         FOR UPDATE OF x SKIP LOCKED
-      )
+      ))
       RETURNING e.workflow, e.execution_id
     ), deferreds AS (
       DELETE FROM ${w.deferreds} d USING gone
