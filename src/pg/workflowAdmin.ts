@@ -155,7 +155,7 @@ export const activities = (w: WorkflowSql, key: Key): Effect.Effect<ReadonlyArra
 /**
  * Delete up to `limit` executions completed more than `olderThanMs` ago, oldest first, with their
  * deferreds (their activities and clocks go by cascade); a batch per call keeps each statement short.
- * Oldest first through the partial index on `completed_at` (migration 11). `complete` is terminal
+ * The batch is found through the partial index on `completed_at` (migration 11). `complete` is terminal
  * (no statement moves a row out of it, and such a row holds no lease and is never claimed), so
  * nothing a runner holds or may run is ever chosen. A child whose parent is not complete stays:
  * the parent's next replay reads the child's result from its row, and a child gone would be
