@@ -2,11 +2,12 @@
  * The workflow engine's retention on PostgreSQL (src/maintenance/workflowRetention.ts): finished
  * executions older than the retention go with their activities, deferreds and clocks; younger
  * ones, unfinished ones and a child whose parent is not complete stay (the parent's replay reads
- * the child's row and does not run it again); `off` prunes nothing. Ages are explicit timestamps
+ * the child's row and does not run it again); `off` (here from LEASEHOLD_WORKFLOW_RETENTION, over a
+ * retention from code) prunes nothing. Ages are explicit timestamps
  * (`completed_at` set back in the database); the engine's own rounds run on the TestClock.
  */
 import { assert, describe, layer } from "@effect/vitest"
-import { Effect, Exit, Layer, Metric, Option, Schema } from "effect"
+import { ConfigProvider, Effect, Exit, Layer, Metric, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { TestClock } from "effect/testing"
 import { DurableDeferred, Workflow } from "effect/workflow"
@@ -206,7 +207,10 @@ describe("the engine's retention loop", () => {
         yield* Effect.scoped(Effect.gen(function*() {
           // Engines with no workflow registered: they claim nothing, so only their retention touches the rows.
           yield* Layer.build(LeaseholdWorkflow.layer({ schema: kept, retention: "1 hour" }))
-          yield* Layer.build(LeaseholdWorkflow.layer({ schema: off, retention: "off" }))
+          // `off` from the environment, over an hour from code: the variable wins.
+          yield* Layer.build(LeaseholdWorkflow.layerFromEnv({ schema: off, retention: "1 hour" })).pipe(
+            Effect.provide(ConfigProvider.layer(ConfigProvider.fromUnknown({ LEASEHOLD_WORKFLOW_RETENTION: "off" })))
+          )
           yield* TestClock.adjust(WorkflowRetention.everyMs)
           const left = yield* TestClock.withLive(waitFor("the first round of the hour's retention", Effect.map(idsOf(kept), (ids) =>
             ids.includes("old-1") ? Option.none() : Option.some(ids))))
