@@ -156,7 +156,7 @@ const Schemas = Layer.mergeAll(
 /**
  * Rows as a database holds them, with explicit ages (minutes): complete ones (each with an
  * activity, a clock and its deferred), a child of a suspended parent, a child of a complete one,
- * and unfinished executions.
+ * a child whose parent is gone, and unfinished executions.
  */
 const fixtures = (schema: string) =>
   Effect.gen(function*() {
@@ -185,6 +185,7 @@ const fixtures = (schema: string) =>
     yield* execution("needed-child", "complete", 30 * 24 * 60, "waiting-parent")
     yield* execution("done-parent", "complete", 30 * 24 * 60)
     yield* execution("free-child", "complete", 30 * 24 * 60, "done-parent")
+    yield* execution("orphan-child", "complete", 30 * 24 * 60, "pruned-parent")
     yield* execution("runnable", "runnable", null)
     yield* execution("running", "running", null)
   })
@@ -195,7 +196,7 @@ const idsOf = (schema: string) =>
       Effect.map((rows) => rows.map((r) => r.execution_id).sort())
     ))
 
-const all = ["done-parent", "free-child", "needed-child", "old-1", "old-2", "runnable", "running", "waiting-parent", "young"]
+const all = ["done-parent", "free-child", "needed-child", "old-1", "old-2", "orphan-child", "runnable", "running", "waiting-parent", "young"]
 
 describe("the engine's retention loop", () => {
   layer(Schemas, { timeout: 90_000 })((it) => {
