@@ -13,6 +13,8 @@
  * suspended on a deferred already done (a lost wake-up), and none is left suspended with its wake-up
  * due. It also prints the largest backlog of clocks due for longer than BENCH_WF_DUE_SLACK_MS (3000)
  * seen while a runner was up: executions waiting for a free slot, not lost (they complete). Embedded PostgreSQL (fsync off), on this machine's cores.
+ * Before the runners start, `Audit.probe` shows on the database that the audit catches a hand-made second
+ * write and a wrong value; `node bench/workflow/selfcheck.ts` checks the analysis on hand-made logs.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
