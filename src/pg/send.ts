@@ -68,7 +68,7 @@ interface Run {
  */
 interface BatchColumn {
   readonly name: string
-  /** In the sub-select: `$n<cast> AS <name>`, or `$n<cast>[] AS <name>` when it varies. */
+  /** In the sub-select: `$n<cast> AS <name>`, or `$n<cast>[] AS <name>` (an array) when it varies. */
   readonly source: Statement.Fragment
   /** Whether the values vary (an array read by unnest). */
   readonly varying: boolean
@@ -100,7 +100,8 @@ const batchColumn = <A>(
 ): BatchColumn => {
   const varying = !allSame(values)
   const parameter = varying ? array(values, type.oid) : type.scalar(values[0]!)
-  const source = Statement.fragment([Statement.parameter(parameter), Statement.literal(`${cast}${varying ? "[]" : ""} AS ${name}`)])
+  const castTo = varying && cast !== "" ? `${cast}[]` : cast
+  const source = Statement.fragment([Statement.parameter(parameter), Statement.literal(`${castTo} AS ${name}`)])
   return { name, source, varying }
 }
 
