@@ -5,8 +5,9 @@
  * (fsync, synchronous_commit, full_page_writes on; pg_stat_statements preloaded), a fresh
  * database per run, the order reversed every other round; leasehold is run from the checkout's
  * `src/` (`--conditions=leasehold-source`), not a packed tarball. Prints every run's rate, and
- * per round each leasehold's rate over the raw insert's of that round; then the medians, and
- * the server's time per 1,000-row statement (pg_stat_statements: execution, WAL).
+ * per round each leasehold's rate over the raw insert's of that round, and the server's mean
+ * execution time of the send statement (pg_stat_statements); then the medians (rates, execution
+ * times, WAL per statement) and their ratios to the raw insert's.
  *
  * Knobs (environment):
  *   SEND_CHECKOUTS   comma-separated checkout folders whose leasehold sender runs (default: this one)
@@ -36,8 +37,25 @@ const senders: ReadonlyArray<Sender> = [
   }))
 ]
 
-/** Run one sender to its end in a fresh database: its rate in jobs/s. */
-const runSender = async (admin: PgClient, serverUrl: string, sender: Sender, tag: string): Promise<number> => {
+/** One run: the rate, and the server's mean time and WAL per call of its send statement. */
+interface Run {
+  readonly rate: number
+  readonly execMs: number
+  readonly walKb: number
+}
+
+/** The send statement's server figures in `db` (its most expensive statement): mean execution ms and WAL kB per call. */
+const serverFigures = async (admin: PgClient, db: string) => {
+  const rows = (await admin.query(
+    `SELECT total_exec_time / calls AS exec_ms, wal_bytes / calls / 1024 AS wal_kb FROM pg_stat_statements
+     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) AND calls >= 10 ORDER BY total_exec_time DESC LIMIT 1`,
+    [db]
+  )).rows
+  return { execMs: Number(rows[0]?.["exec_ms"] ?? NaN), walKb: Number(rows[0]?.["wal_kb"] ?? NaN) }
+}
+
+/** Run one sender to its end in a fresh database. */
+const runSender = async (admin: PgClient, serverUrl: string, sender: Sender, tag: string): Promise<Run> => {
   const db = `send_${tag}`
   await admin.query(`CREATE DATABASE ${db}`)
   const url = new URL(serverUrl)
@@ -54,7 +72,7 @@ const runSender = async (admin: PgClient, serverUrl: string, sender: Sender, tag
     })
     const sent = out.split("\n").find((line) => line.startsWith("SENT "))
     if (sent === undefined) throw new Error(`${sender.name}: no SENT line in ${out}`)
-    return jobs / (Number(sent.split(" ")[1]) / 1000)
+    return { rate: jobs / (Number(sent.split(" ")[1]) / 1000), ...await serverFigures(admin, db) }
   } finally {
     await admin.query(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`)
   }
@@ -69,23 +87,34 @@ const median = (values: ReadonlyArray<number>) => {
 const server = await startPostgres({ settings: ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=top"] })
 const admin = await connect(server.url)
 try {
-  const rates = new Map<string, Array<number>>(senders.map((s) => [s.name, []]))
+  await admin.query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+  const runs = new Map<string, Array<Run>>(senders.map((s) => [s.name, []]))
+  const of = (name: string, pick: (run: Run) => number) => runs.get(name)!.map(pick)
   for (let round = 0; round < rounds; round++) {
     const order = round % 2 === 0 ? senders : [...senders].reverse()
     const line: Array<string> = []
     for (const [k, sender] of order.entries()) {
-      const rate = await runSender(admin, server.url, sender, `${round}_${k}`)
-      rates.get(sender.name)!.push(rate)
-      line.push(`${sender.name} ${Math.round(rate)}`)
+      const run = await runSender(admin, server.url, sender, `${round}_${k}`)
+      runs.get(sender.name)!.push(run)
+      line.push(`${sender.name} ${Math.round(run.rate)} (server ${run.execMs.toFixed(1)} ms)`)
     }
-    const raw = rates.get("raw")![round]!
-    const ratios = senders.slice(1).map((s) => `${s.name}/raw ${(rates.get(s.name)![round]! / raw).toFixed(2)}`)
+    const raw = runs.get("raw")![round]!
+    const ratios = senders.slice(1).map((s) => {
+      const run = runs.get(s.name)![round]!
+      return `${s.name}/raw ${(run.rate / raw.rate).toFixed(2)} (server ${(run.execMs / raw.execMs).toFixed(2)}x)`
+    })
     console.log(`round ${round + 1}: ${line.join(", ")} jobs/s; ${ratios.join(", ")}`)
   }
-  const raw = median(rates.get("raw")!)
+  const raw = median(of("raw", (r) => r.rate))
+  const rawExec = median(of("raw", (r) => r.execMs))
   for (const sender of senders) {
-    const m = median(rates.get(sender.name)!)
-    console.log(`${sender.name}: median ${Math.round(m)} jobs/s (${(m / raw).toFixed(2)} of raw); runs ${rates.get(sender.name)!.map(Math.round).join(", ")}`)
+    const rate = median(of(sender.name, (r) => r.rate))
+    const exec = median(of(sender.name, (r) => r.execMs))
+    console.log(
+      `${sender.name}: median ${Math.round(rate)} jobs/s (${(rate / raw).toFixed(2)} of raw), server ${exec.toFixed(2)} ms ` +
+        `(${(exec / rawExec).toFixed(2)}x raw) and ${median(of(sender.name, (r) => r.walKb)).toFixed(0)} kB WAL per 1,000; ` +
+        `runs ${of(sender.name, (r) => r.rate).map(Math.round).join(", ")}`
+    )
   }
 } finally {
   await admin.end()
