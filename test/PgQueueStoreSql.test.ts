@@ -247,6 +247,17 @@ layer(StoreLive, { excludeTestServices: true })("PgQueueStore on PostgreSQL: bey
       for (const claim of claims) assert.isTrue(yield* Finish.ack(store, claim))
     }))
 
+  it.effect("migration 15: the indexes ending with the id skip B-tree deduplication; the others keep it", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const rows = yield* sql<{ name: string; options: Array<string> | null }>`
+        SELECT c.relname AS name, c.reloptions AS options FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+        WHERE n.nspname = ${schema} AND c.relkind = 'i' AND c.relname LIKE 'messages%'`
+      const off = rows.filter((r) => r.options?.includes("deduplicate_items=off")).map((r) => r.name).sort()
+      assert.deepStrictEqual(off, ["messages_claim_idx", "messages_dead_idx", "messages_fair_idx", "messages_key_idx"])
+      assert.includeMembers(rows.map((r) => r.name), ["messages_leased_by_idx", "messages_held_idx", "messages_pkey"])
+    }))
+
   it.effect("a batch of three INSERT chunks keeps input order, and every message is claimable", () =>
     Effect.gen(function*() {
       const store = yield* QueueStore

@@ -1,6 +1,6 @@
 /**
- * The send statements: a bulk INSERT per run of plain messages (one array per column, read by
- * unnest), one statement per keyed message (dedup key or uniqueness window). A send that is one
+ * The send statements: a bulk INSERT per run of plain messages (the payloads and each column that
+ * varies as one array, read by unnest), one statement per keyed message (dedup key or uniqueness window). A send that is one
  * statement outside any transaction (the common single send, a batch of up to SEND_CHUNK plain
  * messages) announces itself in that statement: one round trip, one commit.
  *
