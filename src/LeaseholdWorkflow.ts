@@ -14,6 +14,8 @@ import { defaultSchema } from "./Migrations.ts"
 import * as WorkflowConfig from "./config/workflow.ts"
 import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
+import * as Maintenance from "./maintenance/Maintenance.ts"
+import * as WorkflowRetention from "./maintenance/workflowRetention.ts"
 import * as LeasePool from "./pg/leasePool.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import * as Sql from "./pg/workflow.ts"
@@ -60,6 +62,12 @@ export interface WorkflowOptions {
    * through the main client.
    */
   readonly leasePool?: false | { readonly maxConnections?: number | undefined } | undefined
+  /**
+   * How long finished (complete) executions are kept: every five minutes the engine deletes those
+   * completed longer ago, with their activities, deferreds and clocks (never one unfinished, nor a
+   * child whose parent is not complete). At least a minute; `"off"` keeps them. Default 7 days.
+   */
+  readonly retention?: Duration.Input | "off" | undefined
 }
 
 /**
@@ -78,6 +86,11 @@ export const make = (
     const pollMs = yield* Validate.durationMs("pollInterval", options.pollInterval ?? "1 second", { min: minPoll })
     const concurrency = yield* Validate.positiveInt("concurrency", options.concurrency ?? 32, WorkflowConfig.MAX_WORKFLOW_CONCURRENCY)
     const graceMs = yield* Validate.durationMs("shutdownGrace", options.shutdownGrace ?? "10 seconds", { min: minGrace })
+    const retentionMs = options.retention === "off"
+      ? undefined
+      : yield* Validate.durationMs("retention", options.retention ?? WorkflowConfig.DEFAULT_WORKFLOW_RETENTION, {
+        min: WorkflowConfig.workflowMinimums.retentionMs
+      })
     const consumerId = yield* Validate.name("consumerId", options.consumerId ?? `${QueueConfig.defaultConsumerId()}-workflows`)
     const leaseConnections = options.leasePool === false
       ? 0
@@ -105,6 +118,7 @@ export const make = (
     const beforeClaim = yield* Lifecycle.holderRegistration(state, consumerId, presence)
     const loop = yield* Effect.forkScoped(claimLoop(state, engine, { runs, beforeClaim }))
     yield* Effect.addFinalizer(() => Lifecycle.drain(state, loop, graceMs))
+    if (retentionMs !== undefined) yield* Maintenance.fork(WorkflowRetention.make(w, retentionMs))
     return engine
   })
 
@@ -120,7 +134,7 @@ export const variables = WorkflowConfig.workflowVariables
 /**
  * {@link layer} configured from the environment: `LEASEHOLD_WORKFLOW_LEASE`,
  * `LEASEHOLD_WORKFLOW_POLL_INTERVAL`, `LEASEHOLD_WORKFLOW_CONCURRENCY`,
- * `LEASEHOLD_WORKFLOW_SHUTDOWN_GRACE` and `LEASEHOLD_SCHEMA` (through the current
+ * `LEASEHOLD_WORKFLOW_SHUTDOWN_GRACE`, `LEASEHOLD_WORKFLOW_RETENTION` and `LEASEHOLD_SCHEMA` (through the current
  * `ConfigProvider`); `options` apply where a variable is unset. A bad value fails the layer
  * with a `ConfigInvalid` naming its variable and rule.
  */
@@ -136,7 +150,8 @@ export const layerFromEnv = (
       lease: fromEnv.leaseMs ?? options.lease,
       pollInterval: fromEnv.pollIntervalMs ?? options.pollInterval,
       concurrency: fromEnv.concurrency ?? options.concurrency,
-      shutdownGrace: fromEnv.shutdownGraceMs ?? options.shutdownGrace
+      shutdownGrace: fromEnv.shutdownGraceMs ?? options.shutdownGrace,
+      retention: fromEnv.retention ?? options.retention
     })
   }))
 
@@ -157,7 +172,7 @@ export const activities = WorkflowAdmin.activities
 /** One execution with its activity attempts, done deferreds and clocks (none if it does not exist). */
 export const show = WorkflowAdmin.show
 
-/** Delete executions completed longer ago than `olderThan` (default 7 days). */
+/** Delete executions completed longer ago than `olderThan` (default 7 days), as the engine's retention does by itself. */
 export const prune = WorkflowAdmin.prune
 
 /** The statuses an execution can have. */

@@ -22,6 +22,7 @@ import workflows from "./migrations/0011_workflows.ts"
 import progress from "./migrations/0012_progress.ts"
 import depthSamples from "./migrations/0013_depth_samples.ts"
 import workflowHolders from "./migrations/0014_workflow_holders.ts"
+import uniqueKeyIndexesWithoutDedup from "./migrations/0015_unique_key_indexes_without_dedup.ts"
 import { classify, type InvalidInput, QueryFailed, type StoreError } from "./QueueError.ts"
 import * as Validate from "./internal/validate.ts"
 import * as Statements from "./pg/migrate.ts"
@@ -44,7 +45,8 @@ const all: ReadonlyArray<readonly [id: number, name: string, make: (schema: stri
   [11, "workflows", workflows],
   [12, "progress", progress],
   [13, "depth_samples", depthSamples],
-  [14, "workflow_holders", workflowHolders]
+  [14, "workflow_holders", workflowHolders],
+  [15, "unique_key_indexes_without_dedup", uniqueKeyIndexesWithoutDedup]
 ]
 
 /** The ids and names of every migration, in order: what a fully migrated schema has run. */

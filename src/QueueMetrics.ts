@@ -85,6 +85,10 @@ export const workflowActivitiesRecorded = Metric.counter("leasehold_workflow_act
 export const workflowReaped = Metric.counter("leasehold_workflow_executions_reaped", {
   description: "Workflow executions of dead runners released by the reaper"
 })
+/** Finished workflow executions this process deleted (the engine's retention, or `LeaseholdWorkflow.prune`), with what they recorded. */
+export const workflowPruned = Metric.counter("leasehold_workflow_executions_pruned", {
+  description: "Finished workflow executions deleted (retention or prune)"
+})
 /** Workflow runs under way in this process. */
 export const workflowInFlight = Metric.gauge("leasehold_workflow_in_flight", { description: "Workflow runs under way in this process" })
 

@@ -247,6 +247,17 @@ layer(StoreLive, { excludeTestServices: true })("PgQueueStore on PostgreSQL: bey
       for (const claim of claims) assert.isTrue(yield* Finish.ack(store, claim))
     }))
 
+  it.effect("migration 15: the indexes ending with the id skip B-tree deduplication; the others keep it", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const rows = yield* sql<{ name: string; options: Array<string> | null }>`
+        SELECT c.relname AS name, c.reloptions AS options FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+        WHERE n.nspname = ${schema} AND c.relkind = 'i' AND c.relname LIKE 'messages%'`
+      const off = rows.filter((r) => r.options?.includes("deduplicate_items=off")).map((r) => r.name).sort()
+      assert.deepStrictEqual(off, ["messages_claim_idx", "messages_dead_idx", "messages_fair_idx", "messages_key_idx"])
+      assert.includeMembers(rows.map((r) => r.name), ["messages_leased_by_idx", "messages_held_idx", "messages_pkey"])
+    }))
+
   it.effect("a batch of three INSERT chunks keeps input order, and every message is claimable", () =>
     Effect.gen(function*() {
       const store = yield* QueueStore
@@ -261,6 +272,42 @@ layer(StoreLive, { excludeTestServices: true })("PgQueueStore on PostgreSQL: bey
       // Same visibility, same priority: claim order is id order, which must be input order.
       assert.deepStrictEqual(claims.map((c) => c.id), sent.map((s) => s.id))
       assert.deepStrictEqual(claims.map((c) => c.payload), sent.map((_, i) => ({ i })))
+    }))
+
+  it.effect("a batch whose columns all vary, its ids drawn apart (as when another send draws between), answers every id in input order", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const sql = yield* SqlClient.SqlClient
+      const queue = freshQueue("apart")
+      const sequence = sql(`${schema}.messages_id_seq`)
+      // Ids 7 apart: not consecutive, so the statement answers them as a list, not lowest + count.
+      const batch = Array.from({ length: 6 }, (_, i) =>
+        msg({ i }, {
+          task: `t${i % 2}`,
+          priority: i % 3,
+          headers: i % 2 === 1 ? { h: `v${i}` } : {},
+          maxAttempts: 3 + i,
+          key: i % 2 === 1 ? `k${i}` : undefined,
+          delay: i === 5 ? 60_000 : 0
+        }))
+      yield* sql`ALTER SEQUENCE ${sequence} INCREMENT BY 7`
+      const sent = yield* store.send(queue, batch).pipe(Effect.ensuring(sql`ALTER SEQUENCE ${sequence} INCREMENT BY 1`.pipe(Effect.orDie)))
+      assert.strictEqual(sent.length, batch.length)
+      const ids = sent.map((s) => BigInt(s.id))
+      for (let k = 1; k < ids.length; k++) assert.strictEqual(ids[k]! - ids[k - 1]!, 7n, `ids ${ids.join(", ")}`)
+      const claims = yield* claimAll(queue)
+      assert.strictEqual(claims.length, 5, "all but the delayed one")
+      const byId = new Map(claims.map((c) => [c.id, c]))
+      batch.slice(0, 5).forEach((m, i) => {
+        const claim = byId.get(sent[i]!.id)!
+        assert.deepStrictEqual(claim.payload, { i }, `result ${i}`)
+        assert.strictEqual(claim.task, m.task)
+        assert.strictEqual(claim.priority, m.priority)
+        assert.deepStrictEqual(claim.headers, m.headers)
+        assert.strictEqual(claim.maxAttempts, m.maxAttempts)
+        assert.strictEqual(claim.key, m.key ?? null)
+      })
+      assert.strictEqual((yield* store.stats(queue)).delayed, 1)
     }))
 
   it.effect("a batch mixing dedup keys and plain messages answers one result per message, in order", () =>

@@ -7,10 +7,14 @@
  * lease is BENCH_WF_LEASE_MS (5000), their session liveness BENCH_WF_LIVENESS (on); BENCH_WF_STALL_MS
  * (with BENCH_WF_STALL_EVERY_MS) stalls their event loops to imitate load. The orchestrator approves suspended
  * executions by token as it goes. It reports, and exits 1 unless: every execution completed with the
- * right result (0 lost), each activity attempt recorded once, no sample ever found an execution
+ * right result (0 lost), each activity attempt recorded once, no second write of a recorded attempt
+ * left unexplained and every recorded result the activity's value for its execution (bench/workflow/audit.ts:
+ * a trigger, installed here only, logs every insert the engine attempts), no sample ever found an execution
  * suspended on a deferred already done (a lost wake-up), and none is left suspended with its wake-up
  * due. It also prints the largest backlog of clocks due for longer than BENCH_WF_DUE_SLACK_MS (3000)
  * seen while a runner was up: executions waiting for a free slot, not lost (they complete). Embedded PostgreSQL (fsync off), on this machine's cores.
+ * Before the runners start, `Audit.probe` shows on the database that the audit catches a hand-made second
+ * write and a wrong value; `node bench/workflow/selfcheck.ts` checks the analysis on hand-made logs.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
@@ -21,7 +25,8 @@ import * as LeaseholdWorkflow from "../../src/LeaseholdWorkflow.ts"
 import * as Migrations from "../../src/Migrations.ts"
 import { envInt, envMs, sleep } from "../chaos/lib.ts"
 import { endLogs, type Proc, startProcess, stopProcess } from "../support/orchestrator.ts"
-import { Approval, Chaos, expected } from "./chaosWorkflow.ts"
+import * as Audit from "./audit.ts"
+import { activityValue, Approval, Chaos, expected } from "./chaosWorkflow.ts"
 
 const COUNT = envInt("BENCH_WF_COUNT", 200)
 const RUNNERS = envInt("BENCH_WF_RUNNERS", 3)
@@ -49,6 +54,11 @@ const query = <A extends object>(text: string) =>
 
 await runtime.runPromise(Migrations.run({ schema }))
 await query(`CREATE TABLE ${schema}.effects (execution text, activity text, pid int)`)
+const withSql = <A>(f: (sql: SqlClient.SqlClient) => Effect.Effect<A, unknown>) => runtime.runPromise(Effect.flatMap(SqlClient.SqlClient, f))
+await withSql((sql) => Audit.install(sql, schema))
+const probed = await withSql((sql) => Audit.probe(sql, schema))
+console.log(`audit probe: a wrong value and a second write of a recorded attempt by its own claim were caught ` +
+  `(${probed.repeats.length} repeat, ${probed.wrong.length} wrong); a stale token's write was refused before the trigger`)
 
 let spawned = 0
 /** When each runner printed READY: only runners up for a while are killed, so the fleet always makes progress. */
@@ -75,6 +85,8 @@ const byExecution = new Map(executionIds.map((e, i) => [e, ids[i]!]))
 console.log(`started ${COUNT} executions on ${RUNNERS} runners (lease ${LEASE_MS} ms, session liveness ${LIVENESS}) in ${Date.now() - started} ms`)
 
 const stats = { kills: 0, crashed: 0, terminated: 0, lostWakeUps: 0, overdueClocks: 0, approvals: 0 }
+/** The backends terminated: a write that committed just before may be retried by the same claim (audit.ts). */
+const terminatedPids = new Set<number>()
 const approved = new Set<string>()
 
 /** Approve (by token) every execution suspended on its approval that was not approved yet. */
@@ -144,10 +156,13 @@ while ((await remaining()) > 0 && Date.now() - started < DEADLINE_MS) {
   }
   if (Date.now() - lastTerminate >= TERMINATE_MS) {
     lastTerminate = Date.now()
-    const [t] = await query<{ n: number }>(`
-      SELECT count(pg_terminate_backend(pid))::int AS n FROM (
-        SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'leasehold-workflow-bench%' ORDER BY random() LIMIT 1) AS one`)
-    stats.terminated += t!.n
+    // The pid comes back only if the backend was signalled: the audit explains a repeat by it.
+    const gone = await query<{ pid: number }>(`
+      SELECT pid FROM (
+        SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'leasehold-workflow-bench%' ORDER BY random() LIMIT 1) AS one
+      WHERE pg_terminate_backend(pid)`)
+    for (const g of gone) terminatedPids.add(g.pid)
+    stats.terminated += gone.length
   }
   await sleep(200)
 }
@@ -169,6 +184,15 @@ results.forEach((polled, i) => {
 const [recorded] = await query<{ rows: number; keys: number }>(
   `SELECT count(*)::int AS rows, count(DISTINCT (execution_id, activity, attempt))::int AS keys FROM ${schema}.workflow_activities`
 )
+const audit = Audit.analyse({
+  recorded: await withSql((sql) => Audit.readRecorded(sql, schema)),
+  attempts: await withSql((sql) => Audit.readAttempts(sql, schema)),
+  expected: (r) => {
+    const payload = byExecution.get(r.executionId)
+    return payload === undefined || r.workflow !== Chaos._tag ? undefined : activityValue(payload.n, r.activity)
+  },
+  terminatedPids
+})
 const [reruns] = await query<{ n: number }>(`
   SELECT coalesce(sum(c - 1), 0)::int AS n FROM (SELECT count(*) AS c FROM ${schema}.effects GROUP BY execution, activity) AS runs`)
 
@@ -176,6 +200,7 @@ console.log([
   `elapsed ${elapsedMs} ms; runners SIGKILLed ${stats.kills}, exited by themselves ${stats.crashed}, backends terminated ${stats.terminated}, approvals ${stats.approvals}`,
   `executions: ${right} right, ${wrong} wrong, ${incomplete} not complete (lost) of ${COUNT}`,
   `activity results recorded: ${recorded!.rows} rows, ${recorded!.keys} distinct attempts (expected ${COUNT * 4})`,
+  ...Audit.describe(audit),
   `activity bodies run again (interrupted by a kill before their result was recorded): ${reruns!.n}`,
   `samples: at most ${stats.lostWakeUps} suspended on a deferred already done; a backlog of at most ${stats.overdueClocks} with a clock due over ${DUE_SLACK_MS} ms`,
   `left suspended with a wake-up due at the end: ${dueAtEnd}`
@@ -184,7 +209,7 @@ console.log([
 await runtime.dispose()
 await endLogs()
 await server.stop()
-const ok = right === COUNT && recorded!.rows === COUNT * 4 && recorded!.keys === recorded!.rows && stats.lostWakeUps === 0 &&
+const ok = right === COUNT && recorded!.rows === COUNT * 4 && recorded!.keys === recorded!.rows && audit.ok && stats.lostWakeUps === 0 &&
   dueAtEnd === 0
 console.log(ok ? "PASS" : "FAIL")
 process.exit(ok ? 0 : 1)

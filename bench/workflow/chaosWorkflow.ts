@@ -21,6 +21,13 @@ export const Approval = DurableDeferred.make("approval", { success: Schema.Numbe
 /** What a correct run returns for `n`. */
 export const expected = (n: number): number => 14 * n + 1
 
+/** What activity `name` returns for `n` (`a`: n + 1; `b0` to `b2`: n * i); undefined for no such activity. */
+export const activityValue = (n: number, name: string): number | undefined => {
+  if (name === "a") return n + 1
+  const fanned = /^b([0-2])$/.exec(name)
+  return fanned === null ? undefined : n * Number(fanned[1])
+}
+
 const effect = (schema: string, id: string, name: string, value: number) =>
   Activity.make({
     name,
@@ -40,10 +47,10 @@ const effect = (schema: string, id: string, name: string, value: number) =>
 export const chaosLayer = (schema: string) =>
   Chaos.toLayer(({ id, n }) =>
     Effect.gen(function*() {
-      const a = yield* effect(schema, id, "a", n + 1)
+      const a = yield* effect(schema, id, "a", activityValue(n, "a")!)
       yield* DurableClock.sleep({ name: "pause", duration: "1 second", inMemoryThreshold: 0 })
       const approval = yield* DurableDeferred.await(Approval)
-      const fanned = yield* Effect.all([0, 1, 2].map((i) => effect(schema, id, `b${i}`, n * i)), { concurrency: "unbounded" })
+      const fanned = yield* Effect.all([0, 1, 2].map((i) => effect(schema, id, `b${i}`, activityValue(n, `b${i}`)!)), { concurrency: "unbounded" })
       return a + approval + fanned.reduce((sum, x) => sum + x, 0)
     })
   )

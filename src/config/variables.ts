@@ -53,7 +53,8 @@ export const env = {
   workflowLease: "LEASEHOLD_WORKFLOW_LEASE",
   workflowPollInterval: "LEASEHOLD_WORKFLOW_POLL_INTERVAL",
   workflowConcurrency: "LEASEHOLD_WORKFLOW_CONCURRENCY",
-  workflowShutdownGrace: "LEASEHOLD_WORKFLOW_SHUTDOWN_GRACE"
+  workflowShutdownGrace: "LEASEHOLD_WORKFLOW_SHUTDOWN_GRACE",
+  workflowRetention: "LEASEHOLD_WORKFLOW_RETENTION"
 } as const
 
 /** The key of a variable in {@link env}. */

@@ -1,13 +1,15 @@
 /**
  * The workflow engine's settings from the environment (`LeaseholdWorkflow.layerFromEnv`):
- * `LEASEHOLD_WORKFLOW_LEASE`, `LEASEHOLD_WORKFLOW_POLL_INTERVAL`, `LEASEHOLD_WORKFLOW_CONCURRENCY`
- * and `LEASEHOLD_WORKFLOW_SHUTDOWN_GRACE`, each a `Config` description with its rule (the same
- * bounds as the options from code); a broken one names the variable and the rule.
+ * `LEASEHOLD_WORKFLOW_LEASE`, `LEASEHOLD_WORKFLOW_POLL_INTERVAL`, `LEASEHOLD_WORKFLOW_CONCURRENCY`,
+ * `LEASEHOLD_WORKFLOW_SHUTDOWN_GRACE` and `LEASEHOLD_WORKFLOW_RETENTION`, each a `Config`
+ * description with its rule (the same bounds as the options from code); a broken one names the
+ * variable and the rule.
  *
  * @since 0.1.0
  */
 import { Config, Effect } from "effect"
 import type { ConfigInvalid } from "../QueueError.ts"
+import { maxDelayRule } from "../internal/validate.ts"
 import * as Read from "./read.ts"
 import { inRange, invalid, parseDuration } from "./rules.ts"
 import { env } from "./variables.ts"
@@ -17,11 +19,34 @@ export const workflowVariables = {
   lease: env.workflowLease,
   pollInterval: env.workflowPollInterval,
   concurrency: env.workflowConcurrency,
-  shutdownGrace: env.workflowShutdownGrace
+  shutdownGrace: env.workflowShutdownGrace,
+  retention: env.workflowRetention
 } as const
 
-/** The least lease and poll interval an engine accepts, in ms (as `LeaseholdWorkflow.make` checks them). */
-export const workflowMinimums = { leaseMs: 30, pollIntervalMs: 1, shutdownGraceMs: 0 } as const
+/** The least lease, poll interval, grace and retention an engine accepts, in ms (as `LeaseholdWorkflow.make` checks them). */
+export const workflowMinimums = { leaseMs: 30, pollIntervalMs: 1, shutdownGraceMs: 0, retentionMs: 60_000 } as const
+
+/** How long finished executions are kept unless told otherwise (as the attempt history). */
+export const DEFAULT_WORKFLOW_RETENTION = "7 days"
+
+/** The rule of a retention, from code or the environment. */
+export const retentionRule = `off, or a duration of at least ${workflowMinimums.retentionMs} ms (1 minute), such as 7d`
+
+/** A retention: `off` (any case: keep finished executions), or a duration of at least a minute; undefined while unset or blank. */
+const retention = (name: string): Config.Config<number | "off" | undefined> =>
+  Read.text(name, { trim: true }).pipe(Read.check((text): Effect.Effect<number | "off" | undefined, ConfigInvalid> =>
+    text === undefined
+      ? Effect.succeed(undefined)
+      : text.toLowerCase() === "off"
+      ? Effect.succeed("off" as const)
+      : parseDuration(name, text).pipe(
+        // A malformed or short one is told the whole rule (`off` included); a too long one, its bound.
+        Effect.mapError((e) => (e.rule === maxDelayRule ? e : invalid(name, retentionRule, text))),
+        Effect.flatMap((ms) =>
+          ms >= workflowMinimums.retentionMs ? Effect.succeed(ms) : Effect.fail(invalid(name, retentionRule, text))
+        )
+      )
+  ))
 
 /** The most executions one engine runs at once. */
 export const MAX_WORKFLOW_CONCURRENCY = 10_000
@@ -51,6 +76,8 @@ export interface WorkflowEnv {
   readonly pollIntervalMs: number | undefined
   readonly concurrency: number | undefined
   readonly shutdownGraceMs: number | undefined
+  /** Milliseconds finished executions are kept, or `off` (kept for good). */
+  readonly retention: number | "off" | undefined
 }
 
 /** The engine's variables, read through the current `ConfigProvider` and checked. */
@@ -58,7 +85,8 @@ export const workflowConfig: Config.Config<WorkflowEnv> = Config.all({
   leaseMs: duration(workflowVariables.lease, workflowMinimums.leaseMs),
   pollIntervalMs: duration(workflowVariables.pollInterval, workflowMinimums.pollIntervalMs),
   concurrency: whole(workflowVariables.concurrency, 1, MAX_WORKFLOW_CONCURRENCY),
-  shutdownGraceMs: duration(workflowVariables.shutdownGrace, workflowMinimums.shutdownGraceMs)
+  shutdownGraceMs: duration(workflowVariables.shutdownGrace, workflowMinimums.shutdownGraceMs),
+  retention: retention(workflowVariables.retention)
 })
 
 /** Read {@link workflowConfig}; a bad value fails with a `ConfigInvalid` naming its variable and rule. */

@@ -4,7 +4,8 @@
  * the loop after a defect. The family: the reaper and forgetting old consumer
  * rows (`reaper.ts`, `forgetConsumers.ts`, run by each registered consumer),
  * attempt-history and unique-key pruning (`prune.ts`, run by each consumer) and
- * the depth sampler (`depth.ts`, one per process through `QueueDepth.layer`).
+ * the depth sampler (`depth.ts`, one per process through `QueueDepth.layer`), and
+ * the workflow engine's pruning of finished executions (`workflowRetention.ts`).
  *
  * @since 0.1.0
  */

@@ -1,6 +1,6 @@
 /**
- * The send statements: a bulk INSERT per run of plain messages (one array per column, read by
- * unnest), one statement per keyed message (dedup key or uniqueness window). A send that is one
+ * The send statements: a bulk INSERT per run of plain messages (the payloads and each column that
+ * varies as one array, read by unnest), one statement per keyed message (dedup key or uniqueness window). A send that is one
  * statement outside any transaction (the common single send, a batch of up to SEND_CHUNK plain
  * messages) announces itself in that statement: one round trip, one commit.
  *
@@ -8,6 +8,7 @@
  */
 import * as PgTypes from "@effect/sql-pg/PgTypes"
 import { Effect, Option } from "effect"
+import * as Statement from "effect/sql/Statement"
 import type { MessageId, SendResult } from "../Message.ts"
 import type { QueueStoreShape } from "../QueueStore.ts"
 import * as Validate from "../internal/validate.ts"
@@ -17,9 +18,10 @@ import { array, storeTime, textArray } from "./fragments.ts"
 import { foreignTransaction, foreignTransactionOpen } from "./onePool.ts"
 
 /**
- * Rows per INSERT of a batch send. The rows travel as one array per column (seven parameters
- * whatever the count), so this only bounds one statement's work and memory; a call of this
- * many plain messages outside a transaction is one statement, one commit.
+ * Rows per INSERT of a batch send. The rows travel as one array per column that varies (the
+ * payloads always; a fixed number of parameters whatever the count), so this only bounds one
+ * statement's work and memory; a call of this many plain messages outside a transaction is one
+ * statement, one commit.
  */
 export const SEND_CHUNK = 1_000
 /**
@@ -58,62 +60,116 @@ interface Run {
 }
 
 /**
- * A column of a batch as an array parameter: one element when every message has the same value
- * (the usual case: `sendMany` gives one task and one set of options), which the statement reads
- * for every row; otherwise one element per message.
+ * A column of a batch, as the one-row sub-select `a` of `insertBatch` holds it: one value when
+ * every message has the same (the usual case: `sendMany` gives one task and one set of
+ * options), read by every row as `a.<name>`; else an array that unnest reads beside the
+ * payloads, `r.<name>`. Which columns vary decides the statement's text (at most 64 texts,
+ * each prepared once per connection); a shared value is cast once per statement, not per row.
  */
-const column = <A>(values: ReadonlyArray<A>): ReadonlyArray<A> => {
-  const first = values[0]
-  for (let k = 1; k < values.length; k++) if (values[k] !== first) return values
-  return [first as A]
+interface BatchColumn {
+  readonly name: string
+  /** In the sub-select: `$n<cast> AS <name>`, or `$n<cast>[] AS <name>` (an array) when it varies. */
+  readonly source: Statement.Fragment
+  /** Whether the values vary (an array read by unnest). */
+  readonly varying: boolean
 }
 
-/** A column's value in a row of `insertBatch`: the one shared value, or the row's own. */
-const columnValue = (sql: PgContext["sql"], column: string) =>
-  sql.literal(`CASE WHEN cardinality(a.${column}) = 1 THEN a.${column}[1] ELSE r.${column} END`)
+/** Whether every value is the first one. */
+const allSame = <A>(values: ReadonlyArray<A>): boolean => {
+  const first = values[0]
+  for (let k = 1; k < values.length; k++) if (values[k] !== first) return false
+  return true
+}
 
-// Bulk insert of messages without a dedup key: one statement per run. One array per column,
-// turned into rows by unnest (binary array parameters; each payload parsed once, as jsonb),
-// WITH ORDINALITY + ORDER BY so ids follow input order. A column every message shares is sent
-// as one element (unnest pads it with NULLs; the CASE reads the shared value): no per-row
-// array of it to encode, send and cast. The arrays reach unnest through a sub-select that is
-// never flattened (OFFSET 0), so the generic plan is kept (as complete.ts explains). The ids
-// come back as one text of ascending ids (one row to read, not one per message). When
-// `announce`, the statement also NOTIFYs the queue, once (the aggregate makes one row):
-// delivered at its commit, never before the rows; only set when the statement is a
+/** The parameter types of a batch's columns: the scalar's, and the element OID of the array. */
+const types = {
+  text: { scalar: PgTypes.text, oid: PgTypes.OID.text },
+  int4: { scalar: PgTypes.int4, oid: PgTypes.OID.int4 },
+  float8: { scalar: PgTypes.float8, oid: PgTypes.OID.float8 }
+} as const
+
+/**
+ * One column of a batch (see {@link BatchColumn}). `name` and `cast` are code, never input:
+ * `cast` turns the parameter's type into the column's (`::jsonb`, `::bigint`, or nothing).
+ */
+const batchColumn = <A>(
+  name: string,
+  values: ReadonlyArray<A>,
+  type: { readonly scalar: (value: A) => PgTypes.Parameter; readonly oid: number },
+  cast: string
+): BatchColumn => {
+  const varying = !allSame(values)
+  const parameter = varying ? array(values, type.oid) : type.scalar(values[0]!)
+  const castTo = varying && cast !== "" ? `${cast}[]` : cast
+  const source = Statement.fragment([Statement.parameter(parameter), Statement.literal(`${castTo} AS ${name}`)])
+  return { name, source, varying }
+}
+
+/** A column's value in a row of `insertBatch`: the shared `a.<name>` or the row's `r.<name>`. */
+const valueOf = (column: BatchColumn) => Statement.fragment([Statement.literal(`${column.varying ? "r" : "a"}.${column.name}`)])
+
+/**
+ * The ids of a batch, in input order, from what its statement answered: the lowest id and the
+ * count when the ids are consecutive (one sender at a time: the usual case), else every id.
+ */
+const batchIds = (row: { readonly lo: bigint; readonly n: bigint; readonly ids: string | null }): ReadonlyArray<SendResult> => {
+  if (row.ids !== null) return row.ids.split(",").map((id): SendResult => ({ id: id as MessageId, deduplicated: false }))
+  const count = Number(row.n)
+  const results: Array<SendResult> = new Array(count)
+  if (row.lo + row.n <= BigInt(Number.MAX_SAFE_INTEGER)) {
+    const lo = Number(row.lo)
+    for (let k = 0; k < count; k++) results[k] = { id: String(lo + k) as MessageId, deduplicated: false }
+  } else {
+    for (let k = 0; k < count; k++) results[k] = { id: String(row.lo + BigInt(k)) as MessageId, deduplicated: false }
+  }
+  return results
+}
+
+// Bulk insert of messages without a dedup key: one statement per run. The payloads travel as
+// one array (binary text[], each parsed once as jsonb), read by unnest; a column every message
+// shares is one parameter, cast once in the one-row sub-select `a` (as is the time it runs at);
+// a column that varies is one more array read by the same unnest (see BatchColumn). Rows are
+// inserted in array order, so ids follow input order: the only row source is one function
+// scan of the arrays, laterally joined to the one-row sub-select, and nothing in the plan can
+// reorder its rows (no join of its own, no sort, no hash, never parallel: an INSERT's plan has
+// no workers); ids are drawn by nextval in insertion order. (The statement used to number the
+// rows WITH ORDINALITY and sort on that number: a sort of the whole batch the order never
+// needed.) The sub-select is never flattened (OFFSET 0), so the generic plan is kept (as
+// complete.ts explains). The ids come back as the lowest and the count when they are
+// consecutive (one row, no list to build or read); otherwise (another send drew ids in
+// between) as one text of ascending ids, built only then (a sub-select in a CASE runs on
+// demand). When `announce`, the statement also NOTIFYs the queue, once (the aggregate makes
+// one row): delivered at its commit, never before the rows; only set when the statement is a
 // transaction of its own (see `send`).
 const insertBatch = (ctx: PgContext, queue: string, now: Date | null, run: Run, announce: boolean) => {
   const { channel, sql, table } = ctx
   const { messages } = run
-  const payload = messages.map((m) => m.payloadJson)
-  const task = column(messages.map((m) => m.task))
-  const priority = column(messages.map((m) => m.priority))
-  const delayMs = column(messages.map((m) => m.delayMs))
-  const maxAttempts = column(messages.map((m) => m.maxAttempts))
-  const flowKey = column(messages.map((m) => m.key))
-  const v = (c: string) => columnValue(sql, c)
-  return sql<{ ids: string }>`
+  const task = batchColumn("task", messages.map((m) => m.task), types.text, "")
+  const headers = batchColumn("headers", run.headers, types.text, "::jsonb")
+  const priority = batchColumn("priority", messages.map((m) => m.priority), types.int4, "")
+  const delayMs = batchColumn("delay_ms", messages.map((m) => m.delayMs), types.float8, "::bigint")
+  const maxAttempts = batchColumn("max_attempts", messages.map((m) => m.maxAttempts), types.int4, "")
+  const flowKey = batchColumn("flow_key", messages.map((m) => m.key), types.text, "")
+  const columns = [task, headers, priority, delayMs, maxAttempts, flowKey]
+  const unnested = ["payload", ...columns.filter((c) => c.varying).map((c) => c.name)]
+  return sql<{ lo: bigint; n: bigint; ids: string | null }>`
     WITH ins AS (
       INSERT INTO ${table} (queue, task, payload, headers, priority, enqueued_at, visible_at, max_attempts, flow_key)
-      SELECT ${queue}, ${v("task")}, r.payload, ${v("headers")}, ${v("priority")},
-             ${storeTime(now)},
-             ${storeTime(now)} + ${v("delay_ms")} * interval '1 millisecond',
-             ${v("max_attempts")}, ${v("flow_key")}
+      SELECT ${queue}, ${valueOf(task)}, r.payload, ${valueOf(headers)}, ${valueOf(priority)}, a.enqueued_at,
+             a.enqueued_at + ${valueOf(delayMs)} * interval '1 millisecond', ${valueOf(maxAttempts)}, ${valueOf(flowKey)}
       FROM (
-        SELECT ${textArray(task)} AS task, ${textArray(payload)}::jsonb[] AS payload, ${textArray(column(run.headers))}::jsonb[] AS headers,
-               ${array(priority, PgTypes.OID.int4)} AS priority, ${array(delayMs, PgTypes.OID.float8)}::bigint[] AS delay_ms,
-               ${array(maxAttempts, PgTypes.OID.int4)} AS max_attempts, ${textArray(flowKey)} AS flow_key
+        SELECT ${storeTime(now)} AS enqueued_at, ${textArray(messages.map((m) => m.payloadJson))}::jsonb[] AS payload,
+               ${sql.csv(columns.map((c) => c.source))}
         OFFSET 0
-      ) AS a, unnest(a.task, a.payload, a.headers, a.priority, a.delay_ms, a.max_attempts, a.flow_key)
-        WITH ORDINALITY AS r(task, payload, headers, priority, delay_ms, max_attempts, flow_key, ord)
-      ORDER BY r.ord
+      ) AS a, unnest(${sql.literal(unnested.map((name) => `a.${name}`).join(", "))}) AS r(${sql.literal(unnested.join(", "))})
       RETURNING id
+    ), span AS (
+      SELECT min(id) AS lo, max(id) AS hi, count(*) AS n FROM ins
     )
-    SELECT string_agg(ins.id::text, ',' ORDER BY ins.id) AS ids,
+    SELECT span.lo, span.n,
+           CASE WHEN span.hi - span.lo + 1 <> span.n THEN (SELECT string_agg(ins.id::text, ',' ORDER BY ins.id) FROM ins) END AS ids,
            CASE WHEN ${announce && run.readyNow}::boolean THEN pg_notify(${channel}, ${queue}) END AS announced
-    FROM ins`.pipe(
-    Effect.map((rows) => rows[0]!.ids.split(",").map((id): SendResult => ({ id: id as MessageId, deduplicated: false })))
-  )
+    FROM span`.pipe(Effect.map((rows) => batchIds(rows[0]!)))
 }
 
 /** A message's headers as jsonb text; most carry none. */

@@ -155,18 +155,31 @@ export const activities = (w: WorkflowSql, key: Key): Effect.Effect<ReadonlyArra
 /**
  * Delete up to `limit` executions completed more than `olderThanMs` ago, oldest first, with their
  * deferreds (their activities and clocks go by cascade); a batch per call keeps each statement short.
+ * The batch is found through the partial index on `completed_at` (migration 11). `complete` is terminal
+ * (no statement moves a row out of it, and such a row holds no lease and is never claimed), so
+ * nothing a runner holds or may run is ever chosen. A child whose parent is not complete stays:
+ * the parent's next replay reads the child's result from its row, and a child gone would be
+ * started again (`start` inserts what is missing) and run twice. Rows are locked SKIP LOCKED, so
+ * pruners on several runners share the work without waiting on each other, and deleted by their
+ * row address (stable: this statement holds their lock): matched by key instead, the planner
+ * hashed the batch against a scan of the whole table (EXPLAIN ANALYZE of a batch of 1,000 among
+ * 200,000 executions on the test server, PostgreSQL 18: 146 ms by key, 30-40 ms by address).
  */
 export const prune = (w: WorkflowSql, olderThanMs: number, limit: number): Effect.Effect<number, SqlError.SqlError> =>
   w.sql<{ pruned: number }>`
     WITH gone AS (
       DELETE FROM ${w.executions} e
-      WHERE (e.workflow, e.execution_id) IN (
-        SELECT workflow, execution_id FROM ${w.executions}
-        WHERE completed_at < now() - ${olderThanMs}::bigint * interval '1 millisecond'
-        ORDER BY completed_at
+      WHERE e.ctid = ANY(ARRAY(
+        SELECT x.ctid FROM ${w.executions} x
+        WHERE x.completed_at < now() - ${olderThanMs}::bigint * interval '1 millisecond'
+          AND x.status = 'complete'
+          AND NOT EXISTS (SELECT 1 FROM ${w.executions} p
+                          WHERE p.workflow = x.parent_workflow AND p.execution_id = x.parent_execution
+                            AND p.status <> 'complete')
+        ORDER BY x.completed_at
         LIMIT ${limit}
-        FOR UPDATE SKIP LOCKED
-      )
+        FOR UPDATE OF x SKIP LOCKED
+      ))
       RETURNING e.workflow, e.execution_id
     ), deferreds AS (
       DELETE FROM ${w.deferreds} d USING gone

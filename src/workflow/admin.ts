@@ -4,10 +4,12 @@
  *
  * @since 0.1.0
  */
-import { type Duration, Effect, Option } from "effect"
+import { type Duration, Effect, Metric, Option } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
+import { DEFAULT_WORKFLOW_RETENTION } from "../config/workflow.ts"
 import { defaultSchema } from "../Migrations.ts"
 import { classify, type InvalidInput, type StoreError } from "../QueueError.ts"
+import * as QueueMetrics from "../QueueMetrics.ts"
 import * as Validate from "../internal/validate.ts"
 import * as Admin from "../pg/workflowAdmin.ts"
 import * as Sql from "../pg/workflow.ts"
@@ -76,9 +78,29 @@ export const show = (options: {
     return Option.some({ execution, activities, deferreds, clocks })
   }).pipe(classify("workflows.show"))
 
+/** Executions deleted per statement by the engine's retention, and by {@link prune} by default. */
+export const PRUNE_BATCH = 1_000
+
 /**
- * Delete executions completed more than `olderThan` ago (default 7 days), in batches of `batch`
- * (default 1,000) until none is left; returns how many went.
+ * Delete executions completed more than `olderThanMs` ago (never a child whose parent is not
+ * complete: `pg/workflowAdmin.ts`), batch after batch of at most `batch` (each one short
+ * statement) until one comes back short; each batch counted in
+ * `leasehold_workflow_executions_pruned`. Returns how many went.
+ */
+export const pruneFinished = (w: Sql.WorkflowSql, olderThanMs: number, batch: number): Effect.Effect<number, StoreError> =>
+  Effect.gen(function*() {
+    let total = 0
+    while (true) {
+      const pruned = yield* Admin.prune(w, olderThanMs, batch).pipe(classify("workflows.prune"))
+      total += pruned
+      if (pruned > 0) yield* Metric.update(QueueMetrics.workflowPruned, pruned)
+      if (pruned < batch) return total
+    }
+  })
+
+/**
+ * Delete executions completed more than `olderThan` ago (default 7 days, the engine's default
+ * retention), in batches of `batch` (default 1,000) until none is left; returns how many went.
  */
 export const prune = (options: {
   readonly schema?: string | undefined
@@ -87,12 +109,7 @@ export const prune = (options: {
 } = {}): Effect.Effect<number, InvalidInput | StoreError, SqlClient.SqlClient> =>
   Effect.gen(function*() {
     const w = yield* statementsFor(options.schema)
-    const olderThanMs = yield* Validate.durationMs("olderThan", options.olderThan ?? "7 days", { min: 0 })
-    const batch = yield* Validate.positiveInt("batch", options.batch ?? 1_000, 100_000)
-    let total = 0
-    while (true) {
-      const pruned = yield* Admin.prune(w, olderThanMs, batch).pipe(classify("workflows.prune"))
-      total += pruned
-      if (pruned < batch) return total
-    }
+    const olderThanMs = yield* Validate.durationMs("olderThan", options.olderThan ?? DEFAULT_WORKFLOW_RETENTION, { min: 0 })
+    const batch = yield* Validate.positiveInt("batch", options.batch ?? PRUNE_BATCH, 100_000)
+    return yield* pruneFinished(w, olderThanMs, batch)
   })
