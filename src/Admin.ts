@@ -38,7 +38,7 @@ export { BulkActionInput, BulkCount, BulkInput, BulkOutcomeSchema, DepthAnswer, 
 export { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, RateRow, RateInput, LimitsInput, WeightInput, LimitsView, LimitsRow, FlowStatusRow, AdminAuth, ReadAuth, InputErrors, AdminGroup, AdminApi }
 
 // ---------------------------------------------------------------------------
-// Handlers
+// Middleware (the route handlers are in http/adminHandlers.ts, loaded when the layer is built)
 
 const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
 
