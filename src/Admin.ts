@@ -19,36 +19,26 @@
  *
  * @since 0.1.0
  */
-import { Effect, Layer, Metric, Option, Redacted } from "effect"
-import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
-import * as HttpApiError from "effect/http-api/HttpApiError"
-import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import { Effect, Layer, Option, Redacted } from "effect"
+import type * as HttpApiError from "effect/http-api/HttpApiError"
+import type * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as SchemaIssue from "effect/SchemaIssue"
 import { createHash, timingSafeEqual } from "node:crypto"
-import * as ConsumerPresence from "./ConsumerPresence.ts"
-import { redactSecrets } from "./internal/redact.ts"
-import type { MessageId } from "./Message.ts"
-import { StoreSettings } from "./StoreSettings.ts"
 import * as QueueConfig from "./QueueConfig.ts"
-import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
-import * as QueueMetrics from "./QueueMetrics.ts"
-import { type DeadLetterFilter, QueueStore } from "./QueueStore.ts"
+import type { ConfigInvalid } from "./QueueError.ts"
+import type { QueueStore } from "./QueueStore.ts"
+import * as AdminCounters from "./http/adminCounters.ts"
 import { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, RateRow, RateInput, LimitsInput, WeightInput, LimitsView, LimitsRow, FlowStatusRow } from "./http/adminSchema.ts"
 import { AdminAuth, ReadAuth, InputErrors, AdminGroup, AdminApi } from "./http/adminApi.ts"
-import { flowRoutes } from "./http/adminFlow.ts"
-import { insightRoutes } from "./http/adminInsights.ts"
 import { BulkActionInput, BulkCount, BulkInput, BulkOutcomeSchema, DepthAnswer, DepthSampleSchema, FilterFields, MinutesInput, ScheduleRow, ThroughputAnswer, ThroughputRowSchema, TriggerOutcome } from "./http/adminInsightsSchema.ts"
-import { Insights } from "./Insights.ts"
-import { workflowRoutes } from "./http/adminWorkflows.ts"
 
 export { BulkActionInput, BulkCount, BulkInput, BulkOutcomeSchema, DepthAnswer, DepthSampleSchema, FilterFields, MinutesInput, ScheduleRow, ThroughputAnswer, ThroughputRowSchema, TriggerOutcome }
 export { BadRequest, Unauthorized, Forbidden, NotFound, Unavailable, QueueName, TaskName, MessageIdInput, Limit, StateInput, Ids, DeadLetterSelection, QueueRow, ConsumerRow, MessageDetail, MessagePage, CancelOutcome, Counters, RateRow, RateInput, LimitsInput, WeightInput, LimitsView, LimitsRow, FlowStatusRow, AdminAuth, ReadAuth, InputErrors, AdminGroup, AdminApi }
 
 // ---------------------------------------------------------------------------
-// Handlers
+// Middleware (the route handlers are in http/adminHandlers.ts, loaded when the layer is built)
 
 const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
 
@@ -67,14 +57,6 @@ const badRequestOf = (error: HttpApiError.HttpApiSchemaError): BadRequest => {
   const rule = issue === undefined ? "a valid request" : issue.message === "Missing key" ? "required" : issue.message
   return new BadRequest({ field, rule, message: field === slot ? `${slot}: ${rule}` : `${slot} ${field}: ${rule}` })
 }
-
-/** Store failures as responses: a refused input is a 400, a database failure a 503 (redacted). */
-const storeFailure = (error: InvalidInput | StoreError | BadRequest): BadRequest | Unavailable =>
-  error._tag === "BadRequest"
-    ? error
-    : error._tag === "InvalidInput"
-    ? new BadRequest({ field: error.field, rule: error.rule, message: error.message })
-    : new Unavailable({ message: redactSecrets(`${error._tag}: ${error.message}`) })
 
 const digest = (text: string) => createHash("sha256").update(text, "utf8").digest()
 
@@ -149,150 +131,13 @@ export const inputErrorsLayer: Layer.Layer<InputErrors> = HttpApiMiddleware.laye
     error.kind === "Body" || error.kind === "ResponseHeaders" ? Effect.fail(error) : Effect.fail(badRequestOf(error))
 )
 
-const counterValue = (snapshot: ReadonlyArray<Metric.Metric.Snapshot>, id: string): number =>
-  snapshot
-    .filter((m) => m.id === id && m.type === "Counter" && Object.keys(m.attributes ?? {}).length === 0)
-    .reduce((sum, m) => sum + Number((m.state as Metric.CounterState<number>).count), 0)
-
 /** The counters only leasehold has, read from this process's metrics. */
-export const counters: Effect.Effect<typeof Counters.Type> = Effect.map(Metric.snapshot, (snapshot) => {
-  const leasesLost: Record<string, number> = {}
-  for (const m of snapshot) {
-    const reason = m.attributes?.["reason"]
-    if (m.id !== QueueMetrics.leasesLost.id || m.type !== "Counter" || reason === undefined) continue
-    leasesLost[String(reason)] = (leasesLost[String(reason)] ?? 0) + Number((m.state as Metric.CounterState<number>).count)
-  }
-  const count = (metric: { readonly id: string }) => counterValue(snapshot, metric.id)
-  return {
-    leasesLost,
-    doubleRuns: count(QueueMetrics.doubleRuns),
-    reaped: count(QueueMetrics.reaped),
-    wedgedRenewers: count(QueueMetrics.wedgedRenewers),
-    renewalFailures: count(QueueMetrics.renewalFailures),
-    finishFailures: count(QueueMetrics.finishFailures),
-    claimed: count(QueueMetrics.claimed),
-    acked: count(QueueMetrics.acked),
-    retried: count(QueueMetrics.retried),
-    deadLettered: count(QueueMetrics.deadLettered),
-    released: count(QueueMetrics.released),
-    cancelled: count(QueueMetrics.cancelled)
-  }
-})
-
-/** Exactly one of queue, ids or all: redrive and purge never act on "everything" by omission. */
-const selection = (input: typeof DeadLetterSelection.Type): Effect.Effect<DeadLetterFilter, BadRequest> => {
-  const given = [input.queue !== undefined, input.ids !== undefined, input.all === true].filter(Boolean).length
-  if (given === 1) {
-    return Effect.succeed({ queue: input.queue, ids: input.ids as ReadonlyArray<MessageId> | undefined, all: input.all })
-  }
-  const rule = "exactly one of queue, ids or all: true"
-  return Effect.fail(new BadRequest({ field: "payload", rule, message: `payload: say which dead letters (${rule})` }))
-}
-
-const cancelOutcome = (asked: ReadonlyArray<string>, results: ReadonlyArray<{ readonly id: string; readonly result: "cancelled" | "cancelling" }>) => {
-  const found = new Set(results.map((r) => String(r.id)))
-  return {
-    results: results.map((r) => ({ id: String(r.id), result: r.result })),
-    unknown: [...new Set(asked.map((id) => String(BigInt(id))))].filter((id) => !found.has(id))
-  }
-}
-
-const limitOf = (text: string | undefined, fallback: number) => text === undefined ? fallback : Number(text)
+export const counters = AdminCounters.counters
 
 /** The handlers of {@link AdminGroup} over the `QueueStore` in context (consumers read when the store is on PostgreSQL). */
-export const handlers = HttpApiBuilder.group(AdminApi, "admin", (handlers) =>
-  Effect.gen(function*() {
-    const store = yield* QueueStore
-    const sql = yield* Effect.serviceOption(SqlClient.SqlClient)
-    const settings = yield* Effect.serviceOption(StoreSettings)
-    const flow = flowRoutes(store)
-    const dash = insightRoutes(store, yield* Effect.serviceOption(Insights))
-    const workflows = workflowRoutes(sql, Option.map(settings, (s) => s.schema))
-    const queueRow = (queue: string) =>
-      Effect.map(store.queues(), (all) =>
-        all.find((q) => q.queue === queue) ?? { queue, ready: 0, delayed: 0, inFlight: 0, dead: 0, oldestReadyAgeMs: 0, paused: false, pausedAt: null })
-    return handlers
-      .handle("queues", () => Effect.mapError(store.queues(), storeFailure))
-      .handle("pause", ({ params }) => store.pause(params.queue).pipe(Effect.andThen(queueRow(params.queue)), Effect.mapError(storeFailure)))
-      .handle("resume", ({ params }) => store.resume(params.queue).pipe(Effect.andThen(queueRow(params.queue)), Effect.mapError(storeFailure)))
-      .handle("messages", ({ params, query }) => {
-        const limit = limitOf(query.limit, 100)
-        return store.messages(params.queue, { state: query.state, limit, after: query.after }).pipe(
-          Effect.map((messages) => ({ messages, next: messages.length === limit ? messages[messages.length - 1]!.id : null })),
-          Effect.mapError(storeFailure)
-        )
-      })
-      .handle("cancelWhere", ({ params, payload }) =>
-        store.cancelWhere({ queue: params.queue, task: payload.task }).pipe(
-          Effect.map((results) => cancelOutcome([], results)),
-          Effect.mapError(storeFailure)
-        ))
-      .handle("consumers", () =>
-        Option.isSome(sql) && Option.isSome(settings)
-          ? Effect.mapError(ConsumerPresence.listConsumers(sql.value, settings.value.schema), storeFailure)
-          : Effect.succeed([]))
-      .handle("inFlight", ({ query }) =>
-        store.queues().pipe(
-          Effect.flatMap((queues) =>
-            Effect.forEach(queues.filter((q) => q.inFlight > 0), (q) =>
-              store.messages(q.queue, { state: "in-flight", limit: limitOf(query.limit, 100) }))
-          ),
-          Effect.map((pages) => pages.flat()),
-          Effect.mapError(storeFailure)
-        ))
-      .handle("message", ({ params }) =>
-        Effect.gen(function*() {
-          const found = yield* store.get(params.id)
-          if (Option.isNone(found)) {
-            return yield* new NotFound({ message: `no message with id ${params.id} (finished and deleted, or never sent)` })
-          }
-          return { message: found.value, attempts: yield* store.attempts(params.id) }
-        }).pipe(Effect.catchTags({ ConnectionDead: (e) => Effect.fail(storeFailure(e)), QueryFailed: (e) => Effect.fail(storeFailure(e)) })))
-      .handle("attempts", ({ params }) => Effect.mapError(store.attempts(params.id), storeFailure))
-      .handle("cancel", ({ payload }) =>
-        store.cancel(payload.ids).pipe(
-          Effect.map((results) => cancelOutcome(payload.ids, results)),
-          Effect.mapError(storeFailure)
-        ))
-      .handle("deadLetters", ({ query }) =>
-        Effect.mapError(store.deadLetters({ queue: query.queue, limit: limitOf(query.limit, 100) }), storeFailure))
-      .handle("redrive", ({ payload }) =>
-        selection(payload).pipe(
-          Effect.flatMap((filter) => Effect.mapError(store.redrive(filter), storeFailure)),
-          Effect.map((ids) => ({ redriven: ids.map(String) }))
-        ))
-      .handle("purge", ({ payload }) =>
-        selection(payload).pipe(
-          Effect.flatMap((filter) => Effect.mapError(store.purge(filter), storeFailure)),
-          Effect.map((ids) => ({ purged: ids.map(String) }))
-        ))
-      .handle("limits", () => Effect.mapError(flow.limits, storeFailure))
-      .handle("queueLimits", ({ params }) => Effect.mapError(flow.queueLimits(params.queue), storeFailure))
-      .handle("setLimits", ({ params, query, payload }) => Effect.mapError(flow.setLimits(params.queue, query.task, payload), storeFailure))
-      .handle("clearLimits", ({ params, query }) => Effect.mapError(flow.clearLimits(params.queue, query.task), storeFailure))
-      .handle("keyWeight", ({ params, payload }) => Effect.mapError(flow.keyWeight(params.queue, payload), storeFailure))
-      .handle("flow", ({ params }) => Effect.mapError(flow.flow(params.queue), storeFailure))
-      .handle("workflows", ({ query }) => Effect.mapError(workflows.list({ ...query, limit: limitOf(query.limit, 100) }), storeFailure))
-      .handle("workflow", ({ params }) =>
-        workflows.show(params.workflow, params.executionId).pipe(
-          Effect.catchTags({ ConnectionDead: (e) => Effect.fail(storeFailure(e)), QueryFailed: (e) => Effect.fail(storeFailure(e)) }),
-          Effect.mapError((e) => (e._tag === "InvalidInput" ? storeFailure(e) : e))
-        ))
-      .handle("counters", () => counters)
-      .handle("throughput", ({ query }) => Effect.mapError(dash.throughput(query), storeFailure))
-      .handle("depthHistory", ({ query }) => Effect.mapError(dash.depthHistory(query), storeFailure))
-      .handle("search", ({ query }) => Effect.mapError(dash.search(query), storeFailure))
-      .handle("retry", ({ payload }) => Effect.mapError(dash.retry(payload.ids), storeFailure))
-      .handle("bulkCount", ({ params, query }) => Effect.mapError(dash.bulkCount(params.action, query), storeFailure))
-      .handle("bulk", ({ params, payload }) => Effect.mapError(dash.bulk(params.action, payload), storeFailure))
-      .handle("schedules", () => Effect.mapError(dash.schedules, storeFailure))
-      .handle("trigger", ({ params }) =>
-        dash.trigger(params.key).pipe(Effect.catchTags({
-          ConnectionDead: (e) => Effect.fail(storeFailure(e)),
-          QueryFailed: (e) => Effect.fail(storeFailure(e)),
-          InvalidInput: (e) => Effect.fail(new NotFound({ message: e.message }))
-        })))
-  }))
+export const handlers: Layer.Layer<HttpApiGroup.Service<"leasehold", "admin">, never, AdminAuth | InputErrors | QueueStore | ReadAuth> =
+  // Loaded when the layer is built: a worker that serves no admin API never loads the routes.
+  Layer.unwrap(Effect.map(Effect.promise(() => import("./http/adminHandlers.ts")), (routes) => routes.handlers))
 
 /** How the admin API is configured. */
 export interface AdminOptions {

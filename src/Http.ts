@@ -23,280 +23,49 @@
  *
  * @since 0.1.0
  */
-import { Context, Duration, Effect, Layer, Option, Schema } from "effect"
-import { HttpEffect, HttpRouter, HttpServer, type HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
-import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiScalar, HttpApiSchema, OpenApi } from "effect/http-api"
-import { SqlClient } from "effect/sql"
-import { createServer } from "node:http"
-import * as Admin from "./Admin.ts"
-import { Consumer } from "./Consumer.ts"
-import { ConsumerPresence } from "./ConsumerPresence.ts"
-import * as Dashboard from "./http/dashboard.ts"
-import { seconds } from "./internal/format.ts"
+import { Effect, Layer, Option } from "effect"
+import type * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import type * as HttpServerError from "effect/http/HttpServerError"
+import type * as Admin from "./Admin.ts"
+import type { Consumer } from "./Consumer.ts"
+import type { Listening } from "./http/api.ts"
+import type * as Health from "./http/health.ts"
+import type * as Serve from "./http/serve.ts"
 import * as HttpSecurity from "./http/security.ts"
-import { redactSecrets } from "./internal/redact.ts"
-import * as Migrations from "./Migrations.ts"
-import * as Probe from "./pg/probe.ts"
-import { Prometheus, prometheusContentType } from "./Observability.ts"
-import { StoreSettings } from "./StoreSettings.ts"
 import * as QueueConfig from "./QueueConfig.ts"
-import { classify, type ConfigInvalid } from "./QueueError.ts"
+import type { ConfigInvalid } from "./QueueError.ts"
 import type { QueueStore } from "./QueueStore.ts"
 
-/** `GET /healthz` 200: the claim loop is making progress. */
-export const Live = Schema.Struct({
-  status: Schema.Literal("live"),
-  /** The last progress of the claim loop (ISO 8601). */
-  lastProgressAt: Schema.String,
-  inFlight: Schema.Number
-})
+// The API's definitions load with this module (an application extends them); what serves them
+// (http/serve.ts, http/health.ts: effect's router builder, the Node server, the dashboard page)
+// loads when a server layer is built, so a worker that serves no HTTP does not pay for it.
+export { AdminServerApi, Api, ApiWithAdmin, Check, HealthGroup, Listening, Live, MetricsGroup, MetricsOff, NotReady, Ready, Unhealthy } from "./http/api.ts"
+export type { ProbeOptions } from "./http/health.ts"
 
-/** `GET /healthz` 503: the claim loop is stale, has failed, or the consumer is stopping. */
-export class Unhealthy extends Schema.TaggedError<Unhealthy>()("Unhealthy", {
-  reason: Schema.Literals(["stale", "failed", "stopping"]),
-  message: Schema.String,
-  lastProgressAt: Schema.String,
-  inFlight: Schema.Number
-}, { httpApiStatus: 503 }) {}
+const handling = Effect.promise(() => import("./http/health.ts"))
 
-/** One readiness check: `database`, `migrations` or `presence`; `skipped` when it could not be asked. */
-export const Check = Schema.Struct({
-  name: Schema.Literals(["database", "migrations", "presence"]),
-  status: Schema.Literals(["ok", "failed", "skipped"]),
-  detail: Schema.String
-})
-
-/** `GET /readyz` 200: every check passed. */
-export const Ready = Schema.Struct({ status: Schema.Literal("ready"), checks: Schema.Array(Check) })
-
-/** `GET /readyz` 503: `failed` names the checks that failed (a skipped one is not among them). */
-export class NotReady extends Schema.TaggedError<NotReady>()("NotReady", {
-  failed: Schema.Array(Schema.String),
-  message: Schema.String,
-  checks: Schema.Array(Check)
-}, { httpApiStatus: 503 }) {}
-
-/** `GET /metrics` 404: no Prometheus export was provided. */
-export class MetricsOff extends Schema.TaggedError<MetricsOff>()("MetricsOff", {
-  message: Schema.String
-}, { httpApiStatus: 404 }) {}
-
-/** Liveness and readiness. */
-export const HealthGroup = HttpApiGroup.make("health")
-  .add(HttpApiEndpoint.get("healthz", "/healthz", { success: Live, error: Unhealthy }))
-  .add(HttpApiEndpoint.get("readyz", "/readyz", { success: Ready, error: NotReady }))
-
-/** The Prometheus scrape route. */
-export const MetricsGroup = HttpApiGroup.make("metrics")
-  .add(HttpApiEndpoint.get("metrics", "/metrics", {
-    success: Schema.String.pipe(HttpApiSchema.asText({ contentType: prometheusContentType })),
-    error: MetricsOff
-  }))
-
-/** leasehold's HTTP API: extend it with `Api.add(...)` and serve it with `HttpApiBuilder.layer`. */
-export const Api = HttpApi.make("leasehold").add(HealthGroup, MetricsGroup)
-
-/** How the HTTP server checks readiness. */
-export interface ProbeOptions {
-  /** Longest wait for the database's answer to `SELECT 1` (default 2 s). */
-  readonly databaseTimeout?: Duration.Input | undefined
-}
+/** The server `build` makes from the serving module, loaded when the layer is built. */
+const served = <A, E, R>(build: (serve: typeof Serve) => Layer.Layer<A, E, R>): Layer.Layer<A, E, R> =>
+  Layer.unwrap(Effect.map(Effect.promise(() => import("./http/serve.ts")), build))
 
 /** Where and how to serve. */
-export interface HttpOptions extends ProbeOptions {
+export interface HttpOptions extends Health.ProbeOptions {
   /** 0 picks a free port (see {@link Listening}). */
   readonly port: number
   /** Default 127.0.0.1 (this machine only); `0.0.0.0` or `::` for every interface. */
   readonly host?: string | undefined
 }
 
-/** The address the server listens on, once it does. */
-export class Listening extends Context.Service<Listening, {
-  /** e.g. `http://127.0.0.1:9464` */
-  readonly url: string
-  readonly port: number
-}>()("leasehold/Http/Listening") {}
-
-const detail = (error: { readonly message: string }) => redactSecrets(error.message)
-
-/** `/healthz`: the consumer's own view of its liveness. */
-const liveness = (consumer: Consumer["Service"]) =>
-  Effect.gen(function*() {
-    const health = yield* consumer.health
-    const lastProgressAt = health.lastProgressAt.toISOString()
-    if (health.healthy && !health.stopping) return { status: "live" as const, lastProgressAt, inFlight: health.inFlight }
-    const fields = { lastProgressAt, inFlight: health.inFlight }
-    // A failed loop has completed `failure`: it answers at once.
-    const failure = yield* consumer.failure.pipe(Effect.flip, Effect.timeoutOption(10))
-    if (Option.isSome(failure)) {
-      return yield* new Unhealthy({ ...fields, reason: "failed", message: `claim loop failed: ${detail(failure.value)}` })
-    }
-    if (health.stopping) return yield* new Unhealthy({ ...fields, reason: "stopping", message: "the consumer is shutting down" })
-    const stale = Date.now() - health.lastProgressAt.getTime()
-    return yield* new Unhealthy({
-      ...fields,
-      reason: "stale",
-      message: `no claim loop progress since ${lastProgressAt} (${seconds(stale)} ago; stale after ${seconds(consumer.settings.healthStaleMs)})`
-    })
-  })
-
-type CheckResult = typeof Check.Type
-
-const check = (name: CheckResult["name"], ok: boolean | "skipped", text: string): CheckResult => ({
-  name,
-  status: ok === "skipped" ? ok : ok ? "ok" : "failed",
-  detail: redactSecrets(text)
-})
-
-/** What readiness looks at besides the consumer: each optional. */
-interface Probed {
-  readonly sql: Option.Option<SqlClient.SqlClient>
-  readonly store: Option.Option<StoreSettings["Service"]>
-  readonly presence: Option.Option<ConsumerPresence["Service"]>
-}
-
-/** `/readyz`: the database, the migrations, and presence when configured. */
-const readiness = (consumer: Consumer["Service"], { presence, sql, store }: Probed, options: ProbeOptions) =>
-  Effect.gen(function*() {
-    const timeout = Duration.fromInputUnsafe(options.databaseTimeout ?? "2 seconds")
-    const checks: Array<CheckResult> = []
-    if (Option.isNone(sql)) {
-      checks.push(check("database", true, "no SQL client (in-memory store)"), check("migrations", true, "no SQL client"))
-    } else {
-      const client = sql.value
-      const answered = yield* Probe.ping(client).pipe(classify("readiness probe"), Effect.timeoutOption(timeout), Effect.result)
-      const database = answered._tag === "Failure"
-        ? check("database", false, detail(answered.failure))
-        : Option.isNone(answered.success)
-        ? check("database", false, `no answer to SELECT 1 within ${seconds(Duration.toMillis(timeout))}`)
-        : check("database", true, "SELECT 1 answered")
-      checks.push(database)
-      if (database.status !== "ok") {
-        checks.push(check("migrations", "skipped", "not checked: the database is unreachable"))
-      } else {
-        const schema = Option.isSome(store) ? store.value.schema : Migrations.defaultSchema
-        const pending = yield* Migrations.pending({ schema }).pipe(
-          Effect.provideService(SqlClient.SqlClient, client),
-          Effect.timeoutOption(timeout),
-          Effect.result
-        )
-        checks.push(
-          pending._tag === "Failure"
-            ? check("migrations", false, detail(pending.failure))
-            : Option.isNone(pending.success)
-            ? check("migrations", false, `no answer within ${seconds(Duration.toMillis(timeout))}`)
-            : pending.success.value.length > 0
-            ? check("migrations", false, `schema ${schema}: ${pending.success.value.length} migration(s) not applied (${pending.success.value.map(([id, name]) => `${id} ${name}`).join(", ")})`)
-            : check("migrations", true, `schema ${schema}: all ${Migrations.known.length} applied`)
-        )
-      }
-    }
-    checks.push(yield* presenceCheck(consumer, presence))
-    const failed = checks.filter((c) => c.status === "failed")
-    if (failed.length === 0) return { status: "ready" as const, checks }
-    return yield* new NotReady({
-      failed: failed.map((c) => c.name),
-      message: `not ready: ${failed.map((c) => `${c.name} (${c.detail})`).join("; ")}`,
-      checks
-    })
-  })
-
-const presenceCheck = (consumer: Consumer["Service"], presence: Option.Option<ConsumerPresence["Service"]>) =>
-  Effect.gen(function*() {
-    if (Option.isNone(presence)) return check("presence", true, "session liveness not configured")
-    if (presence.value.registration === undefined) return check("presence", true, "registration not observable")
-    const id = consumer.settings.consumerId
-    const registration = yield* presence.value.registration(id)
-    if (Option.isNone(registration)) return check("presence", false, `consumer ${id} is not registered`)
-    const status = yield* registration.value.status
-    switch (status.liveness) {
-      case "active":
-        return check("presence", true, `registered, lock held by backend ${status.backendPid}`)
-      case "off":
-        return check("presence", true, "session liveness off")
-      case "unavailable":
-        return check("presence", true, "session liveness unavailable (transaction-mode pooler?): lease expiry only")
-      case "reconnecting":
-        return check("presence", false, "the presence session is being re-established (its claims stay protected by their leases)")
-    }
-  })
-
 /** The handlers of {@link HealthGroup} over the `Consumer` in context. */
-export const healthHandlers = (options: ProbeOptions = {}) =>
-  HttpApiBuilder.group(Api, "health", (handlers) =>
-    Effect.gen(function*() {
-      const consumer = yield* Consumer
-      // Optional services, read once: the readiness checks skip what is not there.
-      const probed: Probed = {
-        sql: yield* Effect.serviceOption(SqlClient.SqlClient),
-        store: yield* Effect.serviceOption(StoreSettings),
-        presence: yield* Effect.serviceOption(ConsumerPresence)
-      }
-      return handlers
-        .handle("healthz", () => liveness(consumer))
-        .handle("readyz", () => readiness(consumer, probed, options))
-    }))
+export const healthHandlers = (
+  options: Health.ProbeOptions = {}
+): Layer.Layer<HttpApiGroup.Service<"leasehold", "health">, never, Consumer> =>
+  Layer.unwrap(Effect.map(handling, (health) => health.healthHandlers(options)))
 
 /** The handler of {@link MetricsGroup}: the Prometheus export in context, if any. */
-export const metricsHandlers = HttpApiBuilder.group(Api, "metrics", (handlers) =>
-  Effect.gen(function*() {
-    const prometheus = yield* Effect.serviceOption(Prometheus)
-    return handlers.handle("metrics", () =>
-      Option.isSome(prometheus)
-        ? prometheus.value.scrape
-        : Effect.fail(new MetricsOff({ message: "Prometheus export is off: provide Observability.layerPrometheus()" })))
-  }))
-
-/** Serve `routes` on `address`, providing {@link Listening}. */
-const serveRoutes = <E, R>(address: QueueConfig.HttpAddress, routes: Layer.Layer<never, E, R>, check?: HostCheck) => {
-  // Loaded on first use: @effect/platform-node's HTTP server (and what it imports) costs a worker
-  // that serves no HTTP ~30 MB of RSS when imported up front.
-  const server = Layer.unwrap(Effect.map(
-    Effect.promise(() => import("@effect/platform-node/NodeHttpServer")),
-    (NodeHttpServer) => NodeHttpServer.layer(() => createServer(), { port: address.port, host: address.host })
-  ))
-  const listening = Layer.effect(
-    Listening,
-    Effect.map(HttpServer.HttpServer, (http) =>
-      Listening.of({
-        url: HttpServer.formatAddress(http.address),
-        port: "port" in http.address ? http.address.port : address.port
-      }))
-  )
-  // No request log: probes and scrapes every few seconds would drown the worker's own lines.
-  return Layer.merge(HttpRouter.serve(Layer.merge(routes, serverRules(check)), { disableLogger: true }), listening).pipe(
-    Layer.provide(server)
-  )
-}
-
-const serve = (address: QueueConfig.HttpAddress, options: ProbeOptions) =>
-  serveRoutes(address, HttpApiBuilder.layer(Api).pipe(Layer.provide([healthHandlers(options), metricsHandlers])))
-
-const apiDescription = "Operate leasehold queues: the admin routes under /api (they need Authorization: Bearer " +
-  "LEASEHOLD_ADMIN_TOKEN whenever one is set; without one, changes are off, and reads too unless the server is bound to " +
-  "this machine), and the worker's health and metrics where it serves them (no token)."
-
-/** {@link Api} with the admin routes: what {@link layerWithAdmin} serves. */
-export const ApiWithAdmin = Api.add(Admin.AdminGroup).annotate(OpenApi.Title, "leasehold").annotate(OpenApi.Description, apiDescription)
-
-/** The API of a server without a consumer (`leasehold serve`): metrics and the admin routes. */
-export const AdminServerApi = HttpApi.make("leasehold").add(MetricsGroup, Admin.AdminGroup)
-  .annotate(OpenApi.Title, "leasehold")
-  .annotate(OpenApi.Description, apiDescription)
-
-/** The dashboard: its script and its styles admitted by their hashes, nothing else. */
-const dashboardPage = HttpServerResponse.setHeader(
-  HttpServerResponse.html(Dashboard.html),
-  "content-security-policy",
-  HttpSecurity.pagePolicy(Dashboard.html, { inlineStyles: false })
+export const metricsHandlers: Layer.Layer<HttpApiGroup.Service<"leasehold", "metrics">> = Layer.unwrap(
+  Effect.map(handling, (health) => health.metricsHandlers)
 )
-
-/** The dashboard at `/`, the OpenAPI document at `/openapi.json` and its reference page at `/docs`. */
-const adminPages = <Groups extends HttpApiGroup.Constraint>(api: HttpApi.HttpApi<"leasehold", Groups>) =>
-  Layer.mergeAll(
-    HttpRouter.add("GET", "/", dashboardPage),
-    HttpApiScalar.layer(api, { path: "/docs", scalar: { withDefaultFonts: false } })
-  )
 
 /** Where and how to serve the admin API too. */
 export interface AdminHttpOptions extends HttpOptions, Omit<Admin.AdminOptions, "loopbackOnly"> {
@@ -327,115 +96,10 @@ export interface AdminHttpOptions extends HttpOptions, Omit<Admin.AdminOptions, 
 export const layerWithAdmin = (
   options: AdminHttpOptions
 ): Layer.Layer<Listening, ConfigInvalid | HttpServerError.ServeError, Consumer | QueueStore> =>
-  Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) => serveWithAdmin(address, options)))
+  Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) => served((serve) => serve.serveWithAdmin(address, options))))
 
 /** Whether a server bound to `host` answers this machine only (`localhost`, `127.x`, `::1`, `::ffff:127.x`). */
 export const servesThisMachineOnly = (host: string): boolean => HttpSecurity.isLoopback(host)
-
-/** The policy of each page, computed once per response body (the pages are built once). */
-const pagePolicies = new WeakMap<object, string>()
-
-/**
- * The policy of a response that sets none: a page (the API reference) runs its own inline
- * scripts and may style itself at run time; anything else gets the strict one. The dashboard
- * sets its own, stricter (its styles by hash too).
- */
-const policyOf = (response: HttpServerResponse.HttpServerResponse): string => {
-  const body = response.body
-  if (body._tag !== "Uint8Array" || !body.contentType.startsWith("text/html")) return HttpSecurity.strictPolicy
-  let policy = pagePolicies.get(body)
-  if (policy === undefined) {
-    policy = HttpSecurity.pagePolicy(body.text ?? new TextDecoder().decode(body.body), { inlineStyles: true })
-    pagePolicies.set(body, policy)
-  }
-  return policy
-}
-
-/**
- * The headers every response gets just before it is sent (refusals and the 404 of no route
- * included): the security headers, `no-store` on `/api` (its answers carry payloads and
- * errors), and on a 401 how to authenticate (`WWW-Authenticate`).
- */
-const finalHeaders = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
-  Effect.succeed(HttpServerResponse.setHeaders(response, {
-    ...HttpSecurity.commonHeaders,
-    "content-security-policy": response.headers["content-security-policy"] ?? policyOf(response),
-    ...(HttpSecurity.pathOf(request.url).includes("/api/") ? { "cache-control": "no-store" } : {}),
-    ...(response.status === 401 ? { "www-authenticate": 'Bearer realm="leasehold"' } : {})
-  }))
-
-/** The `Host` rule of a server and how its refusal names what it admits. */
-interface HostCheck {
-  readonly rule: HttpSecurity.HostRule
-  readonly bind: string
-  /** The path a reverse proxy serves the server under, if any. */
-  readonly basePath?: string | undefined
-}
-
-const hostCheck = (address: QueueConfig.HttpAddress, allowed: ReadonlyArray<string> | undefined, basePath?: string): HostCheck => ({
-  rule: { bindLoopback: HttpSecurity.isLoopback(address.host), allowed },
-  bind: address.host,
-  basePath
-})
-
-/** The 421 of a request whose `Host` the rule does not admit; undefined when it is admitted. */
-const hostRefusal = (check: HostCheck, request: HttpServerRequest.HttpServerRequest) => {
-  const host = request.headers["host"]
-  if (HttpSecurity.probePaths.has(HttpSecurity.pathOf(request.url)) || HttpSecurity.hostAllowed(check.rule, host)) return undefined
-  const admitted = check.rule.allowed === undefined ? "localhost" : `localhost, ${check.rule.allowed.join(", ")}`
-  return HttpServerResponse.text(`this server answers requests for ${admitted} only (bound to ${check.bind}); got Host: ${host}`, {
-    status: 421
-  })
-}
-
-/**
- * A server's own rules, around every route: the {@link finalHeaders} on every response and,
- * for the admin server, the `Host` check of every route but the probes
- * ({@link HttpSecurity.probePaths}: Kubernetes asks them by the pod's IP). Bound to this
- * machine without an allowlist, only loopback names are answered (421 otherwise): a web page
- * elsewhere could point a name of its own at 127.0.0.1 (DNS rebinding) and have a browser on
- * this machine read the routes.
- */
-const serverRules = (check: HostCheck | undefined) =>
-  HttpRouter.middleware((httpEffect) =>
-    Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
-      const refusal = check === undefined ? undefined : hostRefusal(check, request)
-      const routed = refusal === undefined ? atBasePath(check?.basePath, request, httpEffect) : Effect.succeed(refusal)
-      return HttpEffect.withPreResponseHandler(routed, finalHeaders)
-    }), { global: true })
-
-/** A request under the base path routed without it; the base path itself redirected to `base/` (HttpSecurity.underBasePath). */
-const atBasePath = <E, R>(base: string | undefined, request: HttpServerRequest.HttpServerRequest, routes: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) => {
-  const url = base === undefined ? request.url : HttpSecurity.underBasePath(request.url, base)
-  if (url === "redirect") return Effect.succeed(HttpServerResponse.redirect(`${base}/`, { status: 308 }))
-  return url === request.url ? routes : Effect.provideService(routes, HttpServerRequest.HttpServerRequest, request.modify({ url }))
-}
-
-/**
- * The routes of an admin server on `address`, with its `Host` check: the token and the
- * allowlist from `options`, else from the environment. The read routes are open without a
- * token only while the server is bound to this machine.
- */
-const serveAdminApi = <Groups extends HttpApiGroup.Constraint, E, R>(
-  address: QueueConfig.HttpAddress,
-  options: Omit<AdminHttpOptions, "port" | "host">,
-  api: HttpApi.HttpApi<"leasehold", Groups>,
-  handlers: (admin: ReturnType<typeof Admin.layer>) => Layer.Layer<HttpApiGroup.ToService<"leasehold", Groups>, E, R>
-) =>
-  Layer.unwrap(Effect.map(Effect.all([QueueConfig.allowedHostsOf(options.allowedHosts), QueueConfig.basePathOf(options.basePath)]), ([allowed, base]) =>
-    serveRoutes(
-      address,
-      Layer.merge(
-        HttpApiBuilder.layer(api, { openapiPath: "/openapi.json" }).pipe(
-          Layer.provide(handlers(Admin.layer({ token: options.token, loopbackOnly: HttpSecurity.isLoopback(address.host) })))
-        ),
-        adminPages(api)
-      ),
-      hostCheck(address, Option.getOrUndefined(allowed), Option.getOrUndefined(base))
-    )))
-
-const serveWithAdmin = (address: QueueConfig.HttpAddress, options: ProbeOptions & Omit<AdminHttpOptions, "port" | "host">) =>
-  serveAdminApi(address, options, ApiWithAdmin, (admin) => Layer.mergeAll(healthHandlers(options), metricsHandlers, admin))
 
 /**
  * The admin API, the dashboard, the OpenAPI document and `/metrics` without a
@@ -447,7 +111,7 @@ export const layerAdminServer = (
   options: AdminHttpOptions
 ): Layer.Layer<Listening, ConfigInvalid | HttpServerError.ServeError, QueueStore> =>
   Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) =>
-    serveAdminApi(address, options, AdminServerApi, (admin) => Layer.merge(metricsHandlers, admin))))
+    served((serve) => serve.serveAdminServer(address, options))))
 
 /**
  * Serve `/healthz`, `/readyz` and `/metrics` on `port` (bound to `host`,
@@ -461,7 +125,7 @@ export const layerAdminServer = (
 export const layer = (
   options: HttpOptions
 ): Layer.Layer<Listening, ConfigInvalid | HttpServerError.ServeError, Consumer> =>
-  Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) => serve(address, options)))
+  Layer.unwrap(Effect.map(QueueConfig.httpAddress(options), (address) => served((serve) => serve.serve(address, options))))
 
 /**
  * {@link layer} configured by `LEASEHOLD_HTTP_PORT` (a whole number from 0 to
@@ -470,12 +134,12 @@ export const layer = (
  * server at all. A bad value fails with `ConfigInvalid` naming the variable.
  */
 export const layerFromEnv = (
-  options: ProbeOptions = {}
+  options: Health.ProbeOptions = {}
 ): Layer.Layer<never, ConfigInvalid | HttpServerError.ServeError, Consumer> =>
   // Serving, the layer provides `Listening` too (not in its type: it may provide nothing).
   Layer.unwrap(Effect.map(QueueConfig.httpFromEnv, Option.match({
     onNone: (): Layer.Layer<never, HttpServerError.ServeError, Consumer> => Layer.empty,
-    onSome: (address) => serve(address, options)
+    onSome: (address) => served((serve) => serve.serve(address, options))
   })))
 
 /**
@@ -485,9 +149,9 @@ export const layerFromEnv = (
  * whether operators get the admin API and the dashboard.
  */
 export const layerWithAdminFromEnv = (
-  options: ProbeOptions = {}
+  options: Health.ProbeOptions = {}
 ): Layer.Layer<never, ConfigInvalid | HttpServerError.ServeError, Consumer | QueueStore> =>
   Layer.unwrap(Effect.map(QueueConfig.httpFromEnv, Option.match({
     onNone: (): Layer.Layer<never, HttpServerError.ServeError, Consumer | QueueStore> => Layer.empty,
-    onSome: (address) => serveWithAdmin(address, options)
+    onSome: (address) => served((serve) => serve.serveWithAdmin(address, options))
   })))

@@ -9,7 +9,7 @@
  */
 import { type Duration, Effect, Layer, Scope } from "effect"
 import * as SqlClient from "effect/sql/SqlClient"
-import * as WorkflowEngine from "effect/workflow/WorkflowEngine"
+import type * as WorkflowEngine from "effect/workflow/WorkflowEngine"
 import { defaultSchema } from "./Migrations.ts"
 import * as WorkflowConfig from "./config/workflow.ts"
 import type { ConfigInvalid, InvalidInput, StoreError } from "./QueueError.ts"
@@ -20,12 +20,22 @@ import * as LeasePool from "./pg/leasePool.ts"
 import * as QueueConfig from "./QueueConfig.ts"
 import * as Sql from "./pg/workflow.ts"
 import * as WorkflowAdmin from "./workflow/admin.ts"
-import { encoded } from "./workflow/engine.ts"
 import * as Transactional from "./workflow/transactional.ts"
-import * as Lifecycle from "./workflow/lifecycle.ts"
-import { claimLoop } from "./workflow/runner.ts"
-import * as Signals from "./workflow/signals.ts"
 import type { EngineState } from "./workflow/state.ts"
+
+/**
+ * The engine's own modules and effect's `WorkflowEngine`, loaded when an engine is built: a
+ * worker that runs no workflows does not load them (test/ImportCost.test.ts).
+ */
+const engineModules = Effect.promise(() =>
+  Promise.all([
+    import("effect/workflow/WorkflowEngine"),
+    import("./workflow/engine.ts"),
+    import("./workflow/lifecycle.ts"),
+    import("./workflow/runner.ts"),
+    import("./workflow/signals.ts")
+  ])
+)
 
 /** How the engine runs. */
 export interface WorkflowOptions {
@@ -69,6 +79,7 @@ export const make = (
   options: WorkflowOptions = {}
 ): Effect.Effect<WorkflowEngine.WorkflowEngine["Service"], InvalidInput | StoreError, SqlClient.SqlClient | Scope.Scope> =>
   Effect.gen(function*() {
+    const [WorkflowEngine, { encoded }, Lifecycle, { claimLoop }, Signals] = yield* engineModules
     const schema = yield* Validate.schemaName(options.schema ?? defaultSchema)
     const { leaseMs: minLease, pollIntervalMs: minPoll, shutdownGraceMs: minGrace } = WorkflowConfig.workflowMinimums
     const leaseMs = yield* Validate.durationMs("lease", options.lease ?? "10 seconds", { min: minLease })
@@ -115,7 +126,7 @@ export const make = (
 export const layer = (
   options: WorkflowOptions = {}
 ): Layer.Layer<WorkflowEngine.WorkflowEngine, InvalidInput | StoreError, SqlClient.SqlClient> =>
-  Layer.effect(WorkflowEngine.WorkflowEngine, make(options))
+  Layer.unwrap(Effect.map(engineModules, ([WorkflowEngine]) => Layer.effect(WorkflowEngine.WorkflowEngine, make(options))))
 
 /** The engine's environment variables (docs/configuration.md), by option. */
 export const variables = WorkflowConfig.workflowVariables

@@ -13,9 +13,6 @@
  * @since 0.1.0
  */
 import { Config, Context, type Duration, Effect, Layer } from "effect"
-import * as FetchHttpClient from "effect/http/FetchHttpClient"
-import * as Otlp from "effect/observability/Otlp"
-import * as PrometheusMetrics from "effect/observability/PrometheusMetrics"
 import type { OtlpExporter } from "effect/observability"
 import * as Read from "./config/read.ts"
 import { redactSecrets } from "./internal/redact.ts"
@@ -47,7 +44,17 @@ export const prometheusContentType = "text/plain; version=0.0.4; charset=utf-8"
  * `PrometheusMetrics.layerHttp()` adds the same route to any `HttpRouter`.
  */
 export const layerPrometheus = (options: PrometheusOptions = {}): Layer.Layer<Prometheus> =>
-  Layer.succeed(Prometheus, Prometheus.of({ scrape: PrometheusMetrics.format({ prefix: options.prefix }) }))
+  // effect's PrometheusMetrics is loaded by the first scrape: a worker that provides this layer
+  // but serves no HTTP (LEASEHOLD_HTTP_PORT unset) never loads it (test/ImportCost.test.ts).
+  Layer.succeed(
+    Prometheus,
+    Prometheus.of({
+      scrape: Effect.flatMap(
+        Effect.promise(() => import("effect/observability/PrometheusMetrics")),
+        (PrometheusMetrics) => PrometheusMetrics.format({ prefix: options.prefix })
+      )
+    })
+  )
 
 /** Where and how to push over OTLP/HTTP. */
 export interface OtlpOptions {
@@ -81,6 +88,17 @@ export interface OtlpOptions {
  * worker stops. It does not replace the console logger.
  */
 export const layerOtlp = (options: OtlpOptions): Layer.Layer<OtlpExporter.Flusher> =>
+  // effect's Otlp and its HTTP client are loaded when the layer is built (as layerPrometheus).
+  Layer.unwrap(Effect.map(
+    Effect.promise(() => Promise.all([import("effect/observability/Otlp"), import("effect/http/FetchHttpClient")])),
+    ([Otlp, FetchHttpClient]) => otlpLayer(Otlp, FetchHttpClient, options)
+  ))
+
+const otlpLayer = (
+  Otlp: typeof import("effect/observability/Otlp"),
+  FetchHttpClient: typeof import("effect/http/FetchHttpClient"),
+  options: OtlpOptions
+) =>
   Otlp.layerJson({
     baseUrl: options.url,
     resource: {

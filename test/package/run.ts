@@ -12,7 +12,10 @@
  *    when set; a fresh schema either way, dropped after), on the checkout's Node 22: the producer sends typed tasks, the worker (`Consumer.launch` +
  *    `NodeRuntime.runMain`) runs them and dead-letters the unrecoverable one; from the app's
  *    node_modules/.bin, `leasehold stats` and `dead-letters list` exit 0 and name the queue / the
- *    dead message, `stats --json` parses, `--help` and `dead-letters redrive --help` exit 0; a SIGTERM while a 1.5 s task runs lets it finish, and the worker exits 0.
+ *    dead message, `stats --json` parses, `--help` and `dead-letters redrive --help` exit 0; the
+ *    worker's `/healthz` and `/readyz` answer 200 and its `/metrics` counts the acks (modules the
+ *    package loads only when the HTTP layer is built); a SIGTERM while a 1.5 s task runs lets it
+ *    finish, and the worker exits 0.
  *
  * Prints `test:package PASS` or `test:package FAIL: <why>` last; exits 1 on failure (the scratch
  * folder is then kept and named). Run by .ci/run after vitest, counted as one test.
@@ -20,6 +23,7 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process"
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
+import { createServer } from "node:net"
 import { dirname, join, resolve } from "node:path"
 import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
@@ -93,6 +97,23 @@ const waitFor = async <A>(what: string, poll: () => A | undefined | Promise<A | 
 
 const waitExit = (program: Program, timeoutMs: number) => waitFor(`${program.name} to exit`, () => program.exit, timeoutMs)
 
+/** A TCP port free on 127.0.0.1 now (for the worker's HTTP server). */
+const freePort = () =>
+  new Promise<number>((resolvePromise, reject) => {
+    const probe = createServer()
+    probe.once("error", reject)
+    probe.listen(0, "127.0.0.1", () => {
+      const address = probe.address()
+      probe.close(() => typeof address === "object" && address !== null ? resolvePromise(address.port) : reject(new Error("no port")))
+    })
+  })
+
+/** GET `path` of the worker's server: its status and body. */
+const get = async (port: number, path: string) => {
+  const response = await fetch(`http://127.0.0.1:${port}${path}`)
+  return { status: response.status, body: await response.text() }
+}
+
 const versionOf = (name: string): string =>
   (JSON.parse(readFileSync(join(repo, "node_modules", name, "package.json"), "utf8")) as { version: string }).version
 
@@ -143,7 +164,10 @@ const main = async () => {
     name: "leasehold-package-test-app",
     private: true,
     type: "module",
-    dependencies: { leasehold: `file:${tarball}`, ...peers }
+    dependencies: { leasehold: `file:${tarball}`, ...peers },
+    // platform-node 4.1.0 asks for platform-node-shared ^4.1.0, whose newest (4.1.5) wants effect
+    // ^4.1.5: pinned at the checkout's version, as the peers are, so one effect 4.1.0 satisfies all.
+    overrides: { "@effect/platform-node-shared": versionOf("@effect/platform-node-shared") }
   }, null, 2))
   writeFileSync(join(app, "tsconfig.json"), JSON.stringify({
     compilerOptions: {
@@ -219,13 +243,22 @@ const main = async () => {
   check(deadId !== undefined, `the producer did not report its sends:\n${produced}`)
 
   step("worker: runs them")
-  const worker = launch("worker", node, ["worker.ts"], app, env)
+  const port = await freePort()
+  const worker = launch("worker", node, ["worker.ts"], app, { ...env, LEASEHOLD_HTTP_PORT: String(port) })
   await waitFor("5 greetings handled", () => (worker.output.match(/handled greet \d/g)?.length ?? 0) >= 5 ? true : undefined, 60_000, worker)
   const settled = await waitFor("the queue to settle (ready 0, in flight 0, dead 1)", async () => {
     const s = await stats()
     return s.ready === 0 && s.delayed === 0 && s.inFlight === 0 && s.dead === 1 ? s : undefined
   }, 30_000, worker)
   step(`queue settled: ${JSON.stringify(settled)}`)
+
+  step(`the worker's HTTP server (port ${port}): /healthz, /readyz, /metrics`)
+  const health = await get(port, "/healthz")
+  check(health.status === 200, `/healthz answered ${health.status}: ${health.body}\n${worker.output}`)
+  const ready = await get(port, "/readyz")
+  check(ready.status === 200, `/readyz answered ${ready.status}: ${ready.body}\n${worker.output}`)
+  const metrics = await get(port, "/metrics")
+  check(metrics.status === 200 && /^leasehold_messages_acked(?:{[^}]*})? [1-9]/m.test(metrics.body), `/metrics answered ${metrics.status} without the acks counted:\n${metrics.body.slice(0, 2000)}`)
 
   step("node_modules/.bin/leasehold: stats, dead-letters list, stats --json, --help, dead-letters redrive --help")
   const statsOut = await exec(cli, ["stats", QUEUE], { cwd: app, env, timeoutMs: 30_000 })
