@@ -166,7 +166,7 @@ export const make = <R>(options: HandleOptions<R>) => {
     // The claim's watchdog interrupts this fiber when the lease is lost or the max runtime is
     // over (`runResult` tells that from a shutdown).
     renewer.watch(claim.id, fiber, startedAt)
-    return Effect.map(Effect.exit(handlerOf(claim, contextOf(m))), (exit): Outcome.RunResult => {
+    return Effect.map(Effect.exit(handlerOf(dispatcher, claim, contextOf(m))), (exit): Outcome.RunResult => {
       // Both histograms in one step once the handler ended (no effect per metric).
       const metrics = QueueMetrics.forTask(claim.queue, claim.task)
       const now = fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
@@ -175,15 +175,6 @@ export const make = <R>(options: HandleOptions<R>) => {
       if (waited !== undefined) metrics.waitTime.updateUnsafe(waited, fiber.context)
       return { _tag: "Handled", exit }
     })
-  }
-
-  /** The dispatcher's handler of a message; one that throws as it is built fails as a defect, as it would running. */
-  const handlerOf = (claim: Claim, context: HandlerContext): Effect.Effect<unknown, unknown, R> => {
-    try {
-      return dispatcher.handle(claim, context)
-    } catch (defect) {
-      return Effect.die(defect)
-    }
   }
 
   /**
@@ -231,6 +222,15 @@ export const make = <R>(options: HandleOptions<R>) => {
     })
 
   return { run }
+}
+
+/** The dispatcher's handler of a message; one that throws as it is built fails as a defect, as it would running. */
+const handlerOf = <R>(dispatcher: Dispatcher<R>, claim: Claim, context: HandlerContext): Effect.Effect<unknown, unknown, R> => {
+  try {
+    return dispatcher.handle(claim, context)
+  } catch (defect) {
+    return Effect.die(defect)
+  }
 }
 
 /** `context` with the message's log annotations added (queue, task, message id, attempt). */
