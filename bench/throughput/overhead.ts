@@ -15,6 +15,7 @@
  * Use it to see whether a change to the per-message or per-claim path helps,
  * free of the database's noise; `npm run bench:own` says what it is worth end to end.
  */
+import { execFileSync } from "node:child_process"
 import { Context, Effect, Layer, Logger, Option } from "effect"
 import * as Consumer from "../../src/Consumer.ts"
 import type { Claim, MessageId } from "../../src/Message.ts"
@@ -29,6 +30,8 @@ const envInt = (name: string, fallback: number) => {
 }
 const messages = envInt("BENCH_MESSAGES", 50_000)
 const reps = envInt("BENCH_REPS", 3)
+/** `BENCH_SIDES=consumer`: the consumer's runs only (no baseline), e.g. under `valgrind --tool=callgrind`. */
+const consumerOnly = process.env["BENCH_SIDES"] === "consumer"
 const concurrencies = (process.env["BENCH_CONCURRENCY"] ?? "1,50").split(",").map((c) => {
   if (!/^\d+$/.test(c.trim()) || Number(c) < 1) throw new Error(`BENCH_CONCURRENCY: expected whole numbers, got ${JSON.stringify(c)}`)
   return Number(c)
@@ -82,13 +85,29 @@ const heapAfterGc = (): number | undefined => {
   return process.memoryUsage().heapUsed / 1e6
 }
 
-const measure = (run: Effect.Effect<void>): Effect.Effect<Measure> =>
+/**
+ * `BENCH_CALLGRIND=1` (under `valgrind --tool=callgrind --instr-atstart=no`): instructions are
+ * counted during the last consumer run only (its earlier runs warm the JIT up), switched on and
+ * off with `callgrind_control`: a count per message that does not move with the machine's load.
+ */
+const callgrind = process.env["BENCH_CALLGRIND"] === "1"
+const instrument = (on: boolean) => {
+  if (callgrind) execFileSync("callgrind_control", ["-i", on ? "on" : "off", String(process.pid)], { stdio: "ignore" })
+}
+
+const measure = (run: Effect.Effect<void>, counted = false): Effect.Effect<Measure> =>
   Effect.gen(function*() {
+    if (counted) {
+      // From a collected heap: a run's count then holds the collections its own garbage costs.
+      ;(globalThis as { gc?: () => void }).gc?.()
+      instrument(true)
+    }
     const t0 = performance.now()
     const c0 = process.cpuUsage()
     yield* run
     const ms = performance.now() - t0
     const cpu = process.cpuUsage(c0)
+    if (counted) instrument(false)
     return { perSecond: messages / ms * 1000, cpuUsPerMessage: (cpu.user + cpu.system) / messages }
   })
 
@@ -142,19 +161,19 @@ const main = Effect.gen(function*() {
     const ours: Array<Measure> = []
     const theirs: Array<Measure> = []
     for (let r = 0; r < reps; r++) {
-      theirs.push(yield* measure(baselineRun(c)))
-      ours.push(yield* measure(consumerRun(c)))
+      if (!consumerOnly) theirs.push(yield* measure(baselineRun(c)))
+      ours.push(yield* measure(consumerRun(c), r === reps - 1))
       const heap = heapAfterGc()
       if (heap !== undefined) heaps.push(`${heap.toFixed(1)}`)
     }
     const ourCpu = median(ours.map((m) => m.cpuUsPerMessage))
-    const theirCpu = median(theirs.map((m) => m.cpuUsPerMessage))
+    const theirCpu = consumerOnly ? Number.NaN : median(theirs.map((m) => m.cpuUsPerMessage))
     console.log(
       [
         String(c).padEnd(3),
         Math.round(median(ours.map((m) => m.perSecond))).toLocaleString("en-US").padStart(14),
         ourCpu.toFixed(1).padStart(15),
-        Math.round(median(theirs.map((m) => m.perSecond))).toLocaleString("en-US").padStart(14),
+        (consumerOnly ? "-" : Math.round(median(theirs.map((m) => m.perSecond))).toLocaleString("en-US")).padStart(14),
         theirCpu.toFixed(1).padStart(15),
         `${(ourCpu / theirCpu).toFixed(1)}x`.padStart(10)
       ].join("  ")

@@ -283,17 +283,24 @@ export const make = (options: CompleterOptions): Effect.Effect<Completer, never,
     for (let i = 0; i < options.flushers; i++) yield* Effect.forkScoped(flusher(s))
 
     return {
-      // The hot path of a busy consumer: no generator.
+      // The hot path of a busy consumer: no generator, one effect per message. What is built
+      // here is synchronous: a defect before the entry is queued (a throw) is caught as it is
+      // thrown and the entry written plain, alone (an ack stays an ack).
       complete: (finished, done) =>
         Effect.suspend(() => {
-          const { action, problem } = sanitize(finished.action)
-          const f = problem === undefined ? finished : { ...finished, action }
-          const queued = enqueue(s, { finished: f, completion: completionOf(f, options.consumerId), done, retryMs: FIRST_RETRY_MS, alone: false })
-          return problem === undefined ? queued : Effect.andThen(Effect.logError(`bad retry policy: ${problem}`), queued)
-        }).pipe(
-          // A defect before the entry was queued: written plain, alone (an ack stays an ack).
-          Effect.catchCause((cause) => writePlain(s, { finished, done }, `a defect: ${Cause.pretty(cause)}`))
-        )
+          let entry: Pending
+          let problem: string | undefined
+          try {
+            const sane = finished.action._tag === "Retry" ? sanitize(finished.action) : undefined
+            problem = sane?.problem
+            const f = problem === undefined ? finished : { ...finished, action: sane!.action }
+            entry = { finished: f, completion: completionOf(f, options.consumerId), done, retryMs: FIRST_RETRY_MS, alone: false }
+          } catch (defect) {
+            return writePlain(s, { finished, done }, `a defect: ${Cause.pretty(Cause.die(defect))}`)
+          }
+          if (problem === undefined) return enqueue(s, entry)
+          return Effect.andThen(Effect.logError(`bad retry policy: ${problem}`), Effect.suspend(() => enqueue(s, entry)))
+        })
     }
   })
 
@@ -386,7 +393,7 @@ const flush = (s: Completing, batch: ReadonlyArray<Pending>): Effect.Effect<void
         const delay = p.retryMs
         p.retryMs = Math.min(p.retryMs * 2, MAX_RETRY_MS)
         if (alone) p.alone = true
-        yield* Effect.forkDetach(Effect.sleep(delay).pipe(Effect.andThen(p.alone ? writeAlone(s, [p]) : enqueue(s, p))))
+        yield* Effect.forkDetach(Effect.sleep(delay).pipe(Effect.andThen(p.alone ? writeAlone(s, [p]) : Effect.suspend(() => enqueue(s, p)))))
       }
     }
   })
@@ -442,13 +449,12 @@ const writePlain = (s: Completing, p: Answerable, why: string): Effect.Effect<vo
     yield* answer(p, held, cancelled ? cancelledInstead(p) : held === true ? plainAction(p.finished.action, plain) : p.finished.action)
   }).pipe(annotate(p.finished.claim), Effect.uninterruptible)
 
-/** Queue an entry for the next flush, or give it up if the completer has closed. */
-const enqueue = (s: Completing, p: Pending): Effect.Effect<void> =>
-  Effect.suspend(() => {
-    if (s.closed) return Effect.asVoid(giveUp([p], "the consumer has stopped"))
-    s.queue.push(p)
-    return s.work.open
-  })
+/** Queue an entry for the next flush, or give it up if the completer has closed (at the call: run the answer next). */
+const enqueue = (s: Completing, p: Pending): Effect.Effect<void> => {
+  if (s.closed) return Effect.asVoid(giveUp([p], "the consumer has stopped"))
+  s.queue.push(p)
+  return s.work.open
+}
 
 /** Answer entries that will not be written (the completer closed): they run again after their leases. */
 const giveUp = (entries: ReadonlyArray<Pending>, why: string) =>

@@ -63,23 +63,32 @@ export const leave = (flight: Flight): Effect.Effect<void> => {
  * A message's place in the consumer: its handler slot (freed when its handler ends) and its
  * place in the drain (left once its finishing write was answered or given up).
  */
-export const slotOf = (flight: Flight): Handle.Slot => {
-  let slotHeld = true
-  let settled = false
-  return {
-    // Opening the latch wakes the claim loop through the scheduler, after the fibers already
-    // due: the handlers of a claim that end together free their slots for one claim, not one each.
-    free: Effect.suspend(() => {
-      if (!slotHeld) return Effect.void
-      slotHeld = false
-      flight.running -= 1
-      return flight.slotFreed.open
-    }),
-    settle: () => {
-      if (settled) return Effect.void
-      settled = true
-      return leave(flight)
-    }
+export const slotOf = (flight: Flight): Handle.Slot => new MessageSlot(flight)
+
+/**
+ * {@link slotOf}: a class, so a message's slot is one object (its methods on the prototype), not
+ * two closures and an effect made per message.
+ */
+class MessageSlot implements Handle.Slot {
+  #held = true
+  #settled = false
+  readonly #flight: Flight
+  constructor(flight: Flight) {
+    this.#flight = flight
+  }
+  // Opening the latch wakes the claim loop through the scheduler, after the fibers already
+  // due: the handlers of a claim that end together free their slots for one claim, not one each.
+  free(): Effect.Effect<void> {
+    if (!this.#held) return Effect.void
+    this.#held = false
+    this.#flight.running -= 1
+    return this.#flight.slotFreed.open
+  }
+  /** An arrow: handed to the completer as the message's `done`. */
+  readonly settle = (): Effect.Effect<void> => {
+    if (this.#settled) return Effect.void
+    this.#settled = true
+    return leave(this.#flight)
   }
 }
 

@@ -11,7 +11,7 @@
  * the dispatcher's (`Task.dispatcher`'s decodes and runs a task in an
  * `Effect.gen`): its cost is the handler's, not this step's.
  */
-import { Cause, Clock, Context, Effect, Exit, Random, References, Tracer } from "effect"
+import { Cause, Clock, Context, Effect, Exit, type Fiber, Random, References, Tracer } from "effect"
 import type { Dispatcher, HandlerContext } from "../Handler.ts"
 import type * as LeaseRenewer from "./renew.ts"
 import type { Claim } from "../Message.ts"
@@ -28,8 +28,11 @@ import * as Span from "../internal/span.ts"
 
 /** One message's place in the consumer: its handler slot, and its place in the drain. */
 export interface Slot {
-  /** Give the handler slot back; runs once per message, more calls do nothing. */
-  readonly free: Effect.Effect<void>
+  /**
+   * Give the handler slot back now (the count drops at the call) and answer the effect that wakes
+   * the claim loop, to be run next; once per message, more calls do nothing (and answer `Effect.void`).
+   */
+  readonly free: () => Effect.Effect<void>
   /** Leave the drain (no longer in flight); runs once per message, more calls do nothing. */
   readonly settle: () => Effect.Effect<void>
 }
@@ -131,47 +134,63 @@ export const make = <R>(options: HandleOptions<R>) => {
   /** {@link finish} after the signal. */
   const finishing = (m: Running, exit: Exit.Exit<Outcome.RunResult>): Effect.Effect<void> => {
     m.progress?.stop()
-    return Effect.andThen(
-      Effect.andThen(m.slot.free, m.renewer.finish(m.claim.id)),
-      Effect.suspend(() => {
-        // A run that committed was acked in its commit's transaction; one the fence refused is the new holder's.
-        if (m.commit === "committed") return committed(m, exit)
-        if (m.commit === "fenced") return submit(m, FENCED)
-        const result = runResult(exit, m.renewer.stopped(m.claim.id))
-        // The common case needs no rules: a handler that succeeded is acked.
-        // A task's encoded result rides along with the ack; any other value is not kept.
-        if (result._tag === "Handled" && Exit.isSuccess(result.exit)) return submit(m, ackOf(result.exit.value))
-        return Effect.flatMap(decide(m.claim, result), (action) => submit(m, action))
-      })
-    )
+    const freed = m.slot.free()
+    // `Effect.void` unless this was the claim's last message: then the renewer's bounded stop.
+    const released = m.renewer.finish(m.claim.id)
+    const next = Effect.suspend(() => outcome(m, exit))
+    return Effect.andThen(released === Effect.void ? freed : Effect.andThen(freed, released), next)
   }
 
-  /** Run the handler (unless the message is quarantined or out of attempts), timed. */
-  const handled = (m: Running): Effect.Effect<Outcome.RunResult, never, R> =>
-    Effect.flatMap(Clock.currentTimeMillis, (startedAt) => {
-      const { claim, renewer } = m
-      m.startedAt = startedAt
-      if (claim.leaseExpiries >= settings.quarantineAfter) return Effect.succeed(QUARANTINED)
-      if (claim.attempts > claim.maxAttempts) return Effect.succeed(EXHAUSTED)
-      // The handler runs on this fiber; the claim's watchdog interrupts it when its lease is lost
-      // or its max runtime is over (`runResult` tells that from a shutdown).
-      return Effect.exit(Effect.withFiber((fiber) => {
-        renewer.watch(claim.id, fiber, startedAt)
-        return dispatcher.handle(claim, contextOf(m))
-      })).pipe(
-        // Both histograms in one step once the handler ended (no effect per metric).
-        Effect.flatMap((exit) =>
-          Effect.withFiberSucceed((fiber): Outcome.RunResult => {
-            const metrics = QueueMetrics.forTask(claim.queue, claim.task)
-            const now = fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
-            metrics.handlerDuration.updateUnsafe(now - startedAt, fiber.context)
-            const waited = waitedMs(claim, renewer.claimLeaseMs, renewer.claimedAt, startedAt)
-            if (waited !== undefined) metrics.waitTime.updateUnsafe(waited, fiber.context)
-            return { _tag: "Handled", exit }
-          })
-        )
-      )
+  /** What {@link finishing} hands the completer, once the slot is free and the renewer has let go. */
+  const outcome = (m: Running, exit: Exit.Exit<Outcome.RunResult>): Effect.Effect<void> => {
+    // A run that committed was acked in its commit's transaction; one the fence refused is the new holder's.
+    if (m.commit === "committed") return committed(m, exit)
+    if (m.commit === "fenced") return submit(m, FENCED)
+    const result = runResult(exit, m.renewer.stopped(m.claim.id))
+    // The common case needs no rules: a handler that succeeded is acked.
+    // A task's encoded result rides along with the ack; any other value is not kept.
+    if (result._tag === "Handled" && Exit.isSuccess(result.exit)) return submit(m, ackOf(result.exit.value))
+    return Effect.flatMap(decide(m.claim, result), (action) => submit(m, action))
+  }
+
+  /**
+   * Run the handler (unless the message is quarantined or out of attempts), timed, on `fiber`,
+   * the message's own (the watchdog interrupts it). Built when it is to run: the start is read now.
+   */
+  const handled = (m: Running, fiber: Fiber.Fiber<unknown, unknown>): Effect.Effect<Outcome.RunResult, never, R> => {
+    const { claim, renewer } = m
+    const startedAt = fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
+    m.startedAt = startedAt
+    if (claim.leaseExpiries >= settings.quarantineAfter) return Effect.succeed(QUARANTINED)
+    if (claim.attempts > claim.maxAttempts) return Effect.succeed(EXHAUSTED)
+    // The claim's watchdog interrupts this fiber when the lease is lost or the max runtime is
+    // over (`runResult` tells that from a shutdown).
+    renewer.watch(claim.id, fiber, startedAt)
+    return Effect.map(Effect.exit(handlerOf(dispatcher, claim, contextOf(m))), (exit): Outcome.RunResult => {
+      // Both histograms in one step once the handler ended (no effect per metric).
+      const metrics = QueueMetrics.forTask(claim.queue, claim.task)
+      const now = fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
+      metrics.handlerDuration.updateUnsafe(now - startedAt, fiber.context)
+      const waited = waitedMs(claim, renewer.claimLeaseMs, renewer.claimedAt, startedAt)
+      if (waited !== undefined) metrics.waitTime.updateUnsafe(waited, fiber.context)
+      return { _tag: "Handled", exit }
     })
+  }
+
+  /**
+   * The run of one message on `fiber`, then its finish, whatever happened. `restore`: the context
+   * `fiber` had before this run set its own, put back at the end.
+   */
+  const body = (m: Running, fiber: Fiber.Fiber<unknown, unknown>, restore?: Context.Context<never>): Effect.Effect<unknown, never, R> =>
+    handled(m, fiber).pipe(
+      Effect.onExit((exit) => finish(m, exit)),
+      // Should `finish` have failed to hand the message over, it leaves the slot and the drain here.
+      Effect.ensuring(Effect.suspend(() => {
+        if (restore !== undefined) fiber.setContext(restore)
+        const freed = m.slot.free()
+        return m.submitted ? freed : Effect.andThen(freed, m.slot.settle())
+      }))
+    )
 
   /**
    * Run one message of a claim, then finish it, whatever happened. Its span
@@ -181,34 +200,48 @@ export const make = <R>(options: HandleOptions<R>) => {
    * annotations. No stack frame is captured (the same for every message, and
    * not free): `useSpan` and one context update cost a third of `withSpan` plus
    * `annotateLogs`. Without a tracer installed no span is made (like a send,
-   * which then records no `traceparent`): only the annotations.
+   * which then records no `traceparent`): only the annotations, set on the
+   * fiber directly (its context put back as the run ends), with no effect of their own.
    */
   const run = (renewer: LeaseRenewer.LeaseRenewer, claim: Claim, slot: Slot): Effect.Effect<unknown, never, R> =>
-    Effect.suspend(() => {
+    Effect.withFiber((fiber) => {
       const m: Running = { claim, renewer, slot, startedAt: 0, submitted: false, abort: undefined, progress: undefined, commit: "none" }
+      // No tracer installed: Effect's built-in one exports nothing, and its span cost a quarter of
+      // the consumer's own time per message (measured with `npm run bench:overhead`).
+      if (fiber.getRef(Tracer.Tracer) === Tracer.nativeTracer) {
+        const before = fiber.context
+        fiber.setContext(annotated(before, claim))
+        return body(m, fiber, before)
+      }
       const annotations = { queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts }
-      const body = handled(m).pipe(
-        Effect.onExit((exit) => finish(m, exit)),
-        // Should `finish` have failed to hand the message over, it leaves the slot and the drain here.
-        Effect.ensuring(Effect.andThen(slot.free, Effect.suspend(() => m.submitted ? Effect.void : slot.settle())))
-      )
-      const annotated = (context: Context.Context<R>) =>
-        Context.add(context, References.CurrentLogAnnotations, {
-          ...Context.get(context, References.CurrentLogAnnotations),
-          ...annotations
-        })
-      return Effect.withFiber((fiber) =>
-        // No tracer installed: Effect's built-in one exports nothing, and its span cost a quarter of
-        // the consumer's own time per message (measured with `npm run bench:overhead`).
-        fiber.getRef(Tracer.Tracer) === Tracer.nativeTracer
-          ? Effect.updateContext(body, annotated)
-          : Effect.useSpan("leasehold.handle", spanOptions(claim, renewer.claimLeaseMs, annotations), (span) =>
-            Effect.updateContext(body, (context: Context.Context<R>) => annotated(Context.add(context, Tracer.ParentSpan, span))))
-      )
+      return Effect.useSpan("leasehold.handle", spanOptions(claim, renewer.claimLeaseMs, annotations), (span) =>
+        Effect.updateContext(
+          Effect.suspend(() => body(m, fiber)),
+          (context: Context.Context<R>) => annotated(Context.add(context, Tracer.ParentSpan, span), claim)
+        ))
     })
 
   return { run }
 }
+
+/** The dispatcher's handler of a message; one that throws as it is built fails as a defect, as it would running. */
+const handlerOf = <R>(dispatcher: Dispatcher<R>, claim: Claim, context: HandlerContext): Effect.Effect<unknown, unknown, R> => {
+  try {
+    return dispatcher.handle(claim, context)
+  } catch (defect) {
+    return Effect.die(defect)
+  }
+}
+
+/** `context` with the message's log annotations added (queue, task, message id, attempt). */
+const annotated = <R>(context: Context.Context<R>, claim: Claim): Context.Context<R> =>
+  Context.add(context, References.CurrentLogAnnotations, {
+    ...Context.get(context, References.CurrentLogAnnotations),
+    queue: claim.queue,
+    task: claim.task,
+    messageId: claim.id,
+    attempt: claim.attempts
+  })
 
 /** When the store claimed the message, on the store's clock: its lease end counted back (`leaseMs`: the lease the claim gave). */
 const claimedOnStoreAt = (claim: Claim, leaseMs: number): number => claim.leaseExpiresAt.getTime() - leaseMs
@@ -250,7 +283,6 @@ class MessageContext implements HandlerContext {
   readonly queue: string
   readonly attempt: number
   readonly consumerId: string
-  readonly leaseDeadline: Effect.Effect<Date>
   readonly #running: Commit.Committing & { abort: AbortController | undefined; progress: Progress.ProgressWriter | undefined }
   readonly #prefix: string
   readonly #commit: ReturnType<typeof Commit.make>
@@ -262,16 +294,20 @@ class MessageContext implements HandlerContext {
     commit: ReturnType<typeof Commit.make>,
     store: QueueStoreShape
   ) {
-    const { claim, renewer } = m
+    const { claim } = m
     this.messageId = claim.id
     this.queue = claim.queue
     this.attempt = claim.attempts
     this.consumerId = consumerId
-    this.leaseDeadline = Effect.sync(() => new Date(renewer.expiresAt(claim.id)))
     this.#running = m
     this.#prefix = prefix
     this.#commit = commit
     this.#store = store
+  }
+  /** Made on read, as `signal`: an effect per message that most handlers never run is not free. */
+  get leaseDeadline(): Effect.Effect<Date> {
+    const { claim, renewer } = this.#running
+    return Effect.sync(() => new Date(renewer.expiresAt(claim.id)))
   }
   get signal(): AbortSignal {
     return (this.#running.abort ??= new AbortController()).signal

@@ -50,7 +50,7 @@ export interface LeaseRenewer {
   /** When the lease of `id` ends as far as this consumer knows (last successful renewal + lease). */
   readonly expiresAt: (id: MessageId) => number
   /**
-   * Take `id` out of renewal before its final write; after the last id of the
+   * Take `id` out of renewal before its final write, at the call; after the last id of the
    * claim, stop the renewer (interrupted and awaited, bounded by the stop
    * timeout; a renewer that takes longer is reported wedged). Never fails.
    * A renewal already in flight may still include `id`: harmless, since the
@@ -450,14 +450,14 @@ export const start = (
         return e.renewedAt + e.grantedMs
       },
       loseAll: (reason, message) => markLost([...entries.values()].filter((e) => !e.finished), reason, message),
-      finish: (id) =>
-        Effect.suspend(() => {
-          const e = entry(id)
-          if (e.finished) return Effect.void
-          e.finished = true
-          e.active = false
-          e.fiber = undefined
-          return --unfinished === 0 ? stop : Effect.void
-        })
+      // Takes `id` out at the call (no effect of its own per message); only the stop is an effect.
+      finish: (id) => {
+        const e = entry(id)
+        if (e.finished) return Effect.void
+        e.finished = true
+        e.active = false
+        e.fiber = undefined
+        return --unfinished === 0 ? stop : Effect.void
+      }
     } satisfies LeaseRenewer
   })

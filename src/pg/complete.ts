@@ -196,10 +196,13 @@ export const completeOn = (ctx: PgContext, client: SqlClient.SqlClient, announce
  * statement of its own, best effort, as a send's notification.
  */
 export const notifyReleased = ({ channel, limitedQueues, sql }: PgContext, completions: ReadonlyArray<Completion>, completed: Completed) => {
+  // The common flush (acks on queues without limits) wakes no one: found without a set of what landed.
+  const candidates = completions.filter((c) => limitedQueues.has(c.queue) || c.finish._tag === "Release")
+  if (candidates.length === 0) return Effect.void
   const landed = new Set(completed.held)
-  const queues = [...new Set(completions.filter((c) =>
+  const queues = [...new Set(candidates.filter((c) =>
     landed.has(c.ref.id) &&
-    (limitedQueues.has(c.queue) || (c.finish._tag === "Release" && !completed.cancelled.includes(c.ref.id)))
+    (limitedQueues.has(c.queue) || !completed.cancelled.includes(c.ref.id))
   ).map((c) => c.queue))]
   return queues.length === 0
     ? Effect.void
