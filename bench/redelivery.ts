@@ -22,6 +22,7 @@
 import { join } from "node:path"
 import { Effect } from "effect"
 import { startPostgres } from "../dev/EmbeddedPostgres.ts"
+import { classKey } from "../src/ConsumerPresence.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import {
   closeLogs,
@@ -64,12 +65,56 @@ const targetFor = (mode: string) =>
     ? { p50Ms: 500, text: "p50 <= 0.5 s" }
     : { p50Ms: config.leaseMs + 1_000, text: `p50 <= lease + 1 s = ${formatMs(config.leaseMs + 1_000)}` }
 
+/**
+ * Where one redelivery's time went, each a moment after the kill (ms; undefined: not seen):
+ * `lockFree` the killed consumer's presence lock no longer held by any session (the orchestrator
+ * polls pg_locks every few ms), `released` the reaper's release (the attempt history's end of the
+ * killed run, the database's clock), `claimed` the new claim (the rerun's history start), and the
+ * handler start is the sample itself.
+ */
+interface Phases {
+  readonly lockFree: number | undefined
+  readonly released: number | undefined
+  readonly claimed: number | undefined
+}
+
 interface Sample {
   readonly lane: number
   readonly killedConsumer: string
   readonly redeliveredTo: string
   readonly killAfterStartMs: number
   readonly redeliveryMs: number
+  readonly phases: Phases
+}
+
+/** When (wall ms) the shared presence lock `key` of the schema's lock class is seen held by no session, polled every 5 ms. */
+const lockFreeAt = async (db: Db, key: number | undefined): Promise<number | undefined> => {
+  if (key === undefined) return undefined
+  const held = () =>
+    db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND mode = 'ShareLock'
+         AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 2`,
+      [classKey(SCHEMA), key]
+    ).then((rows) => (rows[0]?.n === 0 ? Date.now() : undefined))
+  return poll(held, 5_000, 5)
+}
+
+/** The release of the killed run and the rerun's claim, from the attempt history (ms after `killedAt`). */
+const historyPhases = async (db: Db, messageId: string, killedAt: number) => {
+  const rows = await poll(async () => {
+    const r = await db.query<{ outcome: string; started_ms: number; ended_ms: number }>(
+      `SELECT outcome, extract(epoch FROM started_at) * 1000 AS started_ms, extract(epoch FROM ended_at) * 1000 AS ended_ms
+       FROM ${SCHEMA}.attempts WHERE message_id = $1 ORDER BY attempt`,
+      [messageId]
+    )
+    return r.length >= 2 ? r : undefined
+  }, 10_000, 50)
+  const expired = rows?.find((r) => r.outcome === "lease-expired")
+  const rerun = rows?.[rows.length - 1]
+  return {
+    released: expired === undefined ? undefined : Number(expired.ended_ms) - killedAt,
+    claimed: rerun === undefined || rerun === expired ? undefined : Number(rerun.started_ms) - killedAt
+  }
 }
 
 interface ModeResult {
@@ -143,20 +188,28 @@ const runMode = async (db: Db, url: string, mode: string): Promise<ModeResult> =
         continue
       }
       await sleep(1_000 + Math.random() * (config.leaseMs / 3))
+      const key = (await db.query<{ lock_key: number | null }>(`SELECT lock_key FROM ${SCHEMA}.consumers WHERE id = $1`, [victim.consumerId]))[0]?.lock_key ?? undefined
       const killedAt = killWorker(victim)
       const killAfterStartMs = killedAt - Number(first.started_ms)
+      const lockFree = lockFreeAt(db, key).then((at) => (at === undefined ? undefined : at - killedAt))
       const again = await poll(async () => (await startsOf(n)).find((r) => r.consumer !== victim.consumerId), config.leaseMs * 2 + 30_000, 50)
       if (again === undefined) {
         failures.push(`lane ${index}: message ${n} not redelivered within ${formatMs(config.leaseMs * 2 + 30_000)} of the kill`)
       } else {
+        const phases = { lockFree: await lockFree, ...(await historyPhases(db, first.message_id, killedAt)) }
         samples.push({
           lane: index,
           killedConsumer: victim.consumerId,
           redeliveredTo: again.consumer,
           killAfterStartMs,
-          redeliveryMs: Number(again.started_ms) - killedAt
+          redeliveryMs: Number(again.started_ms) - killedAt,
+          phases
         })
-        log(`${mode} lane ${index}: kill ${samples.length}/${config.kills} -> redelivered in ${formatMs(Number(again.started_ms) - killedAt)} (killed ${formatMs(killAfterStartMs)} after start)`)
+        log(
+          `${mode} lane ${index}: kill ${samples.length}/${config.kills} -> redelivered in ${formatMs(Number(again.started_ms) - killedAt)} ` +
+            `(killed ${formatMs(killAfterStartMs)} after start; lock free +${formatMs(phases.lockFree)}, released +${formatMs(phases.released)}, ` +
+            `claimed +${formatMs(phases.claimed)})`
+        )
       }
       // A replacement for the next kill; the survivor keeps running.
       pool.splice(pool.indexOf(victim), 1, spawnFor(index, queue))
@@ -170,6 +223,27 @@ const runMode = async (db: Db, url: string, mode: string): Promise<ModeResult> =
     await stopWorkers(workers, 10_000)
   }
   return { mode, samples, failures }
+}
+
+/** Per mode, each step's own duration: kill -> lock free -> released -> claimed -> handler start. */
+const phaseRows = (results: ReadonlyArray<ModeResult>): Array<Array<string>> => {
+  const steps: ReadonlyArray<readonly [string, (s: Sample) => number | undefined]> = [
+    ["kill -> lock free", (s) => s.phases.lockFree],
+    ["lock free -> released", (s) => (s.phases.lockFree === undefined || s.phases.released === undefined ? undefined : s.phases.released - s.phases.lockFree)],
+    ["released -> claimed", (s) => (s.phases.released === undefined || s.phases.claimed === undefined ? undefined : s.phases.claimed - s.phases.released)],
+    ["claimed -> handler start", (s) => (s.phases.claimed === undefined ? undefined : s.redeliveryMs - s.phases.claimed)]
+  ]
+  const rows = [["session liveness", ...steps.map(([name]) => name)]]
+  for (const r of results) {
+    rows.push([r.mode, ...steps.map(([, f]) => {
+      const values = r.samples.flatMap((s) => {
+        const v = f(s)
+        return v === undefined ? [] : [v]
+      })
+      return `${formatMs(percentile(values, 50))} / ${formatMs(percentile(values, 95))} / ${formatMs(percentile(values, 100))}`
+    })])
+  }
+  return rows
 }
 
 const main = async (): Promise<number> => {
@@ -220,6 +294,8 @@ const main = async (): Promise<number> => {
     console.log(`kill -> handler start on another worker (lease ${formatMs(config.leaseMs)})`)
     console.log(table(rows))
     for (const r of results) for (const f of r.failures) console.log(`  ${r.mode}: ${f}`)
+    console.log("\nwhere the time went (each step's own duration: p50 / p95 / max)")
+    console.log(table(phaseRows(results)))
     const p50Of = (mode: string) => percentile(results.find((r) => r.mode === mode)?.samples.map((s) => s.redeliveryMs) ?? [], 50)
     const on = p50Of("on")
     const off = p50Of("off")
