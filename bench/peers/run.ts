@@ -61,7 +61,7 @@ import { stopOnSignal, runAsProcess, shutDown } from "../support/orchestrator.ts
 import { peerVersion } from "./common.ts"
 import { type Adapter, config, log, PEERS, prefix, steadyJobs } from "./config.ts"
 import { compile, install, leaseholdEntry } from "./install.ts"
-import { type KillResult, killRun, type LatencyResult, latencyRun } from "./probes.ts"
+import { type KillKind, type KillResult, killRun, type LatencyResult, latencyRun } from "./probes.ts"
 import { connect, type PgClient, workerNodeArgs } from "./processes.ts"
 import * as Report from "./report.ts"
 import { loadSampler, resultsPath, writeResults } from "./results.ts"
@@ -104,30 +104,41 @@ const headerLines = async (admin: PgClient, adapters: ReadonlyArray<Adapter>, ve
   ]
 }
 
+/** The adapters in turn: the listed order in odd repetitions, reversed in even ones. */
+const inTurn = (adapters: ReadonlyArray<Adapter>, rep: number) => (rep % 2 === 1 ? adapters : [...adapters].reverse())
+
 /** The measurements: every C, repetition and adapter, then the probes per adapter. */
 const measure = async (admin: PgClient, serverUrl: string, adapters: ReadonlyArray<Adapter>, failures: Array<string>) => {
   const results: Array<Result> = []
   for (const c of config.concurrencies) {
     for (let rep = 1; rep <= config.reps; rep++) {
-      for (const adapter of rep % 2 === 1 ? adapters : [...adapters].reverse()) {
+      for (const adapter of inTurn(adapters, rep)) {
         const r = await attempt(`${adapter} at C=${c}, repetition ${rep}`, failures, () => throughputRun(admin, serverUrl, adapter, c, rep))
         if (r !== undefined) results.push(r)
       }
     }
   }
   const latencies: Array<LatencyResult> = []
-  const kills: Array<KillResult> = []
-  for (const adapter of config.latency ? adapters : []) {
-    const l = await attempt(`${adapter} pickup latency`, failures, () => latencyRun(admin, serverUrl, adapter))
-    if (l !== undefined) latencies.push(l)
-    if (l !== undefined && l.values.length < l.expected) failures.push(`${adapter}: ${l.values.length}/${l.expected} latency samples`)
+  for (let rep = 1; config.latency && rep <= config.latencyReps; rep++) {
+    for (const adapter of inTurn(adapters, rep)) {
+      const l = await attempt(`${adapter} pickup latency ${rep}`, failures, () => latencyRun(admin, serverUrl, adapter, rep))
+      if (l !== undefined) latencies.push(l)
+      if (l !== undefined && l.values.length < l.expected) failures.push(`${adapter}: ${l.values.length}/${l.expected} latency samples (run ${rep})`)
+    }
   }
-  for (const adapter of config.kill ? adapters : []) {
-    // Repeated for a median; an adapter whose rerun missed the budget once is not tried again.
-    for (let rep = 1; rep <= config.killReps; rep++) {
-      const k = await attempt(`${adapter} SIGKILL-to-rerun ${rep}`, failures, () => killRun(admin, serverUrl, adapter))
-      if (k !== undefined) kills.push(k)
-      if (k === undefined || k.rerunMs === undefined) break
+  const kills: Array<KillResult> = []
+  // Repeated for a median, adapters in turn; an adapter whose rerun missed the budget is not tried
+  // again in that kind, nor fresh after a standing miss (a worker started after the kill cannot
+  // rerun sooner than one already running: each adapter's bound is a timeout or the lock probe).
+  const missed = new Set<string>()
+  const kinds: ReadonlyArray<readonly [KillKind, number]> = [["standing", config.killReps], ["fresh", config.killFreshReps]]
+  for (const [kind, reps] of config.kill ? kinds : []) {
+    for (let rep = 1; rep <= reps; rep++) {
+      for (const adapter of inTurn(adapters, rep).filter((a) => !missed.has(a) && !missed.has(`${a} ${kind}`))) {
+        const k = await attempt(`${adapter} SIGKILL-to-rerun (${kind} worker) ${rep}`, failures, () => killRun(admin, serverUrl, adapter, kind))
+        if (k !== undefined) kills.push(k)
+        if (k === undefined || k.rerunMs === undefined) missed.add(kind === "standing" ? adapter : `${adapter} ${kind}`)
+      }
     }
   }
   return { results, latencies, kills }
@@ -135,11 +146,16 @@ const measure = async (admin: PgClient, serverUrl: string, adapters: ReadonlyArr
 
 /** The budget notes under the tables. */
 const budgetNotes = (results: ReadonlyArray<Result>) =>
-  results.filter((r) => r.steadyDone < steadyJobs).map((r) =>
-    r.coldPartial === true
-      ? `+ ${r.adapter} at C=${r.c} (repetition ${r.rep}): the budget ran out in the cold part; its cold rate is over the jobs finished by then, no steady rate`
-      : `+ ${r.adapter} at C=${r.c} (repetition ${r.rep}): the budget ran out with ${r.steadyDone.toLocaleString("en-US")} of ${steadyJobs.toLocaleString("en-US")} steady jobs finished; the rate is theirs`
-  )
+  results.flatMap((r) => [
+    ...(r.coldPartial === true
+      ? [`+ ${r.adapter} at C=${r.c} (repetition ${r.rep}): the cold run's budget ran out; its cold rate is over the jobs finished by then`]
+      : []),
+    ...(r.warmupPartial === true
+      ? [`+ ${r.adapter} at C=${r.c} (repetition ${r.rep}): the budget ran out in the steady run's warm-up; no steady rate`]
+      : r.steadyDone < steadyJobs
+      ? [`+ ${r.adapter} at C=${r.c} (repetition ${r.rep}): the budget ran out with ${r.steadyDone.toLocaleString("en-US")} of ${steadyJobs.toLocaleString("en-US")} steady jobs finished; the rate is theirs`]
+      : [])
+  ])
 
 const main = async (): Promise<number> => {
   let server: PostgresServer | undefined

@@ -84,6 +84,9 @@ export const open = (options: {
         startupParameters: Pooler.startupParameters(where.mode, base.startupParameters, { statement_timeout: "5000" })
       }).pipe(Effect.provide(Reactivity.layer), Scope.provide(scope))
       const session = client.withoutTransforms()
+      // The backend notices this client's death within PresenceSql.CLIENT_CHECK_MS, even mid-probe;
+      // best effort (a server without the setting frees the lock when the probe ends instead).
+      yield* PresenceSql.checkClientConnection(session).pipe(Effect.ignore)
       const key = options.key
       for (let i = 0; i < (key === undefined ? 3 : JOIN_TRIES); i++) {
         const lock = yield* PresenceSql.takeLock(ctx, session, key)
