@@ -12,20 +12,24 @@
  *   import `leasehold` by name, which Node finds in `.tmp/peers/node_modules` (dist/index.js).
  * - One durable embedded PostgreSQL (dev/EmbeddedPostgres.ts: fsync, synchronous_commit,
  *   full_page_writes on), a fresh database per run.
- * - Per C, repetition and adapter (throughput.ts): a sender process sets up (not timed) and
- *   enqueues PEERS_JOBS no-op jobs PEERS_CHUNK per call, timed (the bulk send rate); VACUUM
- *   ANALYZE, CHECKPOINT; then ONE worker process at concurrency C: cold = its first PEERS_COLD
- *   jobs from its first handler start (a fresh process, no warm-up); steady = the rest, from the
- *   PEERS_COLD-th handler start to the queue seen empty, or what finished by PEERS_RUN_BUDGET
- *   (marked +; a cold part that does not finish within the budget is measured on what finished,
- *   marked +, with no steady rate). Peak RSS: the worker's VmHWM; CPU: its time over the steady
- *   window as a share of one core. Adapters alternate (the listed order in odd repetitions,
- *   reversed in even ones); medians, and ratios to the raw worker and to the best peer (the faster
- *   of graphile-worker and pg-boss in that column).
- * - Per adapter (probes.ts): pickup latency across processes (an idle worker at C = 10, a producer
- *   process sending 10 unmeasured then PEERS_LATENCY_SENDS single jobs PEERS_LATENCY_INTERVAL
- *   apart) and SIGKILL-to-rerun (a never-ending job, its worker SIGKILLed half a second in, a fresh
- *   worker started at once: kill -> the job's handler start, or "> budget" after PEERS_KILL_BUDGET).
+ * - Per C, repetition and adapter (throughput.ts), two runs, each in a fresh database with its jobs
+ *   bulk-sent by a sender process (set up untimed, PEERS_CHUNK per call), then VACUUM ANALYZE and
+ *   CHECKPOINT, then ONE fresh worker process at concurrency C. Cold: PEERS_COLD jobs queued, the
+ *   worker's jobs/s from its first handler start to the queue seen empty (no warm-up). Steady:
+ *   PEERS_JOBS jobs queued (this send is timed: the bulk send rate), the worker's first PEERS_COLD
+ *   jobs its warm-up, the rest from the PEERS_COLD-th handler start to the queue seen empty. Each
+ *   part, warm-up included, has PEERS_RUN_BUDGET from its first handler start: what finished by
+ *   then is measured, marked + (a warm-up out of budget: no steady rate). Peak RSS: the steady
+ *   worker's VmHWM; CPU: its time over the steady window as a share of one core. Adapters
+ *   alternate (the listed order in odd repetitions, reversed in even ones); medians, and ratios to
+ *   the raw worker and to the best peer (the faster of graphile-worker and pg-boss in that column).
+ * - Per adapter (probes.ts), adapters in turn: pickup latency across processes, PEERS_LATENCY_REPS
+ *   times (an idle worker at C = 10, a producer process sending 10 unmeasured then
+ *   PEERS_LATENCY_SENDS single jobs PEERS_LATENCY_INTERVAL apart; percentiles over all the samples),
+ *   and SIGKILL-to-rerun (a never-ending job, its worker A SIGKILLed: kill -> the job's handler
+ *   start on worker B, or "> budget" after PEERS_KILL_BUDGET), PEERS_KILL_REPS times with B
+ *   already running and idle (what a fleet sees), then PEERS_KILL_FRESH_REPS times with B started
+ *   at once after the kill (its start-up included).
  * - Output (report.ts, results.ts): the tables on stdout; every run in `<log dir>/results.json`;
  *   the tables as markdown in bench/results/<date>-<commit>.md for a full run (the README's table is
  *   copied from there), in the log directory for a partial one.
@@ -33,21 +37,23 @@
  * Each adapter's settings: its script's doc comment and bench/README.md ("npm run bench").
  *
  * Knobs (environment):
- *   PEERS_QUICK=1            C=10, 6,000 jobs of which 2,000 cold, 50 latency sends, 35 s kill budget (a smoke check)
+ *   PEERS_QUICK=1            C=10, 6,000 jobs (cold 2,000), 2 x 50 latency sends, 2 kills standing, 35 s kill budget (a smoke check)
  *   PEERS_CONCURRENCY        list of C (default "1,10,50,200")
  *   PEERS_JOBS               jobs enqueued per run (default 100000)
- *   PEERS_COLD               the cold part, the first jobs of the run (default 20000; < PEERS_JOBS)
+ *   PEERS_COLD               jobs of the cold run, and the steady run's warm-up (default 20000; < PEERS_JOBS)
  *   PEERS_REPS               repetitions per C and adapter, alternating (default 1)
  *   PEERS_ADAPTERS           which, in order (default "raw-pg,leasehold,graphile-worker,pg-boss")
  *   PEERS_CHUNK              jobs per bulk send call (default 1000)
- *   PEERS_RUN_BUDGET         longest cold part and longest steady window (default 120s; 0: none)
+ *   PEERS_RUN_BUDGET         longest cold run, warm-up and steady window (default 120s; 0: none)
  *   PEERS_LATENCY=0          skip the pickup-latency runs
- *   PEERS_LATENCY_SENDS      measured single sends per adapter (default 200; quick 50)
+ *   PEERS_LATENCY_SENDS      measured single sends per adapter and run (default 200; quick 50)
+ *   PEERS_LATENCY_REPS       pickup-latency runs per adapter (default 3; quick 2)
  *   PEERS_LATENCY_INTERVAL   time between them (default 20ms)
  *   PEERS_KILL=0             skip the SIGKILL-to-rerun runs
  *   PEERS_KILL_BUDGET        longest wait for the rerun after the SIGKILL (default 60s; quick 35s)
- *   PEERS_KILL_REPS          SIGKILL-to-rerun runs per adapter, for the p50 (default 3; quick 1); an adapter
- *                            whose rerun missed the budget is not tried again
+ *   PEERS_KILL_REPS          SIGKILL-to-rerun runs per adapter with B standing, for the p50 (default 5; quick 2)
+ *   PEERS_KILL_FRESH_REPS    ... with B fresh (default 1; 0: none). An adapter whose rerun missed the budget
+ *                            is not tried again in that kind, nor fresh after missing it standing
  *   PEERS_SKIP_INSTALL=1     no pack, no npm install: use .tmp/peers as an earlier run left it
  *   PEERS_FAST_PG=1          the embedded server without durability
  *   PEERS_LOG_DIR            every process's log and results.json (default .tmp/bench-peers/<time>)
@@ -96,8 +102,9 @@ const headerLines = async (admin: PgClient, adapters: ReadonlyArray<Adapter>, ve
     `leasehold: the packed tarball, \`import "leasehold"\` from the adapters resolving to ${leaseholdEntry()}`,
     `adapters: ${adapters.map((a) => (versions[a] === undefined ? a : `${a} ${versions[a]}`)).join(", ")} ` +
       `(installed under ${relative(repoRoot, prefix)}: leasehold from its packed tarball, the peers for the benchmark only; compiled in ${(buildMs / 1000).toFixed(1)} s, run by node ${workerNodeArgs.join(" ")})`,
-    `per run: ${n(config.jobs)} no-op jobs bulk-sent ${n(config.chunk)} per call, then ONE worker process at C; cold: the first ${n(config.cold)} from the first handler start; ` +
-      `steady: the other ${n(steadyJobs)} to the queue seen empty${config.runBudgetMs > 0 ? ` (or ${Math.round(config.runBudgetMs / 1000)} s: then the jobs finished so far, marked +)` : ""}; ` +
+    `per C and repetition, two runs of ONE fresh worker process at C, each on jobs bulk-sent ${n(config.chunk)} per call into a fresh database: cold, ${n(config.cold)} queued, ` +
+      `from the first handler start to the queue seen empty; steady, ${n(config.jobs)} queued (the send timed), the first ${n(config.cold)} a warm-up, ` +
+      `the other ${n(steadyJobs)} to the queue seen empty${config.runBudgetMs > 0 ? ` (each part ${Math.round(config.runBudgetMs / 1000)} s at most: then the jobs finished so far, marked +)` : ""}; ` +
       `C = ${config.concurrencies.join(", ")}; ${config.reps} repetition(s)${config.reps > 1 ? ", adapters alternating, medians" : ""}`,
     Report.knobsLine(),
     `at start: ${Report.loadLine()}; busiest processes: ${Report.busiest()}`
