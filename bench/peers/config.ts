@@ -45,7 +45,7 @@ export const config = {
   latencyReps: Math.max(1, envInt("PEERS_LATENCY_REPS", quick ? 2 : 3)),
   kill: process.env["PEERS_KILL"] !== "0",
   killBudgetMs: envMs("PEERS_KILL_BUDGET", quick ? 35_000 : 60_000),
-  killReps: Math.max(1, envInt("PEERS_KILL_REPS", quick ? 2 : 5)),
+  killReps: Math.max(1, envInt("PEERS_KILL_REPS", quick ? 1 : 5)),
   killFreshReps: Math.max(0, envInt("PEERS_KILL_FRESH_REPS", 1)),
   skipInstall: process.env["PEERS_SKIP_INSTALL"] === "1",
   fastPg: process.env["PEERS_FAST_PG"] === "1",

@@ -37,7 +37,7 @@
  * Each adapter's settings: its script's doc comment and bench/README.md ("npm run bench").
  *
  * Knobs (environment):
- *   PEERS_QUICK=1            C=10, 6,000 jobs (cold 2,000), 2 x 50 latency sends, 2 kills standing, 35 s kill budget (a smoke check)
+ *   PEERS_QUICK=1            C=10, 6,000 jobs (cold 2,000), 2 x 50 latency sends, 1 kill standing and 1 fresh, 35 s kill budget (a smoke check)
  *   PEERS_CONCURRENCY        list of C (default "1,10,50,200")
  *   PEERS_JOBS               jobs enqueued per run (default 100000)
  *   PEERS_COLD               jobs of the cold run, and the steady run's warm-up (default 20000; < PEERS_JOBS)
@@ -51,7 +51,7 @@
  *   PEERS_LATENCY_INTERVAL   time between them (default 20ms)
  *   PEERS_KILL=0             skip the SIGKILL-to-rerun runs
  *   PEERS_KILL_BUDGET        longest wait for the rerun after the SIGKILL (default 60s; quick 35s)
- *   PEERS_KILL_REPS          SIGKILL-to-rerun runs per adapter with B standing, for the p50 (default 5; quick 2)
+ *   PEERS_KILL_REPS          SIGKILL-to-rerun runs per adapter with B standing, for the p50 (default 5; quick 1)
  *   PEERS_KILL_FRESH_REPS    ... with B fresh (default 1; 0: none). An adapter whose rerun missed the budget
  *                            is not tried again in that kind, nor fresh after missing it standing
  *   PEERS_SKIP_INSTALL=1     no pack, no npm install: use .tmp/peers as an earlier run left it
