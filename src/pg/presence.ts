@@ -203,6 +203,8 @@ export const CLIENT_CHECK_MS = 25
  * `pg_sleep`, {@link probe}); without the check a backend notices its client gone (a SIGKILL closes
  * the socket) only when the sleep ends and it writes the answer, so the lock stayed held up to a
  * whole probe after the death. With it, the backend ends, and frees the lock, within the interval.
+ * It sees only a socket closed (a hangup): a live client whose event loop is blocked or whose
+ * network is slow keeps its socket open, and its backend goes on sleeping.
  * A session setting (`set_config(..., false)`): no other connection is touched. Refused where the
  * server lacks it (before 14, or a platform that cannot tell a closed socket): the caller goes on
  * without it.
