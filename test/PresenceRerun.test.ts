@@ -14,7 +14,7 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Exit, Layer, Option, Redacted, Scope } from "effect"
+import { Context, Deferred, Effect, Exit, Layer, Option, Redacted, Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Consumer from "../src/Consumer.ts"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
@@ -22,6 +22,7 @@ import * as Migrations from "../src/Migrations.ts"
 import * as PresenceSql from "../src/pg/presence.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import * as PoolerProof from "../src/presence/poolerProof.ts"
+import { QueueStore } from "../src/QueueStore.ts"
 import * as Session from "../src/presence/session.ts"
 import * as PgProxy from "./support/PgProxy.ts"
 import * as PgTest from "./support/PgTest.ts"
@@ -44,6 +45,20 @@ const withSchema = <A, E>(f: (schema: string) => Effect.Effect<A, E, SqlClient.S
 /** Rows of `sql` as an option: some when `f` says so. */
 const check = <R extends object>(query: Effect.Effect<ReadonlyArray<R>, unknown>, f: (rows: ReadonlyArray<R>) => boolean) =>
   Effect.map(Effect.orDie(query), (rows) => (f(rows) ? Option.some(rows) : Option.none()))
+
+/**
+ * `store` with its `nextVisibleAt` completing `asked` once answered: an idle consumer asks it just
+ * before its idle sleep (after a claim that found nothing).
+ */
+const askingNextVisible = <ROut, E, R>(store: Layer.Layer<ROut | QueueStore, E, R>, asked: Deferred.Deferred<void>) =>
+  Layer.effectContext(Effect.gen(function*() {
+    const context = yield* Layer.build(store)
+    const inner = Context.get(context, QueueStore)
+    return Context.add(context, QueueStore, {
+      ...inner,
+      nextVisibleAt: (queue: string) => Effect.tap(inner.nextVisibleAt(queue), () => Deferred.succeed(asked, undefined))
+    })
+  }))
 
 describe("the rerun path (real PostgreSQL, real time)", () => {
   it.live("a presence backend notices its client gone mid-probe within the client check, not when the probe ends", () =>
@@ -104,7 +119,7 @@ describe("the rerun path (real PostgreSQL, real time)", () => {
         // B: no presence of its own (no reaper to wake it), polling once a minute; its next look
         // at the queue would be the lease's end (30 s): only an announcement wakes it in time.
         const runs: Array<{ readonly id: string; readonly at: number }> = []
-        const app = `idle-${rand()}`
+        const idle = yield* Deferred.make<void>()
         const scope = yield* Scope.fork(yield* Scope.Scope)
         yield* Layer.buildWithScope(
           Consumer.layer((message) => Effect.sync(() => void runs.push({ id: message.id, at: Date.now() })), {
@@ -112,17 +127,13 @@ describe("the rerun path (real PostgreSQL, real time)", () => {
             consumerId: "idle-b",
             pollInterval: "60 seconds"
           }).pipe(
-            Layer.provide(PgQueueStore.layer({ schema, clock: "database" })),
-            Layer.provide(PgClient.layer({ url: Redacted.make(PgTest.databaseUrl()), maxConnections: 2, applicationName: app }))
+            Layer.provide(askingNextVisible(PgQueueStore.layer({ schema, clock: "database" }), idle)),
+            Layer.provide(PgClient.layer({ url: Redacted.make(PgTest.databaseUrl()), maxConnections: 2, applicationName: `idle-${rand()}` }))
           ),
           scope
         )
         // B is idle: it found the queue empty and asked when the next message becomes visible.
-        yield* waitFor(
-          "B to go idle",
-          check(sql<{ pid: number }>`
-            SELECT pid FROM pg_stat_activity WHERE application_name = ${app} AND query LIKE '%RECURSIVE priorities%'`, (r) => r.length > 0)
-        )
+        yield* Deferred.await(idle).pipe(Effect.timeout(15_000))
         const presence = yield* ConsumerPresence.make({ schema, migrate: false })
         const releasedAt = Date.now()
         const reaped = yield* presence.sweep("someone")
