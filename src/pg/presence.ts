@@ -198,7 +198,8 @@ export const lockShown = (ctx: PresenceContext, session: SqlClient.SqlClient, ke
 export const CLIENT_CHECK_MS = 25
 
 /**
- * On a presence session, before it takes the lock: have its backend check the client's socket every
+ * On a presence session, once it holds the lock and is proven its own backend (a pooler's server
+ * connection would keep the setting): have its backend check the client's socket every
  * {@link CLIENT_CHECK_MS} while a statement runs. The session is nearly always in its probe (a
  * `pg_sleep`, {@link probe}); without the check a backend notices its client gone (a SIGKILL closes
  * the socket) only when the sleep ends and it writes the answer, so the lock stayed held up to a
