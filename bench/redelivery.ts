@@ -74,12 +74,14 @@ const targetFor = (mode: string) =>
 
 /**
  * Where one redelivery's time went, each a moment after the kill (ms; undefined: not seen):
- * `lockFree` the killed consumer's presence lock no longer held by any session (the orchestrator
+ * `exited` the killed process gone, `lockFree` the killed consumer's presence lock no longer held by any session (the orchestrator
  * polls pg_locks every few ms), `released` the reaper's release (the attempt history's end of the
  * killed run, the database's clock), `claimed` the new claim (the rerun's history start), and the
  * handler start is the sample itself.
  */
 interface Phases {
+  /** The killed process seen gone by this orchestrator (its `exit` event: every thread ended, its sockets closed). */
+  readonly exited: number | undefined
   readonly lockFree: number | undefined
   readonly released: number | undefined
   readonly claimed: number | undefined
@@ -232,6 +234,8 @@ const runMode = async (db: Db, url: string, mode: string): Promise<ModeResult> =
       }
       await sleep(1_000 + Math.random() * (config.leaseMs / 3))
       const key = (await db.query<{ lock_key: number | null }>(`SELECT lock_key FROM ${SCHEMA}.consumers WHERE id = $1`, [victim.consumerId]))[0]?.lock_key ?? undefined
+      let exitedAt: number | undefined
+      victim.proc.once("exit", () => (exitedAt = Date.now()))
       const killedAt = killWorker(victim)
       const killAfterStartMs = killedAt - Number(first.started_ms)
       const lockFree = lockFreeAt(db, key).then((at) => (at === undefined ? undefined : at - killedAt))
@@ -239,7 +243,11 @@ const runMode = async (db: Db, url: string, mode: string): Promise<ModeResult> =
       if (again === undefined) {
         failures.push(`lane ${index}: message ${n} not redelivered within ${formatMs(config.leaseMs * 2 + 30_000)} of the kill`)
       } else {
-        const phases = { lockFree: await lockFree, ...(await historyPhases(db, first.message_id, killedAt)) }
+        const phases = {
+          exited: exitedAt === undefined ? undefined : exitedAt - killedAt,
+          lockFree: await lockFree,
+          ...(await historyPhases(db, first.message_id, killedAt))
+        }
         samples.push({
           lane: index,
           killedConsumer: victim.consumerId,
@@ -250,7 +258,8 @@ const runMode = async (db: Db, url: string, mode: string): Promise<ModeResult> =
         })
         log(
           `${mode} lane ${index}: kill ${samples.length}/${config.kills} -> redelivered in ${formatMs(Number(again.started_ms) - killedAt)} ` +
-            `(killed ${formatMs(killAfterStartMs)} after start; lock free +${formatMs(phases.lockFree)}, released +${formatMs(phases.released)}, ` +
+            `(killed ${formatMs(killAfterStartMs)} after start; process gone +${formatMs(phases.exited)}, lock free +${formatMs(phases.lockFree)}, ` +
+            `released +${formatMs(phases.released)}, ` +
             `claimed +${formatMs(phases.claimed)})`
         )
       }
@@ -279,6 +288,7 @@ const runMode = async (db: Db, url: string, mode: string): Promise<ModeResult> =
 /** Per mode, each step's own duration: kill -> lock free -> released -> claimed -> handler start. */
 const phaseRows = (results: ReadonlyArray<ModeResult>): Array<Array<string>> => {
   const steps: ReadonlyArray<readonly [string, (s: Sample) => number | undefined]> = [
+    ["kill -> process gone", (s) => s.phases.exited],
     ["kill -> lock free", (s) => s.phases.lockFree],
     ["lock free -> released", (s) => (s.phases.lockFree === undefined || s.phases.released === undefined ? undefined : s.phases.released - s.phases.lockFree)],
     ["released -> claimed", (s) => (s.phases.released === undefined || s.phases.claimed === undefined ? undefined : s.phases.claimed - s.phases.released)],
