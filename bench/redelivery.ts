@@ -13,7 +13,13 @@
  * a replacement worker is started for the next kill. Kills run in parallel
  * lanes (a queue and two workers each) to keep the wall time down.
  *
- * Knobs (environment): BENCH_KILLS (default 20), BENCH_LEASE (default 30s),
+ * Where the time goes: per kill, when the killed consumer's presence lock was seen free (pg_locks,
+ * polled every 5 ms), released (the attempt history) and claimed again, and per mode the p50 /
+ * p95 / max of each step. Then BENCH_REJOINS times (session liveness on), both presence backends
+ * of a live, idle worker are terminated at once: how long until it holds its lock again (what
+ * `reapAfter` gives it), and whether another worker's reaper released it meanwhile.
+ *
+ * Knobs (environment): BENCH_KILLS (default 20), BENCH_LEASE (default 30s), BENCH_REJOINS (default 10),
  * BENCH_LANES (default 5), BENCH_MODES (default "off,on": the values of
  * LEASEHOLD_SESSION_LIVENESS passed to the workers), BENCH_POLL (worker poll
  * interval, default the consumer's), BENCH_STRICT=1 (exit 1 when a target is
@@ -22,6 +28,7 @@
 import { join } from "node:path"
 import { Effect } from "effect"
 import { startPostgres } from "../dev/EmbeddedPostgres.ts"
+import { classKey } from "../src/ConsumerPresence.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import {
   closeLogs,
@@ -50,6 +57,7 @@ const config = {
   modes: (process.env["BENCH_MODES"] ?? "off,on").split(",").map((m) => m.trim()).filter((m) => m !== ""),
   pollMs: process.env["BENCH_POLL"] === undefined ? undefined : envMs("BENCH_POLL", 1_000),
   strict: process.env["BENCH_STRICT"] === "1",
+  rejoins: envInt("BENCH_REJOINS", 10),
   logDir: process.env["BENCH_LOG_DIR"] ??
     join(repoRoot, ".tmp", "redelivery", new Date().toISOString().replace(/[:.]/g, "-"))
 }
@@ -64,17 +72,97 @@ const targetFor = (mode: string) =>
     ? { p50Ms: 500, text: "p50 <= 0.5 s" }
     : { p50Ms: config.leaseMs + 1_000, text: `p50 <= lease + 1 s = ${formatMs(config.leaseMs + 1_000)}` }
 
+/**
+ * Where one redelivery's time went, each a moment after the kill (ms; undefined: not seen):
+ * `exited` the killed process gone, `lockFree` the killed consumer's presence lock no longer held by any session (the orchestrator
+ * polls pg_locks every few ms), `released` the reaper's release (the attempt history's end of the
+ * killed run, the database's clock), `claimed` the new claim (the rerun's history start), and the
+ * handler start is the sample itself.
+ */
+interface Phases {
+  /** The killed process seen gone by this orchestrator (its `exit` event: every thread ended, its sockets closed). */
+  readonly exited: number | undefined
+  readonly lockFree: number | undefined
+  readonly released: number | undefined
+  readonly claimed: number | undefined
+}
+
 interface Sample {
   readonly lane: number
   readonly killedConsumer: string
   readonly redeliveredTo: string
   readonly killAfterStartMs: number
   readonly redeliveryMs: number
+  readonly phases: Phases
+}
+
+/** The backends holding the shared presence lock `key` of the schema's lock class (a consumer's presence sessions). */
+const holders = (db: Db, key: number) =>
+  db.query<{ pid: number }>(
+    `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND mode = 'ShareLock'
+       AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 2`,
+    [classKey(SCHEMA), key]
+  ).then((rows) => rows.map((r) => Number(r.pid)))
+
+/** When (wall ms) the presence lock `key` is seen held by no session, polled every 5 ms. */
+const lockFreeAt = async (db: Db, key: number | undefined): Promise<number | undefined> =>
+  key === undefined ? undefined : poll(async () => ((await holders(db, key)).length === 0 ? Date.now() : undefined), 5_000, 5)
+
+/** One live consumer's both presence backends terminated at once: how long until it holds its lock again, and was it reaped? */
+interface Rejoin {
+  readonly consumer: string
+  /** Terminated -> a new session holds its key (undefined: not within 10 s). */
+  readonly rejoinMs: number | undefined
+  /** Another consumer's reaper released it (its row was deleted: gone, or written again with a new start). */
+  readonly reaped: boolean
+}
+
+/**
+ * Terminate both presence backends of live consumer `id` at once (what a double backend kill, a
+ * pooler restart or an operator does) and time its rejoin; a second later (three reaper rounds
+ * past reapAfter), whether it was reaped. What reapAfter protects: a live consumer gets that long
+ * from the moment its lock went free to hold it again.
+ */
+const rejoinOnce = async (db: Db, id: string): Promise<Rejoin | undefined> => {
+  const row = async () => (await db.query<{ lock_key: number | null; started: string }>(
+    `SELECT lock_key, started_at::text AS started FROM ${SCHEMA}.consumers WHERE id = $1`,
+    [id]
+  ))[0]
+  const before = await row()
+  if (before?.lock_key === null || before === undefined) return undefined
+  const key = before.lock_key
+  const pids = await holders(db, key)
+  if (pids.length < 2) return undefined
+  const at = Date.now()
+  await db.query(`SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, [`{${pids.join(",")}}`])
+  const back = await poll(async () => ((await holders(db, key)).some((p) => !pids.includes(p)) ? Date.now() : undefined), 10_000, 5)
+  await sleep(1_000)
+  const after = await row()
+  return { consumer: id, rejoinMs: back === undefined ? undefined : back - at, reaped: after === undefined || after.started !== before.started }
+}
+
+/** The release of the killed run and the rerun's claim, from the attempt history (ms after `killedAt`). */
+const historyPhases = async (db: Db, messageId: string, killedAt: number) => {
+  const rows = await poll(async () => {
+    const r = await db.query<{ outcome: string; started_ms: number; ended_ms: number }>(
+      `SELECT outcome, extract(epoch FROM started_at) * 1000 AS started_ms, extract(epoch FROM ended_at) * 1000 AS ended_ms
+       FROM ${SCHEMA}.attempts WHERE message_id = $1 ORDER BY attempt`,
+      [messageId]
+    )
+    return r.length >= 2 ? r : undefined
+  }, 10_000, 50)
+  const expired = rows?.find((r) => r.outcome === "lease-expired")
+  const rerun = rows?.[rows.length - 1]
+  return {
+    released: expired === undefined ? undefined : Number(expired.ended_ms) - killedAt,
+    claimed: rerun === undefined || rerun === expired ? undefined : Number(rerun.started_ms) - killedAt
+  }
 }
 
 interface ModeResult {
   readonly mode: string
   readonly samples: ReadonlyArray<Sample>
+  readonly rejoins: ReadonlyArray<Rejoin>
   readonly failures: ReadonlyArray<string>
 }
 
@@ -86,8 +174,10 @@ const runMode = async (db: Db, url: string, mode: string): Promise<ModeResult> =
   }))
   const workers: Array<Worker> = []
   const samples: Array<Sample> = []
+  const rejoins: Array<Rejoin> = []
   const failures: Array<string> = []
   let killsLeft = config.kills
+  let rejoinsLeft = mode === "off" ? 0 : config.rejoins
   let generation = 0
 
   const spawnFor = (lane: number, queue: string): Worker => {
@@ -143,24 +233,47 @@ const runMode = async (db: Db, url: string, mode: string): Promise<ModeResult> =
         continue
       }
       await sleep(1_000 + Math.random() * (config.leaseMs / 3))
+      const key = (await db.query<{ lock_key: number | null }>(`SELECT lock_key FROM ${SCHEMA}.consumers WHERE id = $1`, [victim.consumerId]))[0]?.lock_key ?? undefined
+      let exitedAt: number | undefined
+      victim.proc.once("exit", () => (exitedAt = Date.now()))
       const killedAt = killWorker(victim)
       const killAfterStartMs = killedAt - Number(first.started_ms)
+      const lockFree = lockFreeAt(db, key).then((at) => (at === undefined ? undefined : at - killedAt))
       const again = await poll(async () => (await startsOf(n)).find((r) => r.consumer !== victim.consumerId), config.leaseMs * 2 + 30_000, 50)
       if (again === undefined) {
         failures.push(`lane ${index}: message ${n} not redelivered within ${formatMs(config.leaseMs * 2 + 30_000)} of the kill`)
       } else {
+        const phases = {
+          exited: exitedAt === undefined ? undefined : exitedAt - killedAt,
+          lockFree: await lockFree,
+          ...(await historyPhases(db, first.message_id, killedAt))
+        }
         samples.push({
           lane: index,
           killedConsumer: victim.consumerId,
           redeliveredTo: again.consumer,
           killAfterStartMs,
-          redeliveryMs: Number(again.started_ms) - killedAt
+          redeliveryMs: Number(again.started_ms) - killedAt,
+          phases
         })
-        log(`${mode} lane ${index}: kill ${samples.length}/${config.kills} -> redelivered in ${formatMs(Number(again.started_ms) - killedAt)} (killed ${formatMs(killAfterStartMs)} after start)`)
+        log(
+          `${mode} lane ${index}: kill ${samples.length}/${config.kills} -> redelivered in ${formatMs(Number(again.started_ms) - killedAt)} ` +
+            `(killed ${formatMs(killAfterStartMs)} after start; process gone +${formatMs(phases.exited)}, lock free +${formatMs(phases.lockFree)}, ` +
+            `released +${formatMs(phases.released)}, ` +
+            `claimed +${formatMs(phases.claimed)})`
+        )
       }
       // A replacement for the next kill; the survivor keeps running.
       pool.splice(pool.indexOf(victim), 1, spawnFor(index, queue))
       await ready(pool)
+    }
+    for (let i = 0; rejoinsLeft > 0; i++) {
+      rejoinsLeft--
+      await sleep(500) // its sessions settled: both up, the key advertised
+      const r = await rejoinOnce(db, pool[i % pool.length]!.consumerId)
+      if (r === undefined) continue
+      rejoins.push(r)
+      log(`${mode} lane ${index}: both presence backends of ${r.consumer} terminated -> lock held again in ${formatMs(r.rejoinMs)}${r.reaped ? "; REAPED" : ""}`)
     }
   }
 
@@ -169,7 +282,29 @@ const runMode = async (db: Db, url: string, mode: string): Promise<ModeResult> =
   } finally {
     await stopWorkers(workers, 10_000)
   }
-  return { mode, samples, failures }
+  return { mode, samples, rejoins, failures }
+}
+
+/** Per mode, each step's own duration: kill -> lock free -> released -> claimed -> handler start. */
+const phaseRows = (results: ReadonlyArray<ModeResult>): Array<Array<string>> => {
+  const steps: ReadonlyArray<readonly [string, (s: Sample) => number | undefined]> = [
+    ["kill -> process gone", (s) => s.phases.exited],
+    ["kill -> lock free", (s) => s.phases.lockFree],
+    ["lock free -> released", (s) => (s.phases.lockFree === undefined || s.phases.released === undefined ? undefined : s.phases.released - s.phases.lockFree)],
+    ["released -> claimed", (s) => (s.phases.released === undefined || s.phases.claimed === undefined ? undefined : s.phases.claimed - s.phases.released)],
+    ["claimed -> handler start", (s) => (s.phases.claimed === undefined ? undefined : s.redeliveryMs - s.phases.claimed)]
+  ]
+  const rows = [["session liveness", ...steps.map(([name]) => name)]]
+  for (const r of results) {
+    rows.push([r.mode, ...steps.map(([, f]) => {
+      const values = r.samples.flatMap((s) => {
+        const v = f(s)
+        return v === undefined ? [] : [v]
+      })
+      return `${formatMs(percentile(values, 50))} / ${formatMs(percentile(values, 95))} / ${formatMs(percentile(values, 100))}`
+    })])
+  }
+  return rows
 }
 
 const main = async (): Promise<number> => {
@@ -220,6 +355,14 @@ const main = async (): Promise<number> => {
     console.log(`kill -> handler start on another worker (lease ${formatMs(config.leaseMs)})`)
     console.log(table(rows))
     for (const r of results) for (const f of r.failures) console.log(`  ${r.mode}: ${f}`)
+    console.log("\nwhere the time went (each step's own duration: p50 / p95 / max)")
+    console.log(table(phaseRows(results)))
+    const rejoinRows = [["session liveness", "both presence backends terminated", "lock held again: p50 / p95 / max", "reaped although alive"]]
+    for (const r of results.filter((x) => x.rejoins.length > 0)) {
+      const ms = r.rejoins.flatMap((j) => (j.rejoinMs === undefined ? [] : [j.rejoinMs]))
+      rejoinRows.push([r.mode, String(r.rejoins.length), `${formatMs(percentile(ms, 50))} / ${formatMs(percentile(ms, 95))} / ${formatMs(percentile(ms, 100))}`, String(r.rejoins.filter((j) => j.reaped).length)])
+    }
+    if (rejoinRows.length > 1) console.log(`\na live consumer's rejoin (what reapAfter waits for)\n${table(rejoinRows)}`)
     const p50Of = (mode: string) => percentile(results.find((r) => r.mode === mode)?.samples.map((s) => s.redeliveryMs) ?? [], 50)
     const on = p50Of("on")
     const off = p50Of("off")

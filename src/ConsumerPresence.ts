@@ -9,14 +9,18 @@
  * and the duplicate-id check: heartbeats decide nothing about death). PostgreSQL
  * frees a session's hold the moment that session ends: the process died (SIGKILL,
  * OOM: the kernel closes its sockets, its backends end at once), its socket was
- * closed, or the backend was terminated.
+ * closed, or the backend was terminated. A presence backend checks its client's
+ * socket every 25 ms even mid-probe (`PresenceSql.checkClientConnection`), so a dead
+ * process's lock is free within that.
  *
  * A reaper runs in every consumer (no leader): every `reapEvery` (100 ms) it probes
  * the other consumers' keys with an exclusive `pg_try_advisory_xact_lock`, granted
  * only when no session holds the key, and releases the live claims of a consumer whose
  * lock it has seen free on a look and again `reapAfter` (300 ms) or more later, with
- * no look between finding it held (visible now, counted as a lease expiry). Why that
- * never reaps a live consumer:
+ * no look between finding it held (visible now, counted as a lease expiry, its queue
+ * announced so that every idle consumer of it wakes). Why that never reaps a live
+ * consumer (what protects it is its sessions on the server; `reapAfter` is only the
+ * time it gets when it lost both at once):
  *
  * - a blocked event loop (or SIGSTOP) stops the process, not its sessions: the kernel
  *   keeps the sockets and the server keeps the backends, so the lock stays held;

@@ -1,8 +1,9 @@
 /**
  * The two per-adapter probes of `npm run bench` (bench/peers/run.ts), each in a database of its
  * own: pickup latency across processes (an idle worker at C = 10, single sends from another
- * process) and SIGKILL-to-rerun (a worker killed while its job runs, a fresh worker started at
- * once: the time until the job runs again).
+ * process; repeated, each repetition a fresh database and worker) and SIGKILL-to-rerun (a worker
+ * killed while its job runs: the time until the job runs again on a second worker, already running
+ * and idle, or started at once after the kill).
  */
 import { sleep } from "../chaos/lib.ts"
 import { fmtLatencies, type Proc, stopProcess } from "../support/orchestrator.ts"
@@ -13,6 +14,8 @@ import { adapterEnv, createDatabase, type PgClient, sendAll, startAdapter } from
 /** One adapter's pickup latencies (ms, the measured sends only). */
 export interface LatencyResult {
   readonly adapter: Adapter
+  /** Which repetition (a fresh database and worker each). */
+  readonly rep: number
   readonly values: ReadonlyArray<number>
   readonly expected: number
 }
@@ -27,9 +30,9 @@ const preparedDatabase = async (admin: PgClient, serverUrl: string, adapter: Ada
   return db
 }
 
-/** Pickup latency: handler start - send time of PEERS_LATENCY_SENDS single jobs sent PEERS_LATENCY_INTERVAL apart. */
-export const latencyRun = async (admin: PgClient, serverUrl: string, adapter: Adapter): Promise<LatencyResult> => {
-  const { url, drop } = await preparedDatabase(admin, serverUrl, adapter, "latency", "latency", 0)
+/** Pickup latency: handler start - send time of PEERS_LATENCY_SENDS single jobs sent PEERS_LATENCY_INTERVAL apart (repetition `rep`). */
+export const latencyRun = async (admin: PgClient, serverUrl: string, adapter: Adapter, rep: number): Promise<LatencyResult> => {
+  const { url, drop } = await preparedDatabase(admin, serverUrl, adapter, `latency_r${rep}`, "latency", 0)
   const w = startAdapter(`${adapter}-latency`, adapter, "work", adapterEnv(adapter, url, "work", 10, "latency"))
   try {
     await w.waitLine("READY", 120_000)
@@ -40,44 +43,63 @@ export const latencyRun = async (admin: PgClient, serverUrl: string, adapter: Ad
     const deadline = Date.now() + 10_000
     while (w.lines.filter((l) => l.startsWith("LAT ")).length < total && Date.now() < deadline) await sleep(20)
     const values = w.lines.filter((l) => l.startsWith("LAT ")).map((l) => l.split(" ")).filter((f) => f[2] === "0").map((f) => Number(f[1]))
-    log(`${adapter} pickup latency: ${values.length}/${config.latencySends} measured, ${fmtLatencies(values)}`)
-    return { adapter, values, expected: config.latencySends }
+    log(`${adapter} pickup latency (run ${rep}): ${values.length}/${config.latencySends} measured, ${fmtLatencies(values)}`)
+    return { adapter, rep, values, expected: config.latencySends }
   } finally {
     await stopProcess(w)
     await drop()
   }
 }
 
+/**
+ * How the job's second worker B stands when A is SIGKILLed: `standing`, already running and idle
+ * (started once A runs the job, READY, then given a second to go idle), the way a fleet sees a
+ * crash; `fresh`, started at once after the kill, its start-up included (a lone worker restarted
+ * by its supervisor).
+ */
+export type KillKind = "standing" | "fresh"
+
 /** One adapter's SIGKILL-to-rerun. */
 export interface KillResult {
   readonly adapter: Adapter
-  /** Kill -> the job's handler start on the fresh worker; undefined: not within the budget. */
+  readonly kind: KillKind
+  /** Kill -> the job's handler start on B; undefined: not within the budget. */
   readonly rerunMs: number | undefined
-  /** Kill -> the fresh worker's READY line (its start-up, as this orchestrator reads it); undefined: none. */
+  /** Kill -> B's READY line (fresh: its start-up, as this orchestrator reads it); undefined: none, or B was standing. */
   readonly readyMs: number | undefined
 }
 
-/** One never-ending job; its worker SIGKILLed half a second into it; a fresh worker started at once. */
-export const killRun = async (admin: PgClient, serverUrl: string, adapter: Adapter): Promise<KillResult> => {
-  const { url, drop } = await preparedDatabase(admin, serverUrl, adapter, "kill", "throughput", 1)
+/** The wait after a standing worker's READY before the kill: its start-up's own work (first claim, LISTEN) done. */
+const IDLE_BEFORE_KILL_MS = 1_000
+
+/** One never-ending job; its worker A SIGKILLed half a second into it (or more: B's start-up); B standing or fresh. */
+export const killRun = async (admin: PgClient, serverUrl: string, adapter: Adapter, kind: KillKind): Promise<KillResult> => {
+  const { url, drop } = await preparedDatabase(admin, serverUrl, adapter, `kill_${kind}`, "throughput", 1)
   const env = adapterEnv(adapter, url, "hang", 1)
-  const a = startAdapter(`${adapter}-kill-a`, adapter, "hang", env)
+  const a = startAdapter(`${adapter}-kill-${kind}-a`, adapter, "hang", env)
   let b: Proc | undefined
   try {
     await a.waitLine("RUN", 120_000)
-    await sleep(500)
+    if (kind === "standing") {
+      b = startAdapter(`${adapter}-kill-${kind}-b`, adapter, "hang", env)
+      await b.waitLine("READY", 120_000)
+      await sleep(IDLE_BEFORE_KILL_MS)
+    } else await sleep(500)
     const killedAt = wallMs()
     a.child.kill("SIGKILL")
-    await Promise.race([a.closed, sleep(5_000)])
-    b = startAdapter(`${adapter}-kill-b`, adapter, "hang", env)
-    const ready = b.waitLine("READY", config.killBudgetMs).then(() => wallMs() - killedAt, () => undefined)
-    const rerun = await b.waitLine("RUN", config.killBudgetMs).then((line) => Number(line.split(" ")[1]) - killedAt, () => undefined)
-    const readyMs = await Promise.race([ready, sleep(1_000).then(() => undefined)])
+    if (kind === "fresh") {
+      await Promise.race([a.closed, sleep(5_000)])
+      b = startAdapter(`${adapter}-kill-${kind}-b`, adapter, "hang", env)
+    }
+    const started = b!
+    const ready = kind === "fresh" ? started.waitLine("READY", config.killBudgetMs).then(() => wallMs() - killedAt, () => undefined) : undefined
+    const rerun = await started.waitLine("RUN", config.killBudgetMs).then((line) => Number(line.split(" ")[1]) - killedAt, () => undefined)
+    const readyMs = ready === undefined ? undefined : await Promise.race([ready, sleep(1_000).then(() => undefined)])
     log(
-      `${adapter} SIGKILL-to-rerun: ${rerun === undefined ? `not rerun within ${fmtS(config.killBudgetMs)}` : fmtS(rerun)}` +
-        ` (B ready ${readyMs === undefined ? "?" : fmtS(readyMs)} after the kill)`
+      `${adapter} SIGKILL-to-rerun, ${kind} worker: ${rerun === undefined ? `not rerun within ${fmtS(config.killBudgetMs)}` : fmtS(rerun)}` +
+        (kind === "fresh" ? ` (B ready ${readyMs === undefined ? "?" : fmtS(readyMs)} after the kill)` : "")
     )
-    return { adapter, rerunMs: rerun, readyMs }
+    return { adapter, kind, rerunMs: rerun, readyMs }
   } finally {
     a.child.kill("SIGKILL")
     b?.child.kill("SIGKILL")

@@ -1,8 +1,11 @@
 /**
- * One throughput run of `npm run bench` (bench/peers/run.ts): a fresh database, the adapter's
- * bulk send (timed), `VACUUM ANALYZE` and `CHECKPOINT`, then ONE worker process at concurrency C,
- * its cold part (the first PEERS_COLD jobs from its first handler start), its steady part (the
- * rest, to the queue seen empty), its peak RSS and its CPU over the steady window.
+ * One throughput run of `npm run bench` (bench/peers/run.ts), in two parts, each in a fresh
+ * database: **cold**, PEERS_COLD jobs bulk-sent, then a fresh worker process at concurrency C, no
+ * warm-up: its jobs/s from its first handler start to the queue seen empty; **steady**, PEERS_JOBS
+ * jobs bulk-sent (the send timed), then another fresh worker: its first PEERS_COLD jobs are its
+ * warm-up (not measured), the rest from the PEERS_COLD-th handler start to the queue seen empty,
+ * with its peak RSS and its CPU over that window. Each send is followed by `VACUUM ANALYZE` and
+ * `CHECKPOINT`.
  */
 import { sleep } from "../chaos/lib.ts"
 import { cpuSeconds, fmtMb, fmtPct, fmtRate, handledOrBudget, type Proc, stopProcess, vmHwmKb } from "../support/orchestrator.ts"
@@ -16,9 +19,12 @@ export interface Result {
   readonly c: number
   readonly rep: number
   readonly sendRate: number
-  readonly coldRate: number
-  /** The cold part did not finish within the budget: coldRate is over the jobs finished by then. */
+  /** The cold run's jobs/s (undefined: it failed). */
+  readonly coldRate: number | undefined
+  /** The cold run did not finish within the budget: coldRate is over the jobs finished by then. */
   readonly coldPartial?: boolean
+  /** The steady run's warm-up did not finish within the budget: no steady rate. */
+  readonly warmupPartial?: boolean
   readonly steadyRate: number | undefined
   /** Steady jobs finished in the window: all of them, or fewer when the budget ran out. */
   readonly steadyDone: number
@@ -28,40 +34,38 @@ export interface Result {
 
 const forever = 24 * 3_600_000
 
-/** The steady window: from `start` to the queue seen empty after the last handler, or the budget. */
-const steadyWindow = async (client: PgClient, adapter: Adapter, w: Proc, start: number, tag: string) => {
+/** A measured window: from `start` to the queue seen empty after the last handler, or the budget; `jobs` of the window finished. */
+const window = async (client: PgClient, adapter: Adapter, w: Proc, start: number, jobs: number, tag: string) => {
   if (await handledOrBudget(w, start, config.runBudgetMs, forever) === "budget") {
     const n = await remaining(client, adapter)
-    return { end: wallMs(), done: Math.max(0, steadyJobs - n) }
+    return { end: wallMs(), done: Math.max(0, jobs - n) }
   }
   const deadline = Date.now() + 60_000
   while (true) {
     const n = await remaining(client, adapter)
-    if (n === 0) return { end: wallMs(), done: steadyJobs }
+    if (n === 0) return { end: wallMs(), done: jobs }
     if (Date.now() > deadline) throw new Error(`${tag}: ${n} jobs still unfinished 60 s after the last handler ran`)
     await sleep(2)
   }
 }
 
-/** The worker's run on a full queue: cold, then steady (or cold only, when the budget ran out in it). */
-const measureWorker = async (client: PgClient, adapter: Adapter, w: Proc, c: number, rep: number, sendRate: number, tag: string): Promise<Result> => {
+/** The steady run's worker on a full queue: its warm-up, then the steady window (none when the budget ran out in the warm-up). */
+const measureSteady = async (client: PgClient, adapter: Adapter, w: Proc, c: number, rep: number, sendRate: number, tag: string): Promise<Result> => {
   await w.waitLine("READY", 120_000)
   const first = Number((await w.waitLine("FIRST", 600_000)).split(" ")[1])
-  // The cold part has the same budget from the first handler start.
+  // The warm-up has the same budget from the first handler start.
   const warm = await w.waitLine("WARM", config.runBudgetMs > 0 ? Math.max(1, first + config.runBudgetMs - wallMs()) : forever)
     .catch((error) => {
       if (w.exit !== undefined || config.runBudgetMs <= 0) throw error
       return undefined
     })
   if (warm === undefined) {
-    const finished = config.jobs - await remaining(client, adapter)
-    const coldRate = finished / ((wallMs() - first) / 1000)
-    log(`${tag}: cold: only ${finished} of ${config.cold} jobs finished within the ${Math.round(config.runBudgetMs / 1000)} s budget = ${fmtRate(coldRate)} jobs/s; no steady part`)
-    return { adapter, c, rep, sendRate, coldRate, coldPartial: true, steadyRate: undefined, steadyDone: 0, rssKb: vmHwmKb(w.pid), cpuShare: undefined }
+    log(`${tag}: the warm-up (${config.cold} jobs) did not finish within the ${Math.round(config.runBudgetMs / 1000)} s budget; no steady part`)
+    return { adapter, c, rep, sendRate, coldRate: undefined, warmupPartial: true, steadyRate: undefined, steadyDone: 0, rssKb: vmHwmKb(w.pid), cpuShare: undefined }
   }
   const start = Number(warm.split(" ")[2])
   const cpu0 = cpuSeconds(w.pid)
-  const { end, done } = await steadyWindow(client, adapter, w, start, tag)
+  const { end, done } = await window(client, adapter, w, start, steadyJobs, tag)
   const cpu1 = cpuSeconds(w.pid)
   const ms = end - start
   const result: Result = {
@@ -69,41 +73,77 @@ const measureWorker = async (client: PgClient, adapter: Adapter, w: Proc, c: num
     c,
     rep,
     sendRate,
-    coldRate: (config.cold - 1) / ((start - first) / 1000),
+    coldRate: undefined,
     steadyRate: done / (ms / 1000),
     steadyDone: done,
     rssKb: vmHwmKb(w.pid),
     cpuShare: cpu0 === undefined || cpu1 === undefined ? undefined : (cpu1 - cpu0) / (ms / 1000)
   }
   log(
-    `${tag}: cold ${fmtRate(result.coldRate)} jobs/s; steady ${done === steadyJobs ? `all ${done}` : `${done} of ${steadyJobs} (budget)`} in ${(ms / 1000).toFixed(2)} s = ` +
+    `${tag}: steady ${done === steadyJobs ? `all ${done}` : `${done} of ${steadyJobs} (budget)`} in ${(ms / 1000).toFixed(2)} s = ` +
       `${fmtRate(result.steadyRate)} jobs/s; peak RSS ${fmtMb(result.rssKb)}, CPU ${fmtPct(result.cpuShare)}`
   )
   return result
 }
 
-/** One run: send, then the worker, in a database of its own (dropped after). */
-export const throughputRun = async (admin: PgClient, serverUrl: string, adapter: Adapter, c: number, rep: number): Promise<Result> => {
-  const tag = `${adapter}-c${c}-r${rep}`
-  const { url, drop } = await createDatabase(admin, serverUrl, adapter, `c${c}_r${rep}`)
-  let worker: Proc | undefined
+/** A fresh database with `jobs` of the adapter's jobs bulk-sent, vacuumed and checkpointed; `f` runs with it, then it is dropped. */
+const withQueue = async <A>(admin: PgClient, serverUrl: string, adapter: Adapter, c: number, part: string, jobs: number, f: (q: {
+  readonly url: string
+  readonly client: PgClient
+  readonly sendRate: number
+}) => Promise<A>): Promise<A> => {
+  const tag = `${adapter}-c${c}-${part}`
+  const { url, drop } = await createDatabase(admin, serverUrl, adapter, `c${c}_${part}`)
   try {
-    const sent = await sendAll(adapter, `${tag}-send`, adapterEnv(adapter, url, "send", c), 30 * 60_000)
-    const sendRate = config.jobs / (Number(sent[1]) / 1000)
-    log(`${tag}: bulk send ${fmtRate(sendRate)} jobs/s (${sent[2]} calls of ${config.chunk})`)
+    const sent = await sendAll(adapter, `${tag}-send`, adapterEnv(adapter, url, "send", c, "throughput", jobs), 30 * 60_000)
+    const sendRate = jobs / (Number(sent[1]) / 1000)
+    log(`${tag}: bulk send of ${jobs} ${fmtRate(sendRate)} jobs/s (${sent[2]} calls of ${config.chunk})`)
     const client = await connect(url)
     try {
       await client.query("VACUUM ANALYZE")
       await client.query("CHECKPOINT")
       const queued = await remaining(client, adapter)
-      if (queued !== config.jobs) throw new Error(`${tag}: ${queued} jobs in the queue after the send, expected ${config.jobs}`)
-      worker = startAdapter(tag, adapter, "work", adapterEnv(adapter, url, "work", c))
-      return await measureWorker(client, adapter, worker, c, rep, sendRate, tag)
+      if (queued !== jobs) throw new Error(`${tag}: ${queued} jobs in the queue after the send, expected ${jobs}`)
+      return await f({ url, client, sendRate })
     } finally {
-      if (worker !== undefined) await stopProcess(worker)
       await client.end().catch(() => undefined)
     }
   } finally {
     await drop()
   }
+}
+
+/** Start the adapter's worker, run `f` with it, stop it. */
+const withWorker = async <A>(tag: string, adapter: Adapter, env: Record<string, string>, f: (w: Proc) => Promise<A>): Promise<A> => {
+  const worker = startAdapter(tag, adapter, "work", env)
+  try {
+    return await f(worker)
+  } finally {
+    await stopProcess(worker)
+  }
+}
+
+/** The cold run: PEERS_COLD jobs queued, a fresh worker, no warm-up: jobs/s from its first handler start to the queue seen empty. */
+const coldRun = (admin: PgClient, serverUrl: string, adapter: Adapter, c: number, rep: number) =>
+  withQueue(admin, serverUrl, adapter, c, `cold_r${rep}`, config.cold, ({ client, url }) => {
+    const tag = `${adapter}-c${c}-r${rep}-cold`
+    const env = { ...adapterEnv(adapter, url, "work", c), BENCH_EXPECT: String(config.cold), BENCH_WARMUP: "0" }
+    return withWorker(tag, adapter, env, async (w) => {
+      await w.waitLine("READY", 120_000)
+      const first = Number((await w.waitLine("FIRST", 600_000)).split(" ")[1])
+      const { end, done } = await window(client, adapter, w, first, config.cold, tag)
+      const coldRate = done / ((end - first) / 1000)
+      log(`${tag}: cold ${done === config.cold ? `all ${done}` : `${done} of ${config.cold} (budget)`} = ${fmtRate(coldRate)} jobs/s`)
+      return { coldRate, coldPartial: done < config.cold }
+    })
+  })
+
+/** One repetition at C: the cold run, then the steady run, each in a database of its own (dropped after). */
+export const throughputRun = async (admin: PgClient, serverUrl: string, adapter: Adapter, c: number, rep: number): Promise<Result> => {
+  const cold = await coldRun(admin, serverUrl, adapter, c, rep)
+  const steady = await withQueue(admin, serverUrl, adapter, c, `r${rep}`, config.jobs, ({ client, sendRate, url }) => {
+    const tag = `${adapter}-c${c}-r${rep}`
+    return withWorker(tag, adapter, adapterEnv(adapter, url, "work", c), (w) => measureSteady(client, adapter, w, c, rep, sendRate, tag))
+  })
+  return { ...steady, ...cold }
 }

@@ -12,7 +12,7 @@ import { Effect } from "effect"
 import type { SqlClient, Statement } from "effect/sql"
 import * as Validate from "../internal/validate.ts"
 import { classify, type InvalidInput, type StoreError } from "../QueueError.ts"
-import { notifyChannel } from "./channel.ts"
+import { type Announcing, makeAnnouncing, notifyChannel } from "./channel.ts"
 
 /** What every presence and reaper statement needs, built once per presence service. */
 export interface PresenceContext {
@@ -25,6 +25,10 @@ export interface PresenceContext {
   readonly executions: Statement.Identifier
   /** The workflow runners' channel: a released execution is announced there (`run`). */
   readonly workflowChannel: string
+  /** The schema's send channel: the queue of a released message is announced there, as a send is, so its idle consumers wake. */
+  readonly channel: string
+  /** Runs the reaper's release with its announcements, or without them when the NOTIFY queue is full (`channel.ts`). */
+  readonly announcing: Announcing
   /** The sequence handing out lock keys (`<schema>.consumer_lock_keys`), for `::regclass`. */
   readonly lockKeys: string
   /** The first key of every presence lock of this schema. */
@@ -44,6 +48,8 @@ export const makeContext = (pool: SqlClient.SqlClient, schema: string, lockClass
   attempts: pool(`${schema}.attempts`),
   executions: pool(`${schema}.workflow_executions`),
   workflowChannel: notifyChannel(`${schema}__workflows`),
+  channel: notifyChannel(schema),
+  announcing: makeAnnouncing(),
   lockKeys: `${schema}.consumer_lock_keys`,
   lockClass,
   staleMs
@@ -184,6 +190,28 @@ export const lockShown = (ctx: PresenceContext, session: SqlClient.SqlClient, ke
       ) AS held`,
     (rows) => rows[0]
   )
+
+/**
+ * How often (ms) a presence session's backend checks, while a statement runs, that its client is
+ * still connected (`client_connection_check_interval`, PostgreSQL 14+).
+ */
+export const CLIENT_CHECK_MS = 25
+
+/**
+ * On a presence session, once it holds the lock and is proven its own backend (a pooler's server
+ * connection would keep the setting): have its backend check the client's socket every
+ * {@link CLIENT_CHECK_MS} while a statement runs. The session is nearly always in its probe (a
+ * `pg_sleep`, {@link probe}); without the check a backend notices its client gone (a SIGKILL closes
+ * the socket) only when the sleep ends and it writes the answer, so the lock stayed held up to a
+ * whole probe after the death. With it, the backend ends, and frees the lock, within the interval.
+ * It sees only a socket closed (a hangup): a live client whose event loop is blocked or whose
+ * network is slow keeps its socket open, and its backend goes on sleeping.
+ * A session setting (`set_config(..., false)`): no other connection is touched. Refused where the
+ * server lacks it (before 14, or a platform that cannot tell a closed socket): the caller goes on
+ * without it.
+ */
+export const checkClientConnection = (session: SqlClient.SqlClient) =>
+  session`SELECT set_config('client_connection_check_interval', ${String(CLIENT_CHECK_MS)}, false)`
 
 /** On a presence session: give the shared lock `key` back (wherever it landed). */
 export const unlock = (ctx: PresenceContext, session: SqlClient.SqlClient, key: number) =>

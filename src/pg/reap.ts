@@ -77,9 +77,17 @@ export const freeLocks = (ctx: PresenceContext, self: string): Effect.Effect<Rea
  *   when its lease runs out, so attempts still bound a message that kills workers.
  *   `o` is the row as it was, for the attempt history, whose attempt is numbered
  *   across redrives (attempt_base + attempts, as every store write numbers it).
+ * - the queues of the released messages are announced on the schema's send channel (`woken`),
+ *   one notification per queue, as a send announces its queue: every idle consumer of the queue
+ *   wakes and claims at once, not only the one whose reaper released (which wakes itself), so
+ *   a rerun waits for no poll interval.
  * - every workflow execution a dead runner holds is made runnable now, its token and holder
  *   cleared (the dead run's fenced writes match nothing), and announced on the workflow
  *   channel once (`run`), so another runner replays it at once instead of after its lease.
+ *
+ * The announcements are delivered at commit, with the release. When the NOTIFY queue is full
+ * (a listener stopped reading) the statement runs again without them (`ctx.announcing`): the
+ * release matters, the wake-up is best effort (consumers poll).
  */
 export const sweep = (
   ctx: PresenceContext,
@@ -90,7 +98,7 @@ export const sweep = (
     const { attempts, consumers, lockClass, messages, sql, staleMs } = ctx
     const candidates = only ?? (yield* freeLocks(ctx, self))
     if (candidates.length === 0) return []
-    const rows = yield* sql<{
+    const rows = yield* ctx.announcing((announce) => sql<{
       consumer: string
       host: string
       pid: number
@@ -126,6 +134,8 @@ export const sweep = (
         SELECT r.id, r.queue, r.task, r.attempt, r.consumer, coalesce(r.leased_at, now()), now(), 'lease-expired',
                'consumer ' || r.consumer || ' died: its presence sessions ended; released by the reaper'
         FROM released AS r
+      ), woken AS (
+        SELECT count(pg_notify(${ctx.channel}, q.queue)) AS n FROM (SELECT DISTINCT queue FROM released) AS q WHERE ${announce}::boolean
       ), executions AS (
         UPDATE ${ctx.executions} AS e SET
           lease_token = NULL, leased_by = NULL, status = 'runnable', visible_at = now(), updated_at = now()
@@ -133,14 +143,14 @@ export const sweep = (
         WHERE e.leased_by = d.id AND e.lease_token IS NOT NULL
         RETURNING e.workflow || '/' || e.execution_id AS execution, d.id AS consumer
       ), announced AS (
-        SELECT count(pg_notify(${ctx.workflowChannel}, 'run')) AS n FROM (SELECT 1 FROM executions LIMIT 1) AS one
+        SELECT count(pg_notify(${ctx.workflowChannel}, 'run')) AS n FROM (SELECT 1 FROM executions LIMIT 1) AS one WHERE ${announce}::boolean
       )
       SELECT d.id AS consumer, d.host, d.pid, d.heartbeat_at, r.id AS message_id, r.queue, NULL::text AS execution
-      FROM dead AS d LEFT JOIN released AS r ON r.consumer = d.id
+      FROM dead AS d LEFT JOIN released AS r ON r.consumer = d.id CROSS JOIN woken
       UNION ALL
       SELECT d.id, d.host, d.pid, d.heartbeat_at, NULL, NULL, x.execution
       FROM dead AS d JOIN executions AS x ON x.consumer = d.id CROSS JOIN announced
-      ORDER BY 1, 5, 7`
+      ORDER BY 1, 5, 7`)
     return rows.map((r): Reaped => ({
       consumer: r.consumer,
       host: r.host,

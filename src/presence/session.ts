@@ -102,6 +102,10 @@ export const open = (options: {
           yield* PresenceSql.unlock(ctx, session, lock.key).pipe(Effect.ignore)
           return { _tag: "Pooler" as const, detail: problem }
         }
+        // Proven its own backend (never a pooler's, which would keep the setting): it notices this
+        // client's death within PresenceSql.CLIENT_CHECK_MS, even mid-probe. Best effort: a server
+        // without the setting frees the lock when the probe ends instead.
+        yield* PresenceSql.checkClientConnection(session).pipe(Effect.ignore)
         return { scope, sql: session, backendPid: lock.pid, lockKey: lock.key, grantedBy, heldAt } satisfies Session
       }
       if (key !== undefined) return { _tag: "KeyRefused" as const, key }
