@@ -17,6 +17,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Option } from "effect"
 import type { Page } from "playwright-core"
 import type * as Consumer from "../src/Consumer.ts"
+import type { MessageId } from "../src/Message.ts"
 import type { QueueStoreShape } from "../src/QueueStore.ts"
 import * as Finish from "./support/Finish.ts"
 import { chromiumFor, dashboardWorker, launch, openDashboard, waitPage } from "./support/Browser.ts"
@@ -26,11 +27,11 @@ const token = "dashboard-actions-token-41b7d2"
 const queue = "desk"
 
 /** The state of message `id` as the store reads it now ("gone" once deleted). */
-const stateOf = (store: QueueStoreShape, id: string) =>
+const stateOf = (store: QueueStoreShape, id: MessageId) =>
   Effect.map(store.get(id), Option.match({ onNone: () => "gone", onSome: (m) => m.state as string }))
 
 /** Wait until message `id` is in `state`. */
-const waitState = (store: QueueStoreShape, id: string, state: string) =>
+const waitState = (store: QueueStoreShape, id: MessageId, state: string) =>
   waitPage(`message ${id} ${state}`, async () => (await Effect.runPromise(stateOf(store, id))) === state ? true : undefined)
 
 /** Open message `id`'s page and click its action `label` once the page offers it. */
