@@ -105,7 +105,10 @@ export const open = (options: {
         // Proven its own backend (never a pooler's, which would keep the setting): it notices this
         // client's death within PresenceSql.CLIENT_CHECK_MS, even mid-probe. Best effort: a server
         // without the setting frees the lock when the probe ends instead.
-        yield* PresenceSql.checkClientConnection(session).pipe(Effect.ignore)
+        yield* PresenceSql.checkClientConnection(session).pipe(
+          classify("presence client check"),
+          Effect.catch((e) => Effect.logDebug(`presence session without the client check (its lock frees when a probe ends): ${e.message}`))
+        )
         return { scope, sql: session, backendPid: lock.pid, lockKey: lock.key, grantedBy, heldAt } satisfies Session
       }
       if (key !== undefined) return { _tag: "KeyRefused" as const, key }
