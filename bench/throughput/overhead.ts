@@ -18,6 +18,8 @@
  * profiler (every `BENCH_HEAP_INTERVAL` bytes, default 512, objects freed by
  * either collector kept), written to <file>; `node bench/throughput/allocations.ts
  * <file> <messages>` names the sites.
+ * `BENCH_TASK=1`: the consumer runs a `Task.dispatcher` of one task (its payload
+ * decoded through a schema) instead of a plain handler: the dispatcher's cost too.
  * Use it to see whether a change to the per-message or per-claim path helps,
  * free of the database's noise; `npm run bench:own` says what it is worth end to end.
  */
@@ -25,8 +27,9 @@ import { execFileSync } from "node:child_process"
 import { writeFileSync } from "node:fs"
 import { Session } from "node:inspector/promises"
 import v8 from "node:v8"
-import { Context, Effect, Layer, Logger, Option } from "effect"
+import { Context, Effect, Layer, Logger, Option, Schema } from "effect"
 import * as Consumer from "../../src/Consumer.ts"
+import * as Task from "../../src/Task.ts"
 import type { Claim, MessageId } from "../../src/Message.ts"
 import * as MemoryQueueStore from "../../src/MemoryQueueStore.ts"
 import { QueueStore, type QueueStoreShape } from "../../src/QueueStore.ts"
@@ -164,8 +167,12 @@ const consumerRun = (concurrency: number) =>
     const store = instantStore(base, messages)
     let done = 0
     const finished = Promise.withResolvers<void>()
+    const count = Effect.sync(() => { if (++done === messages) finished.resolve() })
+    const handler = process.env["BENCH_TASK"] === "1"
+      ? Task.dispatcher(Task.make({ name: "t", queue: "q", payload: Schema.Struct({ i: Schema.Number }), handler: () => count }))
+      : () => count
     yield* Layer.build(
-      Consumer.layer(() => Effect.sync(() => { if (++done === messages) finished.resolve() }), { queues: ["q"], concurrency }).pipe(
+      Consumer.layer(handler, { queues: ["q"], concurrency }).pipe(
         Layer.provide(Layer.succeed(QueueStore, store)),
         // Its start and stop lines only: not part of what is measured.
         Layer.provide(Logger.layer([]))
