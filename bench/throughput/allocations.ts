@@ -10,8 +10,8 @@
  * Printed: the total, then the sites by self size (function, script, line), then by script.
  */
 import { readFileSync } from "node:fs"
-import { relative } from "node:path"
 import { fileURLToPath } from "node:url"
+import { shortUrl } from "./profile.ts"
 
 interface SamplingNode {
   readonly callFrame: { readonly functionName: string; readonly url: string; readonly lineNumber: number }
@@ -25,14 +25,6 @@ interface SamplingProfile {
   readonly samples: ReadonlyArray<{ readonly size: number; readonly nodeId: number }>
 }
 
-const shortUrl = (url: string): string => {
-  if (url === "") return "(native)"
-  const path = url.startsWith("file://") ? fileURLToPath(url) : url
-  const nm = path.lastIndexOf("node_modules/")
-  if (nm >= 0) return path.slice(nm + "node_modules/".length)
-  return path.startsWith("/") ? relative(process.cwd(), path) : path
-}
-
 /** Bytes allocated per site and per script, largest first (the samples' sizes, which V8 scales to the whole). */
 export const sites = (profile: SamplingProfile) => {
   const bySite = new Map<string, number>()
@@ -41,7 +33,7 @@ export const sites = (profile: SamplingProfile) => {
   const visit = (node: SamplingNode) => {
     if (node.selfSize > 0) {
       const { functionName, url, lineNumber } = node.callFrame
-      const script = shortUrl(url)
+      const script = url === "" ? "(native)" : shortUrl(url)
       const key = `${functionName === "" ? "(anonymous)" : functionName} ${script}:${lineNumber + 1}`
       bySite.set(key, (bySite.get(key) ?? 0) + node.selfSize)
       byScript.set(script, (byScript.get(script) ?? 0) + node.selfSize)
