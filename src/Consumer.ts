@@ -98,6 +98,7 @@ export const make = <R>(
       lanes: QueueConfig.lanes(settings),
       queues: settings.queues,
       pollIntervalMs: settings.pollIntervalMs,
+      prefetch: settings.prefetch,
       reaped: registration?.reaped
     })
 
@@ -221,6 +222,7 @@ export const startupLine = (
     `consumer started: queues ${settings.queues.join(",")}`,
     `concurrency ${settings.concurrency}`,
     `batch ${settings.batchSize}`,
+    `prefetch ${settings.prefetch}`,
     `lease ${seconds(settings.leaseMs)} (renewed every ${seconds(Math.floor(settings.leaseMs / 3))}, margin ${seconds(settings.leaseMarginMs)})`,
     ...Object.entries(settings.perQueue).map(([queue, own]) =>
       `queue ${queue}: ${own.concurrency === undefined ? "shared slots" : `concurrency ${own.concurrency}`}, batch ${own.batchSize}, lease ${seconds(own.leaseMs)}`),

@@ -276,3 +276,22 @@ const checkTarget = (target: LimitsTarget): Effect.Effect<LimitsTarget, InvalidI
     if (target.task === undefined) return { queue }
     return { queue, task: yield* Validate.name("task", target.task) }
   })
+
+/**
+ * What a claim may take from a queue with flow limits: its `limit` less `ahead` (what the
+ * consumer would hold ahead of a free handler slot, `ClaimOptions.ahead`: a held message would
+ * count against the queue's concurrency limits without running), `ahead` checked as a whole
+ * number from 0 to `limit`. Both stores read a claim's `ahead` so.
+ */
+export const limitedClaimSize = (ahead: unknown, limit: number): Effect.Effect<number, InvalidInput> =>
+  ahead === undefined || ahead === 0
+    ? Effect.succeed(limit)
+    : typeof ahead === "number" && Number.isInteger(ahead) && ahead >= 0 && ahead <= limit
+    ? Effect.succeed(limit - ahead)
+    : Effect.fail(
+      new InvalidInput({
+        field: "ahead",
+        rule: `a whole number from 0 to the claim's limit (${limit})`,
+        message: `ahead ${String(ahead)} is out of range (rule: a whole number from 0 to the claim's limit (${limit}))`
+      })
+    )

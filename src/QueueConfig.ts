@@ -30,6 +30,13 @@ export { type WorkflowEnv, workflowConfig, workflowFromEnv, workflowVariables } 
 export { env } from "./config/variables.ts"
 
 
+/**
+ * How many messages a lane may claim ahead of its free handler slots, held (leased and renewed)
+ * until a slot frees: `auto` holds `concurrency + 1` while the lane's handlers average under
+ * 20 ms and none otherwise; a number holds that many always (0: claim only for free slots).
+ */
+export type Prefetch = "auto" | number
+
 /** What the consumer does when it loses a lease while the handler still runs. */
 export type OnLeaseLost = "interrupt" | "continue"
 
@@ -46,8 +53,10 @@ export interface ConsumerSettings {
   readonly consumerId: string
   /** Handlers running at once. */
   readonly concurrency: number
-  /** Messages taken per claim (never more than free slots). */
+  /** Messages taken per claim (never more than free slots and what `prefetch` holds ahead). */
   readonly batchSize: number
+  /** Messages each lane may hold ahead of its free slots (see {@link Prefetch}). */
+  readonly prefetch: Prefetch
   /** The claim window, renewed every lease/3. */
   readonly leaseMs: number
   /** The local deadline is last successful renewal + lease - margin. */
@@ -97,6 +106,8 @@ export interface ConsumerOptions {
   readonly consumerId?: string | undefined
   readonly concurrency?: number | undefined
   readonly batchSize?: number | undefined
+  /** `auto` (the default), or how many messages to hold ahead of free slots: see {@link Prefetch}. */
+  readonly prefetch?: Prefetch | undefined
   readonly lease?: DurationLike | undefined
   readonly leaseMargin?: DurationLike | undefined
   readonly maxRuntime?: DurationLike | undefined
@@ -120,6 +131,7 @@ export const defaults = {
   queues: ["default"],
   concurrency: 10,
   batchSize: 100,
+  prefetch: "auto" as Prefetch,
   leaseMs: 30_000,
   maxRuntimeMs: 3_600_000,
   pollIntervalMs: 1_000,
@@ -145,6 +157,7 @@ export const variables = {
   consumerId: env.consumerId,
   concurrency: env.concurrency,
   batchSize: env.batchSize,
+  prefetch: env.prefetch,
   lease: env.lease,
   queueConcurrency: env.queueConcurrency,
   queueBatchSize: env.queueBatchSize,
@@ -194,6 +207,7 @@ export const resolve = (
     const consumerId = yield* checkName(label("consumerId"), options.consumerId ?? defaultConsumerId())
     const concurrency = yield* inRange(label("concurrency"), options.concurrency ?? defaults.concurrency, 1, 10_000)
     const batchSize = yield* inRange(label("batchSize"), options.batchSize ?? defaults.batchSize, 1, 1_000)
+    const prefetch = yield* prefetchOf(label("prefetch"), options.prefetch ?? defaults.prefetch)
     const leaseMs = yield* duration("lease", options.lease, defaults.leaseMs)
     yield* inRange(label("lease"), leaseMs, 300, 24 * 3_600_000, " ms")
     const leaseMarginMs = yield* duration("leaseMargin", options.leaseMargin, Math.round(leaseMs / 6))
@@ -242,6 +256,7 @@ export const resolve = (
       consumerId,
       concurrency,
       batchSize,
+      prefetch,
       leaseMs,
       leaseMarginMs,
       maxRuntimeMs,
@@ -259,6 +274,15 @@ export const resolve = (
       attemptRetentionMs
     }
   })
+
+/** `auto`, or a whole number from 0 to 10000: the prefetch rule. */
+const prefetchOf = (name: string, value: Prefetch | string): Effect.Effect<Prefetch, ConfigInvalid> => {
+  if (value === "auto") return Effect.succeed("auto")
+  const n = typeof value === "string" && /^\s*\d+\s*$/.test(value) ? Number(value) : value
+  return typeof n === "number" && Number.isInteger(n) && n >= 0 && n <= 10_000
+    ? Effect.succeed(n)
+    : Effect.fail(invalid(name, "auto, or a whole number from 0 to 10000 (messages held ahead of free handler slots)", String(value)))
+}
 
 /** A whole number from the environment (the range is the rule's, checked by {@link resolve}). */
 const whole = (name: string): Config.Config<number | undefined> =>
@@ -279,6 +303,8 @@ export const consumerOptionsConfig: Config.Config<ConsumerOptions> = Config.all(
   consumerId: Read.text(env.consumerId),
   concurrency: whole(env.concurrency),
   batchSize: whole(env.batchSize),
+  // Checked by resolve (auto or a whole number), naming the variable.
+  prefetch: Read.text(env.prefetch) as Config.Config<Prefetch | undefined>,
   lease: Read.text(env.lease),
   ...queueMapsConfig(env),
   leaseMargin: Read.text(env.leaseMargin),

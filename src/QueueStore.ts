@@ -30,6 +30,8 @@ export interface ClaimOptions {
   readonly lease: Duration.Input
   readonly limit: number
   readonly consumer: string
+  /** Of `limit`, what would wait for a handler slot (0 to `limit`, default 0): a queue with flow limits gives `limit - ahead` at most. */
+  readonly ahead?: number | undefined
 }
 
 /**

@@ -8,43 +8,16 @@ import { TestClock } from "effect/testing"
 import * as Consumer from "../src/Consumer.ts"
 import * as ConsumerPresence from "../src/ConsumerPresence.ts"
 import { Encoded } from "../src/internal/attemptResult.ts"
-import { isResultUnstorable, type MessageId } from "../src/Message.ts"
+import { isResultUnstorable } from "../src/Message.ts"
 import type { ConsumerOptions } from "../src/QueueConfig.ts"
 import { ConnectionDead, QueryFailed, UnknownTask } from "../src/QueueError.ts"
 import * as QueueMetrics from "../src/QueueMetrics.ts"
 import { type Completion, QueueStore } from "../src/QueueStore.ts"
 import * as Testing from "../src/Testing.ts"
-import { captureLogs, makeSpy, startConsumer } from "./support/ConsumerHarness.ts"
+import { captureLogs, gatedHandler, makeSpy, startConsumer } from "./support/ConsumerHarness.ts"
 
 const queue = "default"
 const lease = "30 seconds"
-
-/** A handler whose runs the test controls: each message waits for its own gate. */
-const gatedHandler = () =>
-  Effect.gen(function*() {
-    const started = yield* Ref.make<Array<MessageId>>([])
-    const interrupted = yield* Ref.make<Array<MessageId>>([])
-    const gates = new Map<string, Deferred.Deferred<void>>()
-    const gate = (id: string) => {
-      let g = gates.get(id)
-      if (g === undefined) {
-        g = Deferred.makeUnsafe<void>()
-        gates.set(id, g)
-      }
-      return g
-    }
-    const handler: Consumer.Handler = (m) =>
-      Ref.update(started, (s) => [...s, m.id]).pipe(
-        Effect.andThen(Deferred.await(gate(m.id))),
-        Effect.onInterrupt(() => Ref.update(interrupted, (s) => [...s, m.id]))
-      )
-    return {
-      handler,
-      started,
-      interrupted,
-      open: (id: string) => Deferred.succeed(gate(id), undefined)
-    }
-  })
 
 /** Let forked fibers run without moving time. */
 const settle = Effect.gen(function*() {
@@ -433,33 +406,36 @@ describe("Consumer: what a handler sees (memory store, TestClock)", () => {
 })
 
 describe("Consumer: claims while finishing writes lag (memory store, TestClock)", () => {
-  it.effect("with every finishing write stalled, a consumer claims up to concurrency + one completion batch, then waits; all land once writes resume", () =>
-    Effect.gen(function*() {
-      const spy = yield* makeSpy
-      const writes = yield* Deferred.make<void>()
-      const store = { ...spy.store, complete: (completions: Parameters<typeof spy.store.complete>[0]) =>
-        Effect.andThen(Deferred.await(writes), spy.store.complete(completions)) }
-      yield* spy.store.send(queue, Array.from({ length: 700 }, (_, i) => ({ task: "t", payload: i })))
-      let runs = 0
-      yield* startConsumer({ ...spy, store }, () => Effect.sync(() => { runs += 1 }), { lease, concurrency: 4, batchSize: 100 })
-      const claimedSoFar = () => spy.of("claim").reduce((n, c) => n + c.ids.length, 0)
-      // Until claiming stops (4 per claim: the free slots), bounded.
-      for (let i = 0, last = -1; i < 1_000 && claimedSoFar() !== last; i++) {
-        last = claimedSoFar()
-        yield* settle
-      }
-      // 4 handler slots + 500 completions in flight: 504 claimed and run, none acked, no claim beyond.
-      assert.strictEqual(claimedSoFar(), 504)
-      assert.strictEqual(runs, 504)
-      assert.strictEqual(spy.of("ack").length, 0)
-      yield* TestClock.adjust("1 second")
-      assert.strictEqual(claimedSoFar(), 504)
-      yield* Deferred.succeed(writes, undefined)
-      // Every message run and acked: nothing ready or in flight (moving the clock as needed, bounded).
-      yield* Testing.awaitIdle({ queues: [queue] }).pipe(Effect.provideService(QueueStore, spy.inner))
-      assert.strictEqual(spy.of("ack").length, 700)
-      assert.strictEqual(runs, 700)
-    }))
+  // prefetch 0: 4 handler slots + 500 completions in flight. auto (the handlers take no time): 4 + 5 held ahead + 500.
+  for (const [prefetch, most] of [[0, 504], ["auto", 509]] as const) {
+    it.effect(`with every finishing write stalled, a consumer claims up to concurrency + what it holds ahead (prefetch ${prefetch}) + one completion batch, then waits; all land once writes resume`, () =>
+      Effect.gen(function*() {
+        const spy = yield* makeSpy
+        const writes = yield* Deferred.make<void>()
+        const store = { ...spy.store, complete: (completions: Parameters<typeof spy.store.complete>[0]) =>
+          Effect.andThen(Deferred.await(writes), spy.store.complete(completions)) }
+        yield* spy.store.send(queue, Array.from({ length: 700 }, (_, i) => ({ task: "t", payload: i })))
+        let runs = 0
+        yield* startConsumer({ ...spy, store }, () => Effect.sync(() => { runs += 1 }), { lease, concurrency: 4, batchSize: 100, prefetch })
+        const claimedSoFar = () => spy.of("claim").reduce((n, c) => n + c.ids.length, 0)
+        // Until claiming stops, bounded.
+        for (let i = 0, last = -1; i < 1_000 && claimedSoFar() !== last; i++) {
+          last = claimedSoFar()
+          yield* settle
+        }
+        // Claimed and run (a held message starts as a slot frees), none acked, no claim beyond.
+        assert.strictEqual(claimedSoFar(), most)
+        assert.strictEqual(runs, most)
+        assert.strictEqual(spy.of("ack").length, 0)
+        yield* TestClock.adjust("1 second")
+        assert.strictEqual(claimedSoFar(), most)
+        yield* Deferred.succeed(writes, undefined)
+        // Every message run and acked: nothing ready or in flight (moving the clock as needed, bounded).
+        yield* Testing.awaitIdle({ queues: [queue] }).pipe(Effect.provideService(QueueStore, spy.inner))
+        assert.strictEqual(spy.of("ack").length, 700)
+        assert.strictEqual(runs, 700)
+      }))
+  }
 })
 
 describe("Consumer (real time)", () => {

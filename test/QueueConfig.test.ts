@@ -44,6 +44,7 @@ describe("QueueConfig", () => {
         consumerId: ["worker-7", (r) => r.settings.consumerId, "worker-7"],
         concurrency: ["32", (r) => r.settings.concurrency, 32],
         batchSize: ["8", (r) => r.settings.batchSize, 8],
+        prefetch: ["3", (r) => r.settings.prefetch, 3],
         lease: ["45 seconds", (r) => r.settings.leaseMs, 45_000],
         queueConcurrency: ["reports=2", (r) => r.settings.perQueue["reports"]?.concurrency, 2],
         queueBatchSize: ["emails=5", (r) => r.settings.perQueue["emails"]?.batchSize, 5],

@@ -21,6 +21,7 @@ export const env = {
   consumerId: "LEASEHOLD_CONSUMER_ID",
   concurrency: "LEASEHOLD_CONCURRENCY",
   batchSize: "LEASEHOLD_BATCH_SIZE",
+  prefetch: "LEASEHOLD_PREFETCH",
   lease: "LEASEHOLD_LEASE",
   // Per queue (queue=value pairs): each overrides the consumer's for the queues it names.
   queueConcurrency: "LEASEHOLD_QUEUE_CONCURRENCY",

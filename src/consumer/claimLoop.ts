@@ -1,9 +1,12 @@
 /**
  * The claim stage: the loop that claims batches of messages round-robin over the queues of one
  * lane of the consumer (the queues sharing one pool of handler slots), never more than its free
- * slots, each queue with its own batch size and lease, and dispatches each claim to its handlers under a
- * renewer that lives exactly as long as the claim's scope. Only connection-dead claim failures
- * are retried (with backoff); any other failure ends the loop, and the consumer with it.
+ * slots and what it may hold ahead of them (`prefetch`, see `Flight.ahead`), each queue with its
+ * own batch size and lease, and dispatches each claim to its handlers under a renewer that lives
+ * exactly as long as the claim's scope: a message held ahead starts as a slot frees, its lease
+ * renewed with the claim's meanwhile, or is released if the consumer stops first. Only
+ * connection-dead claim failures are retried (with backoff); any other failure ends the loop, and
+ * the consumer with it.
  *
  * @since 0.1.0
  */
@@ -54,11 +57,13 @@ export const make = <R>(options: ClaimLoopOptions<R>): Effect.Effect<never, Stor
     let next = 0
     let emptyInARow = 0
     let backoff = settings.pollIntervalMs
+    /** A claim ahead (no slot free) found nothing: claim again once a slot frees, not before. */
+    let dryAhead = false
     while (true) {
-      if (Flight.freeSlots(flight) <= 0) {
+      if (!Flight.mayClaim(flight) || (dryAhead && Flight.freeSlots(flight) <= 0)) {
         yield* flight.slotFreed.close
-        // Nothing to do until a handler ends (a presence at risk stops handlers, which frees slots).
-        if (Flight.freeSlots(flight) <= 0) yield* Flight.waiting(flight, flight.slotFreed.await)
+        // Nothing to do until a handler ends or the held messages started (a presence at risk stops handlers, which frees slots).
+        if (!Flight.mayClaim(flight) || (dryAhead && Flight.freeSlots(flight) <= 0)) yield* Flight.waiting(flight, flight.slotFreed.await)
         continue
       }
       if (yield* atRisk) {
@@ -66,6 +71,8 @@ export const make = <R>(options: ClaimLoopOptions<R>): Effect.Effect<never, Stor
         yield* Flight.waiting(flight, Effect.sleep(settings.pollIntervalMs))
         continue
       }
+      const free = Flight.freeSlots(flight)
+      if (free > 0) dryAhead = false
       const queue = queues[next++ % queues.length]!
       const claimed = yield* claimAndDispatch(queue).pipe(
         Effect.catchTag("ConnectionDead", (error) =>
@@ -83,7 +90,9 @@ export const make = <R>(options: ClaimLoopOptions<R>): Effect.Effect<never, Stor
       if (claimed === 0) {
         if (++emptyInARow >= queues.length) {
           emptyInARow = 0
-          yield* Flight.waiting(flight, idle)
+          // Every slot busy: the next claim waits for one to free (a send meanwhile is claimed then).
+          if (free <= 0) dryAhead = true
+          else yield* Flight.waiting(flight, idle)
         }
         continue
       }
@@ -93,7 +102,7 @@ export const make = <R>(options: ClaimLoopOptions<R>): Effect.Effect<never, Stor
 }
 
 /**
- * Claim up to the free slots of a queue and dispatch what came back, as one
+ * Claim up to the room of the lane (free slots and what it may hold ahead) from a queue and dispatch what came back, as one
  * uninterruptible unit: a claim that committed is always either running or
  * released, never dropped by a shutdown that arrived while it was in flight.
  * Answers how many messages were claimed.
@@ -108,9 +117,12 @@ const claimer = <R>(options: ClaimLoopOptions<R>) => {
       const claimedAt = yield* Clock.currentTimeMillis
       const own = settingsOf.get(queue) ?? forQueue(settings, queue)
       claimIdle.closeUnsafe()
+      const limit = Math.min(own.batchSize, Flight.room(flight))
       const claims = yield* store.claim(queue, {
         lease: own.leaseMs,
-        limit: Math.min(own.batchSize, Flight.freeSlots(flight)),
+        limit,
+        // What of the limit would wait for a slot: a queue with flow limits is claimed without it.
+        ahead: Math.max(0, limit - Flight.freeSlots(flight)),
         consumer: settings.consumerId
       }).pipe(Effect.ensuring(Effect.sync(() => claimIdle.openUnsafe()))) // a waiting flush starts here, at once
       if (claims.length === 0) return 0
@@ -119,14 +131,17 @@ const claimer = <R>(options: ClaimLoopOptions<R>) => {
         yield* releaseUnrun(options, claims, claimedAt, own.leaseMs)
         return claims.length
       }
-      flight.inFlight += claims.length
-      flight.running += claims.length
+      Flight.hold(flight, claims.length)
       yield* Effect.forkIn(processClaim(claims, claimedAt, own), options.handlers, { startImmediately: true })
       return claims.length
     }))
 }
 
-/** Process one claim: its renewer lives exactly as long as the claim's scope. */
+/**
+ * Process one claim: its renewer lives exactly as long as the claim's scope. Each message starts
+ * as it gets a handler slot (at once, unless it was claimed ahead); those still held when the
+ * lane stops, or when the claim's fiber is interrupted, are released.
+ */
 const claimProcessor = <R>(options: ClaimLoopOptions<R>) => {
   const { settings, dispatcher, handle, flight, renewers } = options
   return (claims: ReadonlyArray<Claim>, claimedAt: number, own: QueueSettings): Effect.Effect<void, never, R | QueueStore> =>
@@ -146,11 +161,40 @@ const claimProcessor = <R>(options: ClaimLoopOptions<R>) => {
       // own fiber interrupted, which must not interrupt the other messages of the claim.
       // Started at once, not on the scheduler's next turn: a handler starts before the claim loop
       // builds and sends its next claim (an idle pickup measured ~1 ms sooner).
-      const fibers = yield* Effect.forEach(claims, (claim) =>
-        Effect.forkChild(handle.run(renewer, claim, Flight.slotOf(flight)), { startImmediately: true }))
+      const fibers: Array<Fiber.Fiber<unknown>> = []
+      let started = 0
+      const startEach = Effect.gen(function*() {
+        while (started < claims.length) {
+          if (!(yield* Flight.startSlot(flight))) return
+          const claim = claims[started++]!
+          fibers.push(yield* Effect.forkChild(handle.run(renewer, claim, Flight.slotOf(flight)), { startImmediately: true }))
+        }
+      })
+      // Interrupted while held (the grace ended): released all the same.
+      yield* startEach.pipe(Effect.ensuring(Effect.suspend(() => releaseHeld(options, renewer, claims.slice(started)))))
       yield* Fiber.awaitAll(fibers)
     }))
 }
+
+/**
+ * Hand back the messages of a claim held for a slot that never came (the lane stopped): fenced,
+ * the attempt given back, each taken out of renewal; they stay in flight until written.
+ */
+const releaseHeld = <R>(options: ClaimLoopOptions<R>, renewer: LeaseRenewer.LeaseRenewer, held: ReadonlyArray<Claim>) =>
+  Effect.uninterruptible(Effect.gen(function*() {
+    const { completer, flight } = options
+    if (held.length === 0) return
+    yield* Effect.logInfo(`stopping: releasing ${held.length} message(s) claimed ahead that had not started`)
+    for (const claim of held) {
+      yield* Flight.unhold(flight)
+      const leaseEndsAt = renewer.expiresAt(claim.id)
+      yield* renewer.finish(claim.id)
+      yield* completer.complete(
+        { claim, action: { _tag: "Release" }, startedAt: renewer.claimedAt, leaseEndsAt },
+        () => Flight.leave(flight)
+      ).pipe(Effect.annotateLogs({ queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts }))
+    }
+  }))
 
 /** Hand claimed messages back at once (fenced, attempt given back): the consumer is stopping. */
 const releaseUnrun = <R>(options: ClaimLoopOptions<R>, claims: ReadonlyArray<Claim>, claimedAt: number, leaseMs: number) =>

@@ -1,12 +1,14 @@
 /**
- * A consumer's accounting of the messages it holds: the handler slots `concurrency` bounds,
- * the messages in flight a shutdown drains, whether it is stopping, and the progress its
- * health reads. One mutable record per consumer, shared by the claim loop, the handle step
- * (through each message's {@link Handle.Slot}) and the shutdown.
+ * A lane's accounting of the messages it holds: the handler slots `concurrency` bounds, the
+ * messages claimed ahead of a free slot (held, their leases renewed, until one frees: see
+ * {@link ahead}), the messages in flight a shutdown drains, whether it is stopping, and the
+ * progress its health reads. One mutable record per lane, shared by the claim loop, the handle
+ * step (through each message's {@link Handle.Slot}) and the shutdown.
  *
  * @since 0.1.0
  */
 import { Clock, Effect, Latch } from "effect"
+import type { Prefetch } from "../QueueConfig.ts"
 import type * as Handle from "./handle.ts"
 
 /** Completions written by one statement, at most (the completer's batch bound). */
@@ -18,6 +20,12 @@ export interface Flight {
   inFlight: number
   /** Handlers running: what `concurrency` bounds. A message whose handler ended frees its slot at once. */
   running: number
+  /** Messages claimed whose handlers have not started: each waits for a free slot (or is released at shutdown). */
+  held: number
+  /** The lane's recent mean handler time (ms, exponentially weighted), once a handler has ended: what `auto` prefetch reads. */
+  meanRunMs: number | undefined
+  /** How many messages the lane may hold ahead of its free slots (see {@link ahead}). */
+  readonly prefetch: Prefetch
   /** Set once the shutdown began (or the claim loop failed): claims that arrive now are released. */
   stopping: boolean
   /** Waits by design in progress (see {@link waiting}): the loop is healthy while in one. */
@@ -25,16 +33,22 @@ export interface Flight {
   /** When the claim loop last made progress (a claim answered, or a wait by design ended). */
   lastProgress: number
   readonly concurrency: number
-  /** Opened when a slot is freed or a message leaves the flight. */
+  /**
+   * Opened when a slot is freed, a message leaves the flight, the last held message starts, or
+   * the lane stops: whoever waits on the counters looks again.
+   */
   readonly slotFreed: Latch.Latch
 }
 
-/** The accounting of a consumer of `concurrency` handler slots, nothing held yet. */
-export const make = (concurrency: number): Effect.Effect<Flight> =>
+/** The accounting of a lane of `concurrency` handler slots, nothing held yet. */
+export const make = (concurrency: number, prefetch: Prefetch = 0): Effect.Effect<Flight> =>
   Effect.gen(function*() {
     return {
       inFlight: 0,
       running: 0,
+      held: 0,
+      meanRunMs: undefined,
+      prefetch,
       stopping: false,
       waits: 0,
       lastProgress: yield* Clock.currentTimeMillis,
@@ -44,14 +58,83 @@ export const make = (concurrency: number): Effect.Effect<Flight> =>
   })
 
 /**
- * How many messages the next claim may take: the free handler slots, and never more than
- * `concurrency` + one full completion batch claimed at once. Finishing writes that lag cannot
- * pile up without bound, yet while a slow one is in flight the next completions gather into a
- * bigger batch instead of holding up the claims (a bound of `2 x concurrency` made every
- * claim wait for the previous batch's write at small concurrency).
+ * Handlers under this mean time (ms) are short enough for `auto` prefetch: a message held ahead
+ * waits about one handler's time for its slot, and saves the claim's round trip (~1 ms here).
  */
-export const freeSlots = (flight: Flight): number =>
-  Math.min(flight.concurrency - flight.running, flight.concurrency + COMPLETION_BATCH - flight.inFlight)
+export const AUTO_PREFETCH_BELOW_MS = 20
+
+/**
+ * How many messages the lane may hold ahead of its free slots now. `auto`: `concurrency + 1`
+ * (graphile-worker's local queue size at its documented best) while the lane's handlers average
+ * under {@link AUTO_PREFETCH_BELOW_MS}, none before the first handler ended or once they are
+ * slower (then a message held would wait a long handler out while other consumers idle).
+ */
+export const ahead = (flight: Flight): number => {
+  if (flight.prefetch !== "auto") return flight.prefetch
+  const mean = flight.meanRunMs
+  return mean !== undefined && mean < AUTO_PREFETCH_BELOW_MS ? flight.concurrency + 1 : 0
+}
+
+/** Handler slots free now (held messages take theirs first). */
+export const freeSlots = (flight: Flight): number => flight.concurrency - flight.running - flight.held
+
+/**
+ * How many messages the next claim may take: the free handler slots and what the lane may hold
+ * ahead of them, and never more than that plus one full completion batch in flight at once.
+ * Finishing writes that lag cannot pile up without bound, yet while a slow one is in flight the
+ * next completions gather into a bigger batch instead of holding up the claims (a bound of
+ * `2 x concurrency` made every claim wait for the previous batch's write at small concurrency).
+ */
+export const room = (flight: Flight): number => {
+  const most = flight.concurrency + ahead(flight)
+  return Math.min(most - flight.running - flight.held, most + COMPLETION_BATCH - flight.inFlight)
+}
+
+/**
+ * Whether the claim loop may claim now: there is room, and no message of the last claim still
+ * waits for a slot (the next claim goes out as the last held message starts, and its round trip
+ * overlaps the handlers running; graphile-worker's local queue refetches on empty alike).
+ */
+export const mayClaim = (flight: Flight): boolean => flight.held === 0 && room(flight) > 0
+
+/**
+ * Give a held message a handler slot, waiting for one to free: answers `false`, the message
+ * still held, once the lane is stopping (the caller releases it).
+ */
+export const startSlot = (flight: Flight): Effect.Effect<boolean> =>
+  Effect.suspend(() => {
+    if (flight.stopping) return FALSE
+    if (flight.running < flight.concurrency) {
+      flight.running += 1
+      flight.held -= 1
+      // The claim loop waits for the held messages to start before claiming again.
+      return flight.held === 0 ? Effect.as(flight.slotFreed.open, true) : TRUE
+    }
+    return Effect.andThen(flight.slotFreed.close, () =>
+      flight.stopping || flight.running < flight.concurrency
+        ? startSlot(flight)
+        : Effect.andThen(flight.slotFreed.await, startSlot(flight)))
+  })
+const TRUE = Effect.succeed(true)
+const FALSE = Effect.succeed(false)
+
+/** Count `n` messages just claimed as held, until each starts or is released. */
+export const hold = (flight: Flight, n: number): void => {
+  flight.inFlight += n
+  flight.held += n
+}
+
+/** A held message will not start (released at shutdown): it no longer waits for a slot. */
+export const unhold = (flight: Flight): Effect.Effect<void> => {
+  flight.held -= 1
+  return flight.held === 0 ? flight.slotFreed.open : Effect.void
+}
+
+/** Stop claiming: claims that arrive now, and messages still held, are released. */
+export const stop = (flight: Flight): void => {
+  flight.stopping = true
+  flight.slotFreed.openUnsafe()
+}
 
 /** One message is no longer in flight (its finishing write was answered or given up). */
 export const leave = (flight: Flight): Effect.Effect<void> => {
@@ -78,6 +161,10 @@ class MessageSlot implements Handle.Slot {
   }
   // Opening the latch wakes the claim loop through the scheduler, after the fibers already
   // due: the handlers of a claim that end together free their slots for one claim, not one each.
+  ran(ms: number): void {
+    const mean = this.#flight.meanRunMs
+    this.#flight.meanRunMs = mean === undefined ? ms : mean + (ms - mean) * RUN_WEIGHT
+  }
   free(): Effect.Effect<void> {
     if (!this.#held) return Effect.void
     this.#held = false
@@ -91,6 +178,9 @@ class MessageSlot implements Handle.Slot {
     return leave(this.#flight)
   }
 }
+
+/** The weight of the latest handler time in the lane's mean (about the last 10 count). */
+const RUN_WEIGHT = 0.1
 
 /** The claim loop made progress now. */
 export const progress = (flight: Flight): Effect.Effect<void> =>

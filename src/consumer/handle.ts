@@ -35,6 +35,8 @@ export interface Slot {
   readonly free: () => Effect.Effect<void>
   /** Leave the drain (no longer in flight); runs once per message, more calls do nothing. */
   readonly settle: () => Effect.Effect<void>
+  /** The handler ran for `ms` (what the lane's `auto` prefetch reads). */
+  readonly ran: (ms: number) => void
 }
 
 /** What handling needs from the consumer it works for. */
@@ -163,6 +165,9 @@ export const make = <R>(options: HandleOptions<R>) => {
     m.startedAt = startedAt
     if (claim.leaseExpiries >= settings.quarantineAfter) return Effect.succeed(QUARANTINED)
     if (claim.attempts > claim.maxAttempts) return Effect.succeed(EXHAUSTED)
+    // Stopped while it was held ahead of a slot (cancelled, its lease lost): its handler never
+    // runs, and `runResult` reads why from the renewer, as for a handler stopped while running.
+    if (renewer.stopped(claim.id) !== undefined) return Effect.succeed(STOPPED_BEFORE_START)
     // The claim's watchdog interrupts this fiber when the lease is lost or the max runtime is
     // over (`runResult` tells that from a shutdown).
     renewer.watch(claim.id, fiber, startedAt)
@@ -171,6 +176,7 @@ export const make = <R>(options: HandleOptions<R>) => {
       const metrics = QueueMetrics.forTask(claim.queue, claim.task)
       const now = fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
       metrics.handlerDuration.updateUnsafe(now - startedAt, fiber.context)
+      m.slot.ran(now - startedAt)
       const waited = waitedMs(claim, renewer.claimLeaseMs, renewer.claimedAt, startedAt)
       if (waited !== undefined) metrics.waitTime.updateUnsafe(waited, fiber.context)
       return { _tag: "Handled", exit }
@@ -387,3 +393,5 @@ const ackOf = (value: unknown): Outcome.Action => {
 const FENCED: Outcome.Action = { _tag: "Forget", error: "commit refused: this run no longer held the message; its writes were rolled back (double run prevented)" }
 const QUARANTINED: Outcome.RunResult = { _tag: "Quarantined" }
 const EXHAUSTED: Outcome.RunResult = { _tag: "Exhausted" }
+/** A run the renewer stopped before its handler started: an interruption, as if stopped at once. */
+const STOPPED_BEFORE_START: Outcome.RunResult = { _tag: "Handled", exit: Exit.interrupt() }

@@ -9,7 +9,7 @@
  * @since 0.1.0
  */
 import { Effect, Latch, type Scope } from "effect"
-import type { Lane } from "../QueueConfig.ts"
+import type { Lane, Prefetch } from "../QueueConfig.ts"
 import type { QueueStoreShape } from "../QueueStore.ts"
 import * as Flight from "./flight.ts"
 import * as IdleWake from "./wake.ts"
@@ -31,6 +31,8 @@ export const make = (options: {
   readonly lanes: ReadonlyArray<Lane>
   readonly queues: ReadonlyArray<string>
   readonly pollIntervalMs: number
+  /** What each lane may hold ahead of its free slots. */
+  readonly prefetch: Prefetch
   readonly reaped: Effect.Effect<void> | undefined
 }): Effect.Effect<ReadonlyArray<Running>, never, Scope.Scope> =>
   Effect.gen(function*() {
@@ -39,7 +41,7 @@ export const make = (options: {
     // One lane: its idle takes the subscription's wake-ups itself, as a single consumer always did.
     const wakes = lanes.length === 1 ? [sent] : yield* fanOut(sent, lanes.length)
     return yield* Effect.forEach(lanes, (lane, i) =>
-      Effect.map(Flight.make(lane.concurrency), (flight): Running => ({
+      Effect.map(Flight.make(lane.concurrency, options.prefetch), (flight): Running => ({
         queues: lane.queues,
         flight,
         idle: IdleWake.make({
@@ -67,9 +69,7 @@ const fanOut = (wake: Effect.Effect<void>, count: number): Effect.Effect<Readonl
 export const inFlight = (lanes: ReadonlyArray<Running>): number => lanes.reduce((n, lane) => n + lane.flight.inFlight, 0)
 
 /** Stop claiming in every lane (a shutdown began, or a claim loop failed). */
-export const stop = (lanes: ReadonlyArray<Running>): void => lanes.forEach((lane) => {
-  lane.flight.stopping = true
-})
+export const stop = (lanes: ReadonlyArray<Running>): void => lanes.forEach((lane) => Flight.stop(lane.flight))
 
 /** Whether every lane made progress within `staleMs` (or is in a wait by design). */
 export const fresh = (lanes: ReadonlyArray<Running>, now: number, staleMs: number): boolean =>

@@ -96,7 +96,7 @@ interface Entry {
   /** Set once the lease is known lost (reported once). */
   lost: LeaseLost | undefined
   readonly maxRuntimeMs: number
-  /** When the handler's max runtime is over (Clock ms): from the claim, then from the handler's start. */
+  /** When the handler's max runtime is over (Clock ms), from the handler's start; never before it started. */
   maxRuntimeAt: number
   /** The handler's fiber, once watched. */
   fiber: Fiber.Fiber<unknown, unknown> | undefined
@@ -133,7 +133,8 @@ const newEntry = (claim: Claim, options: RenewerOptions, startedAt: number): Ent
   finished: false,
   lost: undefined,
   maxRuntimeMs: options.maxRuntimeMs(claim),
-  maxRuntimeAt: startedAt + options.maxRuntimeMs(claim),
+  // Counted from the handler's start (`watch`): a message held ahead of a free slot has not started.
+  maxRuntimeAt: Number.POSITIVE_INFINITY,
   fiber: undefined,
   stopped: undefined
   }
@@ -154,8 +155,10 @@ interface Renewal {
   readonly entries: Map<MessageId, Entry>
   readonly stopHandler: (e: Entry, why: Stopped) => void
   readonly markLost: (lost: ReadonlyArray<Entry>, reason: LeaseLost["reason"], message: string) => Effect.Effect<void>
-  /** Opened when a renewal moved a local deadline earlier (a shorter lease of its own): the watchdog looks again. */
+  /** Opened when a renewal moved a local deadline earlier (a shorter lease of its own), or a handler started before the watchdog's next wake-up: the watchdog looks again. */
   readonly rearm: Latch.Latch
+  /** When the watchdog wakes next (Clock ms; infinity: only when rearmed). */
+  wakeAt: number
 }
 
 /** The renew statement on a fiber of its own, joined interruptibly; interrupted in the background if abandoned. */
@@ -280,7 +283,14 @@ const watchdog = (r: Renewal) =>
           `lease at risk: no successful renewal for ${seconds(atRisk[0]!.grantedMs - marginFor(atRisk[0]!.grantedMs, marginMs))}; stopping the handler before the lease can expire`
         )
       }
-      if (next === Number.POSITIVE_INFINITY) return
+      if (next === Number.POSITIVE_INFINITY) {
+        // Nothing unfinished: done. Else only messages not started yet (held ahead): until one is watched.
+        if (![...entries.values()].some((e) => !e.finished)) return
+        r.wakeAt = next
+        yield* r.rearm.await
+        continue
+      }
+      r.wakeAt = next
       yield* Effect.raceFirst(Effect.sleep(next - now), r.rearm.await)
     }
   }).pipe(Effect.annotateLogs({ module: "LeaseRenewer" }))
@@ -370,7 +380,7 @@ export const start = (
         yield* Effect.logError(message).pipe(Effect.annotateLogs({ messageIds: fresh.map((e) => e.ref.id).join(",") }))
       }))
 
-    const renewal: Renewal = { store, options, entries, stopHandler, markLost, rearm: Latch.makeUnsafe(false) }
+    const renewal: Renewal = { store, options, entries, stopHandler, markLost, rearm: Latch.makeUnsafe(false), wakeAt: 0 }
 
     /**
      * Opened by `renewNow`: cuts the wait for the next renewal short. Open from the start for a
@@ -431,8 +441,9 @@ export const start = (
       watch: (id, fiber, handlerStartedAt) => {
         const e = entry(id)
         e.fiber = fiber
-        // Only ever later than the deadline the watchdog already sleeps on: it wakes, finds the new one, sleeps again.
-        e.maxRuntimeAt = Math.max(e.maxRuntimeAt, handlerStartedAt + e.maxRuntimeMs)
+        // The max runtime counts from here: the watchdog looks again if it sleeps past it (on a later deadline, or none).
+        e.maxRuntimeAt = handlerStartedAt + e.maxRuntimeMs
+        if (e.maxRuntimeAt < renewal.wakeAt) renewal.rearm.openUnsafe()
         if (e.stopped !== undefined) fiber.interruptUnsafe()
       },
       stopped: (id) => entry(id).stopped,

@@ -8,6 +8,7 @@ import { Clock, Effect } from "effect"
 import type { Claim } from "../Message.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
 import { defaults, historyErrors, type QueueStoreShape } from "../QueueStore.ts"
+import * as FlowControl from "../FlowControl.ts"
 import * as Validate from "../internal/validate.ts"
 import { pushAttempt, unfinished } from "./history.ts"
 import { pickLimited, recordClaims, suspectAlone } from "./flowClaim.ts"
@@ -60,11 +61,17 @@ export const claim = (state: MemoryState): QueueStoreShape["claim"] => (queue, o
     yield* Validate.name("queue", queue)
     yield* Validate.name("consumer", options.consumer)
     const limit = yield* Validate.positiveInt("limit", options.limit, 10_000)
+    const limitedLimit = yield* FlowControl.limitedClaimSize(options.ahead, limit)
     const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
     const now = yield* Clock.currentTimeMillis
     if (state.pauses.get(queue)?.paused === true) return []
     const limited = hasLimits(state, queue)
-    const chosen = limited ? yield* pickLimitedDropping(state, queue, limit, now) : pickPlain(state, queue, limit, now)
+    // A limited queue is claimed for what can start now: nothing when all of it would be held ahead.
+    const chosen = !limited
+      ? pickPlain(state, queue, limit, now)
+      : limitedLimit === 0
+      ? []
+      : yield* pickLimitedDropping(state, queue, limitedLimit, now)
     const claims = chosen.map((row): Claim => {
       if (row.leaseToken !== null) {
         row.leaseExpiries += 1

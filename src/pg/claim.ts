@@ -8,6 +8,7 @@ import { Effect, Option, type Tracer } from "effect"
 import type { Claim } from "../Message.ts"
 import * as QueueMetrics from "../QueueMetrics.ts"
 import { type ClaimOptions, defaults, historyErrors, type QueueStoreShape } from "../QueueStore.ts"
+import * as FlowControl from "../FlowControl.ts"
 import * as Validate from "../internal/validate.ts"
 import type { PgContext } from "./context.ts"
 import { attemptNumber, historyInsert, storeTime } from "./fragments.ts"
@@ -35,6 +36,8 @@ const claimAttributes = (span: Tracer.Span, claims: ReadonlyArray<Claim>) => {
 interface ClaimInput {
   readonly queue: string
   readonly limit: number
+  /** What a queue with flow limits may be claimed for: `limit` less what would be held ahead. */
+  readonly limitedLimit: number
   readonly leaseMs: number
   readonly consumer: string
   readonly now: Date | null
@@ -160,19 +163,24 @@ const plainClaim = (ctx: PgContext, input: ClaimInput) =>
  * the plain claim (after this transaction, which held only the lock).
  */
 const flowClaim = (ctx: PgContext, input: ClaimInput) =>
-  ctx.sql.withTransaction(Effect.gen(function*() {
+  // All of it would be held ahead of a slot: nothing to claim from a limited queue (its limits stay as they are).
+  input.limitedLimit === 0 ? Effect.succeed(NOTHING_LIMITED) : ctx.sql.withTransaction(Effect.gen(function*() {
     const rows = yield* lockAndReadLimits(ctx, input.queue)
     const present = rows.filter((row) => row.task !== null)
     if (present.length === 0) return undefined
     const flow: FlowClaimInput = {
       ...input,
+      limit: input.limitedLimit,
       own: present.find((row) => row.task === ""),
       tasks: present.filter((row) => row.task !== "")
     }
     const claimed = yield* limitedClaim(ctx, flow)
-    yield* QueueMetrics.recordLimitedClaim(input.queue, limitingStages(claimed, input.limit))
+    yield* QueueMetrics.recordLimitedClaim(input.queue, limitingStages(claimed, input.limitedLimit))
     return claimsOf(claimed, input)
   }))
+
+/** A limited claim that was all ahead: nothing claimed, nothing dropped. */
+const NOTHING_LIMITED: ClaimRun = { claims: [], dropped: 0, limited: true }
 
 /** Check a claim's options and read the time it runs at. */
 const claimInput = (ctx: PgContext, queue: string, options: ClaimOptions) =>
@@ -180,10 +188,11 @@ const claimInput = (ctx: PgContext, queue: string, options: ClaimOptions) =>
     yield* Validate.name("queue", queue)
     yield* Validate.name("consumer", options.consumer)
     const limit = yield* Validate.positiveInt("limit", options.limit, 10_000)
+    const limitedLimit = yield* FlowControl.limitedClaimSize(options.ahead, limit)
     const leaseMs = yield* Validate.durationMs("lease", options.lease, { min: defaults.minLeaseMs })
     const now = yield* ctx.currentTime
     const asyncCommit = Option.isNone(yield* Effect.serviceOption(ctx.sql.transactionService))
-    return { queue, limit, leaseMs, consumer: options.consumer, now, asyncCommit } satisfies ClaimInput
+    return { queue, limit, limitedLimit, leaseMs, consumer: options.consumer, now, asyncCommit } satisfies ClaimInput
   })
 
 /**

@@ -122,6 +122,25 @@ export const flow = ({ it, movesTime }: Suite) => {
       assert.deepStrictEqual(tally(yield* claimAll(queue, { limit: 10 }), (c) => c.task), [["fast", 3]], "slow still at its own limit")
     }))
 
+  it.effect("a claim's `ahead` (messages a consumer would hold for a slot) is not taken from a queue with limits; a plain queue gives all", () =>
+    Effect.gen(function*() {
+      const store = yield* QueueStore
+      const limited = freshQueue("ahead")
+      const plain = freshQueue("aheadplain")
+      yield* store.setLimits({ queue: limited }, { concurrency: 10 })
+      yield* sendAll(limited, Array.from({ length: 8 }, (_, i) => ({ task: "t", payload: i })))
+      yield* sendAll(plain, Array.from({ length: 8 }, (_, i) => ({ task: "t", payload: i })))
+      const claim = (queue: string, limit: number, ahead: number) =>
+        store.claim(queue, { lease: "30 seconds", limit, ahead, consumer: "c1" })
+      assert.lengthOf(yield* claim(limited, 5, 5), 0, "all of it ahead: nothing from a limited queue")
+      assert.deepStrictEqual((yield* claim(limited, 5, 3)).map((c) => c.payload), [0, 1], "the limit less what would be held")
+      assert.deepStrictEqual((yield* claim(plain, 5, 3)).map((c) => c.payload), [0, 1, 2, 3, 4], "a plain queue: the whole limit")
+      const e = yield* refusal(claim(plain, 5, 6))
+      assert.strictEqual(e.field, "ahead")
+      assert.strictEqual((yield* refusal(claim(plain, 5, 1.5))).field, "ahead")
+      assert.lengthOf(yield* claimAll(plain, { limit: 10 }), 3, "a refused claim took nothing")
+    }))
+
   movesTime("a rate window: starts counted across claims, a full window sleeps idle consumers until it frees", () =>
     Effect.gen(function*() {
       const store = yield* QueueStore

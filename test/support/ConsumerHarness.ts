@@ -3,11 +3,11 @@
  * every call (with its Clock time and order) and lets a test replace `renew`,
  * and a logger that keeps what was logged.
  */
-import { Clock, Context, Effect, Fiber, Layer, Logger, type LogLevel } from "effect"
+import { Clock, Context, Deferred, Effect, Fiber, Layer, Logger, type LogLevel, Ref } from "effect"
 import { TestClock } from "effect/testing"
 import * as Consumer from "../../src/Consumer.ts"
 import * as MemoryQueueStore from "../../src/MemoryQueueStore.ts"
-import type { ClaimRef } from "../../src/Message.ts"
+import type { ClaimRef, MessageId } from "../../src/Message.ts"
 import type { ConsumerOptions } from "../../src/QueueConfig.ts"
 import type { StoreError } from "../../src/QueueError.ts"
 import { QueueStore, type QueueStoreShape, type Renewed } from "../../src/QueueStore.ts"
@@ -120,4 +120,31 @@ export const startConsumer = (
       )
     }
     return Context.get(context, Consumer.Consumer)
+  })
+
+/** A handler whose runs the test controls: each message waits for its own gate. */
+export const gatedHandler = () =>
+  Effect.gen(function*() {
+    const started = yield* Ref.make<Array<MessageId>>([])
+    const interrupted = yield* Ref.make<Array<MessageId>>([])
+    const gates = new Map<string, Deferred.Deferred<void>>()
+    const gate = (id: string) => {
+      let g = gates.get(id)
+      if (g === undefined) {
+        g = Deferred.makeUnsafe<void>()
+        gates.set(id, g)
+      }
+      return g
+    }
+    const handler: Consumer.Handler = (m) =>
+      Ref.update(started, (s) => [...s, m.id]).pipe(
+        Effect.andThen(Deferred.await(gate(m.id))),
+        Effect.onInterrupt(() => Ref.update(interrupted, (s) => [...s, m.id]))
+      )
+    return {
+      handler,
+      started,
+      interrupted,
+      open: (id: string) => Deferred.succeed(gate(id), undefined)
+    }
   })
