@@ -201,14 +201,6 @@ export const make = <R>(options: HandleOptions<R>) => {
       return Effect.onExitPrimitive(finished, () => leave(m, fiber, restore))
     })
 
-  /** The end of a run, whatever `finish` did: the fiber's context put back, the slot and (unless handed over) the drain left. */
-  const leave = (m: Running, fiber: Fiber.Fiber<unknown, unknown>, restore: Context.Context<never> | undefined): Effect.Effect<void> | undefined => {
-    if (restore !== undefined) fiber.setContext(restore)
-    const freed = m.slot.free()
-    if (!m.submitted) return Effect.andThen(freed, m.slot.settle())
-    return freed === Effect.void ? undefined : freed
-  }
-
   /**
    * Run one message of a claim, then finish it, whatever happened. Its span
    * (`leasehold.handle`) and log annotations (queue, task, message id,
@@ -239,6 +231,17 @@ export const make = <R>(options: HandleOptions<R>) => {
     })
 
   return { run }
+}
+
+/**
+ * The end of a run, whatever `finish` did: the fiber's context put back, the slot and (unless
+ * handed over) the drain left. `undefined` when nothing is left to run (the common case).
+ */
+const leave = (m: Running, fiber: Fiber.Fiber<unknown, unknown>, restore: Context.Context<never> | undefined): Effect.Effect<void> | undefined => {
+  if (restore !== undefined) fiber.setContext(restore)
+  const freed = m.slot.free()
+  if (!m.submitted) return Effect.andThen(freed, m.slot.settle())
+  return freed === Effect.void ? undefined : freed
 }
 
 /** The dispatcher's handler of a message; one that throws as it is built fails as a defect, as it would running. */
