@@ -190,16 +190,9 @@ export const make = <R>(options: HandleOptions<R>) => {
   const body = (m: Running, fiber: Fiber.Fiber<unknown, unknown>, restore?: Context.Context<never>): Effect.Effect<unknown, never, R> =>
     // `onExitPrimitive`, not `onExit` + `ensuring`: a finalizer with nothing to do answers
     // `undefined` and costs no step (issue 29: fewer objects per message).
-    Effect.onExitPrimitive(handled(m, fiber), (exit) => {
-      let finished: Effect.Effect<void>
-      try {
-        finished = finish(m, exit)
-      } catch (defect) {
-        finished = Effect.die(defect)
-      }
+    Effect.onExitPrimitive(handled(m, fiber), (exit) =>
       // Should `finish` have failed to hand the message over, it leaves the slot and the drain here.
-      return Effect.onExitPrimitive(finished, () => leave(m, fiber, restore))
-    })
+      Effect.onExitPrimitive(orDie(finish, m, exit), () => leave(m, fiber, restore)))
 
   /**
    * Run one message of a claim, then finish it, whatever happened. Its span
@@ -231,6 +224,15 @@ export const make = <R>(options: HandleOptions<R>) => {
     })
 
   return { run }
+}
+
+/** `f(a, b)`, or a defect should building it throw (as inside `Effect.suspend`, without a closure). */
+const orDie = <A, B>(f: (a: A, b: B) => Effect.Effect<void>, a: A, b: B): Effect.Effect<void> => {
+  try {
+    return f(a, b)
+  } catch (defect) {
+    return Effect.die(defect)
+  }
 }
 
 /**
