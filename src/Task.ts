@@ -358,7 +358,6 @@ class TaskContextOf implements TaskContext {
   readonly queue: string
   readonly attempt: number
   readonly consumerId: string
-  readonly leaseDeadline: Effect.Effect<Date>
   readonly message: Claim
   readonly #context: Handler.HandlerContext
   constructor(context: Handler.HandlerContext, message: Claim) {
@@ -366,9 +365,12 @@ class TaskContextOf implements TaskContext {
     this.queue = context.queue
     this.attempt = context.attempt
     this.consumerId = context.consumerId
-    this.leaseDeadline = context.leaseDeadline
     this.message = message
     this.#context = context
+  }
+  /** Read through, as `signal`: the consumer's context makes this effect on read, not per message. */
+  get leaseDeadline(): Effect.Effect<Date> {
+    return this.#context.leaseDeadline
   }
   get signal(): AbortSignal {
     return this.#context.signal
@@ -403,6 +405,7 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
     }
     byName.set(task.name, task)
   }
+  const runners = new Map([...byName].map(([name, task]) => [name, runnerOf(task)]))
   const policies = new Map<string, Handler.MessagePolicy>()
   const limits: Array<{ queue: string; task: string; limits: FlowControl.TaskLimits }> = []
   for (const task of tasks) {
@@ -423,22 +426,35 @@ export const dispatcher = <const Tasks extends ReadonlyArray<Any>>(
     limits,
     leasesMs: [...policies.values()].flatMap((policy) => policy.leaseMs === undefined ? [] : [policy.leaseMs]),
     policy: (message) => policies.get(message.task),
-    handle: (message, context) =>
-      Effect.gen(function*() {
-        const task = byName.get(message.task)
-        if (task === undefined) {
-          return yield* new UnknownTask({ task: message.task, message: `no handler for task "${message.task}" on this worker` })
-        }
-        const payload = yield* Schema.decodeUnknownEffect(task.payload)(message.payload, decodeAll).pipe(
-          Effect.mapError((e) => new DecodeFailed({ task: task.name, message: schemaIssues(e) }))
-        )
-        const result = yield* task.handler(payload, new TaskContextOf(context, message)).pipe(
-          Effect.catchIf(
-            (e): e is unknown => !(e instanceof Unrecoverable),
-            (e) => describeFailure(task, e)
-          )
-        )
-        return yield* keepSuccess(task, result)
-      })
+    handle: (message, context) => {
+      const run = runners.get(message.task)
+      if (run === undefined) {
+        return Effect.fail(new UnknownTask({ task: message.task, message: `no handler for task "${message.task}" on this worker` }))
+      }
+      return run(message, context)
+    }
   }
+}
+
+/**
+ * How a dispatcher runs messages of `task`: decode the payload through the task's schema (a
+ * payload that does not decode fails with `DecodeFailed`), run the handler (a failure other than
+ * `Unrecoverable` described through the task's error schema), keep the success through its
+ * success schema. The decoder and the functions it chains are made once per task, and the run
+ * is a chain of plain combinators, not a generator: this is the hot path of a busy consumer
+ * (issue 29: a generator and a decoder per message allocated ~2.5 KB more a message, measured
+ * with `BENCH_TASK=1 npm run bench:overhead`).
+ */
+const runnerOf = (task: Any) => {
+  const decode = Schema.decodeUnknownEffect(task.payload)
+  const decodeFailed = (e: Schema.SchemaError) => new DecodeFailed({ task: task.name, message: schemaIssues(e) })
+  const recoverable = (e: unknown): e is unknown => !(e instanceof Unrecoverable)
+  const describe = (e: unknown) => describeFailure(task, e)
+  const keep = (result: unknown) => keepSuccess(task, result)
+  return (message: Claim, context: Handler.HandlerContext): Effect.Effect<unknown, unknown, any> =>
+    Effect.flatMap(Effect.mapError(decode(message.payload, decodeAll), decodeFailed), (payload) => {
+      const ran = Effect.catchIf(task.handler(payload, new TaskContextOf(context, message)), recoverable, describe)
+      // Without a success schema nothing is kept: the run answers `undefined`.
+      return task.success === undefined ? Effect.as(ran, undefined) : Effect.flatMap(ran, keep)
+    })
 }

@@ -55,6 +55,39 @@ describe("Task (memory store, TestClock)", () => {
       assert.deepStrictEqual(spy.of("ack").map((c) => c.ids[0]), [sent.id])
     }))
 
+  it.effect("a task's handler context: its message, attempt, consumer and lease deadline (read when asked)", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const seen: Array<{ id: string; attempt: number; consumerId: string; messageTask: string; deadline: number; startedAt: number }> = []
+      const email = Task.make({
+        name: "email.context",
+        payload: Email,
+        handler: (_payload, context) =>
+          Effect.gen(function*() {
+            const deadline = yield* context.leaseDeadline
+            seen.push({
+              id: context.messageId,
+              attempt: context.attempt,
+              consumerId: context.consumerId,
+              messageTask: context.message.task,
+              deadline: deadline.getTime(),
+              startedAt: yield* Clock.currentTimeMillis
+            })
+          })
+      })
+      const sent = yield* Task.send(email, { to: "ada@example.com", count: 3 }).pipe(withStore(spy))
+      yield* startConsumer(spy, Task.dispatcher(email), { consumerId: "worker-ctx", lease: "30 seconds" })
+      yield* idle(spy)
+      assert.strictEqual(seen.length, 1)
+      const [s] = seen
+      assert.strictEqual(s!.id, sent.id)
+      assert.strictEqual(s!.attempt, 1)
+      assert.strictEqual(s!.consumerId, "worker-ctx")
+      assert.strictEqual(s!.messageTask, "email.context")
+      // The lease this consumer holds: claimed for 30 s, so it ends 30 s after the claim (no renewal yet).
+      assert.isTrue(s!.deadline > s!.startedAt && s!.deadline <= s!.startedAt + 30_000, `deadline ${s!.deadline - s!.startedAt} ms after the start`)
+    }))
+
   it.effect("a payload that does not encode is refused at send with the schema's message", () =>
     Effect.gen(function*() {
       const spy = yield* makeSpy

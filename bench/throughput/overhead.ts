@@ -12,12 +12,24 @@
  * After each consumer run it also prints the heap left after a forced GC (run
  * with `--expose-gc`, as the npm script does): flat across runs of 50,000
  * messages each means the consumer keeps nothing per message.
+ * Bytes allocated per message (`B/msg`: the heap's growth over the run plus
+ * what each collection freed, from `v8.GCProfiler`) are printed for both sides.
+ * `BENCH_HEAP_PROFILE=<file>`: the last consumer run under V8's sampling heap
+ * profiler (every `BENCH_HEAP_INTERVAL` bytes, default 512, objects freed by
+ * either collector kept), written to <file>; `node bench/throughput/allocations.ts
+ * <file> <messages>` names the sites.
+ * `BENCH_TASK=1`: the consumer runs a `Task.dispatcher` of one task (its payload
+ * decoded through a schema) instead of a plain handler: the dispatcher's cost too.
  * Use it to see whether a change to the per-message or per-claim path helps,
  * free of the database's noise; `npm run bench:own` says what it is worth end to end.
  */
 import { execFileSync } from "node:child_process"
-import { Context, Effect, Layer, Logger, Option } from "effect"
+import { writeFileSync } from "node:fs"
+import { Session } from "node:inspector/promises"
+import v8 from "node:v8"
+import { Context, Effect, Layer, Logger, Option, Schema } from "effect"
 import * as Consumer from "../../src/Consumer.ts"
+import * as Task from "../../src/Task.ts"
 import type { Claim, MessageId } from "../../src/Message.ts"
 import * as MemoryQueueStore from "../../src/MemoryQueueStore.ts"
 import { QueueStore, type QueueStoreShape } from "../../src/QueueStore.ts"
@@ -74,7 +86,45 @@ const instantStore = (base: QueueStoreShape, total: number): QueueStoreShape => 
 interface Measure {
   readonly perSecond: number
   readonly cpuUsPerMessage: number
+  readonly bytesPerMessage: number
 }
+
+/** Bytes allocated on V8's heap while `run` runs: its growth plus what every collection meanwhile freed. */
+const allocated = <A>(run: Effect.Effect<A>): Effect.Effect<[A, number]> =>
+  Effect.gen(function*() {
+    const profiler = new v8.GCProfiler()
+    profiler.start()
+    const before = v8.getHeapStatistics().used_heap_size
+    const a = yield* run
+    const after = v8.getHeapStatistics().used_heap_size
+    let freed = 0
+    for (const gc of profiler.stop()?.statistics ?? []) {
+      freed += gc.beforeGC.heapStatistics.usedHeapSize - gc.afterGC.heapStatistics.usedHeapSize
+    }
+    return [a, after - before + freed]
+  })
+
+/** `BENCH_HEAP_PROFILE=<file>`: the last consumer run under the sampling heap profiler, written there. */
+const heapProfileFile = process.env["BENCH_HEAP_PROFILE"]
+const heapInterval = envInt("BENCH_HEAP_INTERVAL", 512)
+const heapProfiled = <A>(run: Effect.Effect<A>): Effect.Effect<A> =>
+  Effect.gen(function*() {
+    const session = new Session()
+    session.connect()
+    yield* Effect.promise(() => session.post("HeapProfiler.enable"))
+    yield* Effect.promise(() =>
+      session.post("HeapProfiler.startSampling", {
+        samplingInterval: heapInterval,
+        includeObjectsCollectedByMajorGC: true,
+        includeObjectsCollectedByMinorGC: true
+      })
+    )
+    const a = yield* run
+    const { profile } = yield* Effect.promise(() => session.post("HeapProfiler.stopSampling"))
+    writeFileSync(heapProfileFile!, JSON.stringify(profile))
+    session.disconnect()
+    return a
+  })
 
 /** Heap in use after a forced GC, in MB (`undefined` without `--expose-gc`). */
 const heapAfterGc = (): number | undefined => {
@@ -104,11 +154,11 @@ const measure = (run: Effect.Effect<void>, counted = false): Effect.Effect<Measu
     }
     const t0 = performance.now()
     const c0 = process.cpuUsage()
-    yield* run
+    const [, bytes] = yield* allocated(counted && heapProfileFile !== undefined ? heapProfiled(run) : run)
     const ms = performance.now() - t0
     const cpu = process.cpuUsage(c0)
     if (counted) instrument(false)
-    return { perSecond: messages / ms * 1000, cpuUsPerMessage: (cpu.user + cpu.system) / messages }
+    return { perSecond: messages / ms * 1000, cpuUsPerMessage: (cpu.user + cpu.system) / messages, bytesPerMessage: bytes / messages }
   })
 
 const consumerRun = (concurrency: number) =>
@@ -117,8 +167,12 @@ const consumerRun = (concurrency: number) =>
     const store = instantStore(base, messages)
     let done = 0
     const finished = Promise.withResolvers<void>()
+    const count = Effect.sync(() => { if (++done === messages) finished.resolve() })
+    const handler = process.env["BENCH_TASK"] === "1"
+      ? Task.dispatcher(Task.make({ name: "t", queue: "q", payload: Schema.Struct({ i: Schema.Number }), handler: () => count }))
+      : () => count
     yield* Layer.build(
-      Consumer.layer(() => Effect.sync(() => { if (++done === messages) finished.resolve() }), { queues: ["q"], concurrency }).pipe(
+      Consumer.layer(handler, { queues: ["q"], concurrency }).pipe(
         Layer.provide(Layer.succeed(QueueStore, store)),
         // Its start and stop lines only: not part of what is measured.
         Layer.provide(Logger.layer([]))
@@ -155,7 +209,7 @@ const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math
 
 const main = Effect.gen(function*() {
   console.log(`consumer overhead: ${messages.toLocaleString("en-US")} no-op messages, a store that answers at once, median of ${reps}`)
-  console.log("C   consumer msg/s  consumer us/msg  baseline msg/s  baseline us/msg  CPU ratio")
+  console.log("C   consumer msg/s  consumer us/msg  consumer B/msg  baseline msg/s  baseline us/msg  baseline B/msg  CPU ratio")
   const heaps: Array<string> = []
   for (const c of concurrencies) {
     const ours: Array<Measure> = []
@@ -173,8 +227,10 @@ const main = Effect.gen(function*() {
         String(c).padEnd(3),
         Math.round(median(ours.map((m) => m.perSecond))).toLocaleString("en-US").padStart(14),
         ourCpu.toFixed(1).padStart(15),
+        Math.round(median(ours.map((m) => m.bytesPerMessage))).toLocaleString("en-US").padStart(14),
         (consumerOnly ? "-" : Math.round(median(theirs.map((m) => m.perSecond))).toLocaleString("en-US")).padStart(14),
         theirCpu.toFixed(1).padStart(15),
+        (consumerOnly ? "-" : Math.round(median(theirs.map((m) => m.bytesPerMessage))).toLocaleString("en-US")).padStart(14),
         `${(ourCpu / theirCpu).toFixed(1)}x`.padStart(10)
       ].join("  ")
     )

@@ -33,7 +33,8 @@ export interface Frame {
   readonly share: number
 }
 
-const shortUrl = (url: string): string => {
+/** A script's path as a profile names it, short: from node_modules/ or relative to the working directory. */
+export const shortUrl = (url: string): string => {
   if (url === "") return ""
   const path = url.startsWith("file://") ? fileURLToPath(url) : url
   const nm = path.lastIndexOf("node_modules/")

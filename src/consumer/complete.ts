@@ -211,7 +211,8 @@ const announce = (claim: Claim, action: Outcome.Action, held: Held) =>
 
 /** The completion to write for a finished run (`consumerId`: the consumer that ran it). */
 export const completionOf = (f: Finished, consumerId: string): Completion => ({
-  ref: { id: f.claim.id, leaseToken: f.claim.leaseToken },
+  // The claim is the fencing reference (its id and token): no object of its own per message.
+  ref: f.claim,
   finish: finishOf(f.action),
   queue: f.claim.queue,
   task: f.claim.task,

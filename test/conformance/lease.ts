@@ -44,6 +44,12 @@ export const lease = ({ it, movesTime, databaseClock, exactlyOnceMessages }: Sui
       assert.strictEqual(c.consumer, "worker-a")
       assert.strictEqual(c.leaseExpiresAt.getTime(), 1_000_000 + 30_000)
       assert.match(c.leaseToken, /^[0-9a-f-]{36}$/)
+      // Every other field of the claim, as sent (a store builds each claim from its row).
+      assert.strictEqual(c.queue, queue)
+      assert.strictEqual(c.priority, 0)
+      assert.strictEqual(c.enqueuedAt.getTime(), 1_000_000)
+      assert.strictEqual(c.readyAt?.getTime(), 1_000_000)
+      assert.deepStrictEqual([c.dedupKey, c.lastError, c.leaseExpiries, c.key], [null, null, 0, null])
       // Hidden while leased.
       assert.strictEqual((yield* store.claim(queue, { lease: "30 seconds", limit: 10, consumer: "worker-b" })).length, 0)
     }))
