@@ -125,25 +125,27 @@ describe("Consumer: claiming ahead of free slots (memory store, TestClock)", () 
       assert.strictEqual((yield* consumer.health).inFlight, 0, "it left the flight")
     }))
 
-  it.effect("a held message whose lease is lost is not run (its claim's renewal did not return it)", () =>
-    Effect.gen(function*() {
-      const spy = yield* makeSpy
-      const h = yield* gatedHandler()
-      const ids = yield* sendN(spy, 2)
-      // The store answers the held message as no longer this consumer's (another holds it).
-      spy.renew = (refs, inner) =>
-        Effect.map(inner.renew(refs.filter((r) => r.id !== ids[1]), lease), (renewed) => renewed)
-      const consumer = yield* startConsumer(spy, h.handler, { lease, concurrency: 1, prefetch: 1 })
-      yield* settle
-      yield* TestClock.adjust("10 seconds")
-      yield* h.open(ids[0]!)
-      yield* settle
-      assert.deepStrictEqual(yield* Ref.get(h.started), [ids[0]], "the message whose lease was lost never ran here")
-      assert.deepStrictEqual(spy.of("ack").map((c) => c.ids[0]), [ids[0]])
-      assert.deepStrictEqual(spy.of("release").length + spy.of("retry").length, 0, "nothing written for it: it is the new holder's")
-      assert.deepStrictEqual((yield* spy.inner.attempts(ids[1]!)).map((a) => a.outcome), ["lease-lost"])
-      assert.strictEqual((yield* consumer.health).inFlight, 0, "it left the flight")
-    }))
+  for (const onLeaseLost of ["interrupt", "continue"] as const) {
+    it.effect(`a held message whose lease is lost is not run (its claim's renewal did not return it; on a lost lease ${onLeaseLost})`, () =>
+      Effect.gen(function*() {
+        const spy = yield* makeSpy
+        const h = yield* gatedHandler()
+        const ids = yield* sendN(spy, 2)
+        // The store answers the held message as no longer this consumer's (another holds it).
+        spy.renew = (refs, inner) =>
+          Effect.map(inner.renew(refs.filter((r) => r.id !== ids[1]), lease), (renewed) => renewed)
+        const consumer = yield* startConsumer(spy, h.handler, { lease, concurrency: 1, prefetch: 1, onLeaseLost })
+        yield* settle
+        yield* TestClock.adjust("10 seconds")
+        yield* h.open(ids[0]!)
+        yield* settle
+        assert.deepStrictEqual(yield* Ref.get(h.started), [ids[0]], "the message whose lease was lost never ran here")
+        assert.deepStrictEqual(spy.of("ack").map((c) => c.ids[0]), [ids[0]])
+        assert.deepStrictEqual(spy.of("release").length + spy.of("retry").length, 0, "nothing written for it: it is the new holder's")
+        assert.deepStrictEqual((yield* spy.inner.attempts(ids[1]!)).map((a) => a.outcome), ["lease-lost"])
+        assert.strictEqual((yield* consumer.health).inFlight, 0, "it left the flight")
+      }))
+  }
 
   it.effect("auto holds concurrency + 1 ahead while handlers are short, and none once they take 20 ms or more", () =>
     Effect.gen(function*() {

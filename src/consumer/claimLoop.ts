@@ -167,7 +167,7 @@ const claimProcessor = <R>(options: ClaimLoopOptions<R>) => {
         while (started < claims.length) {
           if (!(yield* Flight.startSlot(flight))) return
           const claim = claims[started++]!
-          fibers.push(yield* Effect.forkChild(handle.run(renewer, claim, Flight.slotOf(flight)), { startImmediately: true }))
+          fibers.push(yield* Effect.forkChild(handle.run(renewer, claim, Flight.slotOf(flight)), AT_ONCE))
         }
       })
       // Interrupted while held (the grace ended): released all the same.
@@ -175,6 +175,9 @@ const claimProcessor = <R>(options: ClaimLoopOptions<R>) => {
       yield* Fiber.awaitAll(fibers)
     }))
 }
+
+/** Fork options of a message's fiber: started at once (one object for every message). */
+const AT_ONCE = { startImmediately: true } as const
 
 /**
  * Hand back the messages of a claim held for a slot that never came (the lane stopped): fenced,

@@ -372,7 +372,9 @@ export const start = (
             e.lost = error
             fresh.push(e)
           }
-          if (options.interruptOnLost) stopHandler(e, error)
+          // A message held ahead (not started: no fiber watched yet) never starts on a lost lease,
+          // even where running handlers go on (`onLeaseLost: continue`).
+          if (options.interruptOnLost || e.fiber === undefined) stopHandler(e, error)
         }
         if (fresh.length === 0) return
         yield* Metric.update(QueueMetrics.leaseLostBy(reason), fresh.length)
