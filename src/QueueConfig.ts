@@ -32,8 +32,9 @@ export { env } from "./config/variables.ts"
 
 /**
  * How many messages a lane may claim ahead of its free handler slots, held (leased and renewed)
- * until a slot frees: `auto` holds `concurrency + 1` while the lane's handlers average under
- * 20 ms and none otherwise; a number holds that many always (0: claim only for free slots).
+ * until a slot frees: `auto` holds `concurrency + 1` while the lane's handlers are quick (under
+ * 20 ms) and none otherwise, and gives back what waited 250 ms for a slot; a number holds that
+ * many always (0: claim only for free slots). See docs/configuration.md, "Claiming ahead".
  */
 export type Prefetch = "auto" | number
 

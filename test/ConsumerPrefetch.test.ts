@@ -147,6 +147,51 @@ describe("Consumer: claiming ahead of free slots (memory store, TestClock)", () 
       }))
   }
 
+  it.effect("auto: messages held when the handlers turn slow are given back after 250 ms, attempt and all", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const h = yield* gatedHandler()
+      const [quick] = yield* sendN(spy, 1)
+      yield* startConsumer(spy, h.handler, { lease, concurrency: 2 })
+      yield* settle
+      yield* h.open(quick!)
+      yield* settle
+      // One quick run: the lane holds 3 ahead. Five slow ones come: 2 run, 3 are held.
+      const slow = yield* sendN(spy, 5)
+      yield* settle
+      assert.deepStrictEqual(spy.of("claim").map((c) => c.ids), [[quick], slow])
+      assert.deepStrictEqual((yield* Ref.get(h.started)).slice(1), slow.slice(0, 2))
+      yield* TestClock.adjust("249 millis")
+      yield* settle
+      assert.deepStrictEqual(spy.of("release").map((c) => c.ids[0]), [], "held, not yet given back")
+      yield* TestClock.adjust("1 millis")
+      yield* settle
+      assert.deepStrictEqual(spy.of("release").map((c) => c.ids[0]), slow.slice(2), "given back at the bound")
+      const row = yield* spy.inner.get(slow[2]!)
+      assert.deepInclude(row._tag === "Some" ? row.value : {}, { state: "ready", attempts: 0 })
+      assert.deepStrictEqual((yield* Ref.get(h.started)).slice(1), slow.slice(0, 2), "none of them ran")
+    }))
+
+  it.effect("auto claims nothing ahead while its running handlers are slow, however quick the earlier ones were", () =>
+    Effect.gen(function*() {
+      const spy = yield* makeSpy
+      const h = yield* gatedHandler()
+      const [quick] = yield* sendN(spy, 1)
+      yield* startConsumer(spy, h.handler, { lease, concurrency: 3 })
+      yield* settle
+      yield* h.open(quick!)
+      yield* settle
+      const slow = yield* sendN(spy, 2)
+      yield* settle
+      assert.deepStrictEqual(spy.of("claim").map((c) => c.ids), [[quick], slow])
+      // A second later the two still run, and none ended since: only the free slot is claimed.
+      yield* TestClock.adjust("1 second")
+      const more = yield* sendN(spy, 5)
+      yield* settle
+      assert.deepStrictEqual(spy.of("claim").map((c) => c.ids), [[quick], slow, more.slice(0, 1)])
+      assert.deepStrictEqual(yield* spy.inner.claim(queue, { lease, limit: 10, consumer: "other" }).pipe(Effect.map((cs) => cs.map((c) => c.id))), more.slice(1), "the rest is there for other consumers")
+    }))
+
   it.effect("auto holds concurrency + 1 ahead while handlers are short, and none once they take 20 ms or more", () =>
     Effect.gen(function*() {
       const spy = yield* makeSpy

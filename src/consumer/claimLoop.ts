@@ -59,11 +59,13 @@ export const make = <R>(options: ClaimLoopOptions<R>): Effect.Effect<never, Stor
     let backoff = settings.pollIntervalMs
     /** A claim ahead (no slot free) found nothing: claim again once a slot frees, not before. */
     let dryAhead = false
+    const blocked = (now: number) => !Flight.mayClaim(flight, now) || (dryAhead && Flight.freeSlots(flight) <= 0)
     while (true) {
-      if (!Flight.mayClaim(flight) || (dryAhead && Flight.freeSlots(flight) <= 0)) {
+      const now = yield* Clock.currentTimeMillis
+      if (blocked(now)) {
         yield* flight.slotFreed.close
         // Nothing to do until a handler ends or the held messages started (a presence at risk stops handlers, which frees slots).
-        if (!Flight.mayClaim(flight) || (dryAhead && Flight.freeSlots(flight) <= 0)) yield* Flight.waiting(flight, flight.slotFreed.await)
+        if (blocked(now)) yield* Flight.waiting(flight, flight.slotFreed.await)
         continue
       }
       if (yield* atRisk) {
@@ -117,7 +119,7 @@ const claimer = <R>(options: ClaimLoopOptions<R>) => {
       const claimedAt = yield* Clock.currentTimeMillis
       const own = settingsOf.get(queue) ?? forQueue(settings, queue)
       claimIdle.closeUnsafe()
-      const limit = Math.min(own.batchSize, Flight.room(flight))
+      const limit = Math.min(own.batchSize, Flight.room(flight, claimedAt))
       const claims = yield* store.claim(queue, {
         lease: own.leaseMs,
         limit,
@@ -162,16 +164,19 @@ const claimProcessor = <R>(options: ClaimLoopOptions<R>) => {
       // Started at once, not on the scheduler's next turn: a handler starts before the claim loop
       // builds and sends its next claim (an idle pickup measured ~1 ms sooner).
       const fibers: Array<Fiber.Fiber<unknown>> = []
+      const holdUntil = Flight.holdUntil(flight, claimedAt)
       let started = 0
+      let ended: Flight.Start = "started"
       const startEach = Effect.gen(function*() {
         while (started < claims.length) {
-          if (!(yield* Flight.startSlot(flight))) return
+          ended = yield* Flight.startSlot(flight, holdUntil)
+          if (ended !== "started") return
           const claim = claims[started++]!
           fibers.push(yield* Effect.forkChild(handle.run(renewer, claim, Flight.slotOf(flight)), AT_ONCE))
         }
       })
       // Interrupted while held (the grace ended): released all the same.
-      yield* startEach.pipe(Effect.ensuring(Effect.suspend(() => releaseHeld(options, renewer, claims.slice(started)))))
+      yield* startEach.pipe(Effect.ensuring(Effect.suspend(() => releaseHeld(options, renewer, claims.slice(started), ended))))
       yield* Fiber.awaitAll(fibers)
     }))
 }
@@ -180,24 +185,32 @@ const claimProcessor = <R>(options: ClaimLoopOptions<R>) => {
 const AT_ONCE = { startImmediately: true } as const
 
 /**
- * Hand back the messages of a claim held for a slot that never came (the lane stopped): fenced,
- * the attempt given back, each taken out of renewal; they stay in flight until written.
+ * Hand back the messages of a claim held for a slot that did not come (the lane stopped, or under
+ * `auto` prefetch the hold's bound passed): fenced, the attempt given back, each taken out of
+ * renewal; they stay in flight until written.
  */
-const releaseHeld = <R>(options: ClaimLoopOptions<R>, renewer: LeaseRenewer.LeaseRenewer, held: ReadonlyArray<Claim>) =>
+const releaseHeld = <R>(options: ClaimLoopOptions<R>, renewer: LeaseRenewer.LeaseRenewer, held: ReadonlyArray<Claim>, why: Flight.Start) =>
   Effect.uninterruptible(Effect.gen(function*() {
     const { completer, flight } = options
     if (held.length === 0) return
-    yield* Effect.logInfo(`stopping: releasing ${held.length} message(s) claimed ahead that had not started`)
+    yield* why === "expired"
+      ? Effect.logDebug(`giving back ${held.length} message(s) held ahead for ${Flight.AUTO_HOLD_MAX_MS} ms without a free slot: the handlers are slower now`)
+      : Effect.logInfo(`stopping: releasing ${held.length} message(s) claimed ahead that had not started`)
     for (const claim of held) {
       yield* Flight.unhold(flight)
       const leaseEndsAt = renewer.expiresAt(claim.id)
       yield* renewer.finish(claim.id)
       yield* completer.complete(
-        { claim, action: { _tag: "Release" }, startedAt: renewer.claimedAt, leaseEndsAt },
+        { claim, action: why === "expired" ? GIVEN_BACK : RELEASE, startedAt: renewer.claimedAt, leaseEndsAt },
         () => Flight.leave(flight)
       ).pipe(Effect.annotateLogs({ queue: claim.queue, task: claim.task, messageId: claim.id, attempt: claim.attempts }))
     }
   }))
+
+/** The release of a message held ahead as the consumer stops. */
+const RELEASE = { _tag: "Release" } as const
+/** The release of a message held ahead past its bound (`auto` prefetch): not a shutdown's. */
+const GIVEN_BACK = { _tag: "Release", unstarted: true } as const
 
 /** Hand claimed messages back at once (fenced, attempt given back): the consumer is stopping. */
 const releaseUnrun = <R>(options: ClaimLoopOptions<R>, claims: ReadonlyArray<Claim>, claimedAt: number, leaseMs: number) =>

@@ -94,7 +94,7 @@ const finishOf = (action: Outcome.Action): Finish => {
     case "DeadLetter":
       return { _tag: "DeadLetter", reason: action.reason, error: action.error }
     case "Release":
-      return action
+      return RELEASE
     case "Forget":
       return { _tag: "Forget" }
     case "Cancel":
@@ -103,6 +103,7 @@ const finishOf = (action: Outcome.Action): Finish => {
 }
 
 const ACK: Finish = { _tag: "Ack" }
+const RELEASE: Finish = { _tag: "Release" }
 
 /** The history's error text of an action. */
 const historyError = (action: Outcome.Action): string | null =>
@@ -193,7 +194,7 @@ const announce = (claim: Claim, action: Outcome.Action, held: Held) =>
         if (held === true) {
           yield* Metric.update(QueueMetrics.released, 1)
           yield* Metric.update(QueueMetrics.forTask(claim.queue, claim.task).released, 1)
-          yield* Effect.logInfo("released on shutdown")
+          yield* action.unstarted === true ? Effect.logDebug("given back unstarted: held ahead too long") : Effect.logInfo("released on shutdown")
         }
         break
       case "Forget":

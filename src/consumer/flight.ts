@@ -24,6 +24,8 @@ export interface Flight {
   held: number
   /** The lane's recent mean handler time (ms, exponentially weighted), once a handler has ended: what `auto` prefetch reads. */
   meanRunMs: number | undefined
+  /** When a handler of the lane last ended (Clock ms). */
+  lastEndedAt: number
   /** How many messages the lane may hold ahead of its free slots (see {@link ahead}). */
   readonly prefetch: Prefetch
   /** Set once the shutdown began (or the claim loop failed): claims that arrive now are released. */
@@ -48,6 +50,7 @@ export const make = (concurrency: number, prefetch: Prefetch = 0): Effect.Effect
       running: 0,
       held: 0,
       meanRunMs: undefined,
+      lastEndedAt: 0,
       prefetch,
       stopping: false,
       waits: 0,
@@ -64,59 +67,81 @@ export const make = (concurrency: number, prefetch: Prefetch = 0): Effect.Effect
 export const AUTO_PREFETCH_BELOW_MS = 20
 
 /**
- * How many messages the lane may hold ahead of its free slots now. `auto`: `concurrency + 1`
- * (graphile-worker's local queue size at its documented best) while the lane's handlers average
- * under {@link AUTO_PREFETCH_BELOW_MS}, none before the first handler ended or once they are
- * slower (then a message held would wait a long handler out while other consumers idle).
+ * Under `auto`, the longest a message is held for a slot (ms) before it is given back (its
+ * attempt too): the handlers turned slow after it was claimed, and another consumer may be idle.
+ * Quick handlers start a held message within a few of their runs, far under this.
  */
-export const ahead = (flight: Flight): number => {
+export const AUTO_HOLD_MAX_MS = 250
+
+/**
+ * How many messages the lane may hold ahead of its free slots at `now` (Clock ms). `auto`:
+ * `concurrency + 1` (graphile-worker's local queue size at its documented best) while the lane's
+ * handlers are quick: their mean under {@link AUTO_PREFETCH_BELOW_MS}, and, while some run, one
+ * of them ended within that time. None before the first handler ended, or once they are slower
+ * (then a message held would wait a long handler out while other consumers idle).
+ */
+export const ahead = (flight: Flight, now: number): number => {
   if (flight.prefetch !== "auto") return flight.prefetch
   const mean = flight.meanRunMs
-  return mean !== undefined && mean < AUTO_PREFETCH_BELOW_MS ? flight.concurrency + 1 : 0
+  if (mean === undefined || mean >= AUTO_PREFETCH_BELOW_MS) return 0
+  return flight.running > 0 && now - flight.lastEndedAt >= AUTO_PREFETCH_BELOW_MS ? 0 : flight.concurrency + 1
 }
+
+/** When a message held now must start by before it is given back (Clock ms; a number `prefetch` holds it until a slot frees). */
+export const holdUntil = (flight: Flight, now: number): number =>
+  flight.prefetch === "auto" ? now + AUTO_HOLD_MAX_MS : Number.POSITIVE_INFINITY
 
 /** Handler slots free now (held messages take theirs first). */
 export const freeSlots = (flight: Flight): number => flight.concurrency - flight.running - flight.held
 
 /**
- * How many messages the next claim may take: the free handler slots and what the lane may hold
- * ahead of them, and never more than that plus one full completion batch in flight at once.
+ * How many messages the next claim may take at `now`: the free handler slots and what the lane may
+ * hold ahead of them, and never more than that plus one full completion batch in flight at once.
  * Finishing writes that lag cannot pile up without bound, yet while a slow one is in flight the
  * next completions gather into a bigger batch instead of holding up the claims (a bound of
  * `2 x concurrency` made every claim wait for the previous batch's write at small concurrency).
  */
-export const room = (flight: Flight): number => {
-  const most = flight.concurrency + ahead(flight)
+export const room = (flight: Flight, now: number): number => {
+  const most = flight.concurrency + ahead(flight, now)
   return Math.min(most - flight.running - flight.held, most + COMPLETION_BATCH - flight.inFlight)
 }
 
 /**
- * Whether the claim loop may claim now: there is room, and no message of the last claim still
+ * Whether the claim loop may claim at `now`: there is room, and no message of the last claim still
  * waits for a slot (the next claim goes out as the last held message starts, and its round trip
  * overlaps the handlers running; graphile-worker's local queue refetches on empty alike).
  */
-export const mayClaim = (flight: Flight): boolean => flight.held === 0 && room(flight) > 0
+export const mayClaim = (flight: Flight, now: number): boolean => flight.held === 0 && room(flight, now) > 0
+
+/** How a held message's wait for a slot ended. */
+export type Start = "started" | "stopping" | "expired"
 
 /**
- * Give a held message a handler slot, waiting for one to free: answers `false`, the message
- * still held, once the lane is stopping (the caller releases it).
+ * Give a held message a handler slot, waiting for one to free until `until` (Clock ms): answers
+ * `stopping` once the lane stops and `expired` at `until`, the message still held (the caller
+ * releases it).
  */
-export const startSlot = (flight: Flight): Effect.Effect<boolean> =>
+export const startSlot = (flight: Flight, until: number): Effect.Effect<Start> =>
   Effect.suspend(() => {
-    if (flight.stopping) return FALSE
+    if (flight.stopping) return STOPPING
     if (flight.running < flight.concurrency) {
       flight.running += 1
       flight.held -= 1
       // The claim loop waits for the held messages to start before claiming again.
-      return flight.held === 0 ? Effect.as(flight.slotFreed.open, true) : TRUE
+      return flight.held === 0 ? Effect.as(flight.slotFreed.open, "started" as const) : STARTED
     }
-    return Effect.andThen(flight.slotFreed.close, () =>
-      flight.stopping || flight.running < flight.concurrency
-        ? startSlot(flight)
-        : Effect.andThen(flight.slotFreed.await, startSlot(flight)))
+    return Effect.andThen(flight.slotFreed.close, () => {
+      if (flight.stopping || flight.running < flight.concurrency) return startSlot(flight, until)
+      if (until === Number.POSITIVE_INFINITY) return Effect.andThen(flight.slotFreed.await, startSlot(flight, until))
+      return Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        now >= until
+          ? EXPIRED
+          : Effect.andThen(Effect.raceFirst(flight.slotFreed.await, Effect.sleep(until - now)), startSlot(flight, until)))
+    })
   })
-const TRUE = Effect.succeed(true)
-const FALSE = Effect.succeed(false)
+const STARTED = Effect.succeed<Start>("started")
+const STOPPING = Effect.succeed<Start>("stopping")
+const EXPIRED = Effect.succeed<Start>("expired")
 
 /** Count `n` messages just claimed as held, until each starts or is released. */
 export const hold = (flight: Flight, n: number): void => {
@@ -161,9 +186,11 @@ class MessageSlot implements Handle.Slot {
   }
   // Opening the latch wakes the claim loop through the scheduler, after the fibers already
   // due: the handlers of a claim that end together free their slots for one claim, not one each.
-  ran(ms: number): void {
-    const mean = this.#flight.meanRunMs
-    this.#flight.meanRunMs = mean === undefined ? ms : mean + (ms - mean) * RUN_WEIGHT
+  ran(ms: number, endedAt: number): void {
+    const flight = this.#flight
+    const mean = flight.meanRunMs
+    flight.meanRunMs = mean === undefined ? ms : mean + (ms - mean) * RUN_WEIGHT
+    flight.lastEndedAt = endedAt
   }
   free(): Effect.Effect<void> {
     if (!this.#held) return Effect.void

@@ -35,8 +35,8 @@ export interface Slot {
   readonly free: () => Effect.Effect<void>
   /** Leave the drain (no longer in flight); runs once per message, more calls do nothing. */
   readonly settle: () => Effect.Effect<void>
-  /** The handler ran for `ms` (what the lane's `auto` prefetch reads). */
-  readonly ran: (ms: number) => void
+  /** The handler ran for `ms`, ending at `endedAt` (Clock ms): what the lane's `auto` prefetch reads. */
+  readonly ran: (ms: number, endedAt: number) => void
 }
 
 /** What handling needs from the consumer it works for. */
@@ -176,7 +176,7 @@ export const make = <R>(options: HandleOptions<R>) => {
       const metrics = QueueMetrics.forTask(claim.queue, claim.task)
       const now = fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
       metrics.handlerDuration.updateUnsafe(now - startedAt, fiber.context)
-      m.slot.ran(now - startedAt)
+      m.slot.ran(now - startedAt, now)
       const waited = waitedMs(claim, renewer.claimLeaseMs, renewer.claimedAt, startedAt)
       if (waited !== undefined) metrics.waitTime.updateUnsafe(waited, fiber.context)
       return { _tag: "Handled", exit }

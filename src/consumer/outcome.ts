@@ -29,7 +29,8 @@ export type Action =
   /** `limit`: the attempts this message gets, where lower than its `maxAttempts` (the unknown-task limit). */
   | { readonly _tag: "Retry"; readonly delayMs: number; readonly error: string; readonly lost?: true; readonly limit?: number }
   | { readonly _tag: "DeadLetter"; readonly reason: string; readonly error: string | undefined }
-  | { readonly _tag: "Release" }
+  /** `unstarted`: a message held ahead of a slot given back (not a shutdown's release). */
+  | { readonly _tag: "Release"; readonly unstarted?: true }
   /** Write nothing: another consumer holds the message now. */
   | { readonly _tag: "Forget"; readonly error: string }
   /** Delete it: an operator cancelled it while it ran (never retried, never dead-lettered). */
