@@ -122,8 +122,11 @@ export const make = <R>(
      * is the step every message waits for; measured 15-20 % more messages/s at C=50).
      */
     const claimIdle = Latch.makeUnsafe(true)
+    // With a second claim loop a claim is in flight most of the time: a held flush would wait out
+    // its bound behind one claim after another (measured slower at C=10 and C=50), so none is held.
+    const holdFlushes = lanes.every((lane) => Flight.claimLoopCount(lane.flight.concurrency) === 1)
     const claimAnswered = Effect.suspend(() =>
-      claimIdle.isOpen() ? Effect.void : Effect.asVoid(Effect.timeoutOption(claimIdle.await, FLUSH_HOLD_MAX_MS))
+      claimIdle.isOpen() || !holdFlushes ? Effect.void : Effect.asVoid(Effect.timeoutOption(claimIdle.await, FLUSH_HOLD_MAX_MS))
     )
 
     // Before the shutdown finalizer: its flushers outlive the drain.
@@ -156,11 +159,14 @@ export const make = <R>(
     const declared = yield* Effect.cached(
       FlowDeclaration.declareWhileConnecting(dispatcher.limits ?? [], { backoffMs: settings.pollIntervalMs, backoffMaxMs: settings.backoffMaxMs })
     )
-    const loops = lanes.map(({ queues, flight, idle }) =>
-      Effect.andThen(
-        declared,
-        ClaimLoop.make({ store, settings, dispatcher, handle, completer, queues, flight, handlers, renewers, claimIdle, atRisk, idle })
-      ).pipe(Effect.annotateLogs({ ...annotations, module: "Consumer" }), Effect.provideContext(context)))
+    // A lane's claim loops: the lead, and from 32 slots one beside it while there is a backlog (ClaimLoop.Role).
+    const loops = lanes.flatMap(({ queues, flight, idle }) =>
+      CLAIM_LOOP_ROLES.slice(0, Flight.claimLoopCount(flight.concurrency)).map((role) =>
+        Effect.andThen(
+          declared,
+          ClaimLoop.make({ store, settings, dispatcher, handle, completer, queues, flight, handlers, renewers, claimIdle, atRisk, idle }, role)
+        ).pipe(Effect.annotateLogs({ ...annotations, module: "Consumer" }), Effect.provideContext(context))
+      ))
 
     // Warn when the event loop stalls for half a renewal interval (of the shortest lease): renewals would be late.
     const taskLeasesMs = dispatcher.leasesMs ?? []
@@ -323,6 +329,12 @@ const shutdown = (parts: {
  * pool's other connection stays free for renewals, which never wait behind a flush.
  */
 const COMPLETION_FLUSHERS = 1
+/**
+ * The claim loops a lane may have, in order. A second loop keeps a claim statement in flight while
+ * the first's answer is dispatched: at C=200 over a backlog the worker, the claim's backend and
+ * the finishing write's backend each stood about half idle, waiting on one another (docs/benchmarks.md).
+ */
+const CLAIM_LOOP_ROLES: ReadonlyArray<ClaimLoop.Role> = ["lead", "beside"]
 /** The longest a flush waits for a claim in flight (a claim of 50 answers in 1-3 ms here). */
 const FLUSH_HOLD_MAX_MS = 20
 

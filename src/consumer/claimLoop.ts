@@ -47,30 +47,47 @@ export interface ClaimLoopOptions<R> {
 }
 
 /**
+ * Which claim loop of a lane: the `lead` claims whenever there is room, and sleeps when the
+ * queues are empty (until the poll interval, the earliest visibility or a wake-up); a lane's
+ * second loop, `beside`, claims only while the last claim came back full (a backlog), so two
+ * claim statements are in flight at once only when there is more to claim than one brings.
+ * Each claim reserves its room first (`Flight.reserve`): together they never claim more.
+ */
+export type Role = "lead" | "beside"
+
+/**
  * The claim loop of one consumer: round-robin over the queues, never more claims than free
  * slots. It never ends but by failing (an error that is not connection-dead) or being interrupted.
  */
-export const make = <R>(options: ClaimLoopOptions<R>): Effect.Effect<never, StoreError | InvalidInput, R | QueueStore> => {
+export const make = <R>(options: ClaimLoopOptions<R>, role: Role = "lead"): Effect.Effect<never, StoreError | InvalidInput, R | QueueStore> => {
   const { settings, queues, flight, atRisk, idle } = options
   const claimAndDispatch = claimer(options)
+  const lead = role === "lead"
+  // The lead's waits are waits by design, which the consumer's health reads; the second loop's
+  // are not, so a stuck lead is never hidden by a second loop waiting for a backlog.
+  const wait = <A>(effect: Effect.Effect<A>) => lead ? Flight.waiting(flight, effect) : effect
+  // The second loop claims no less than half a batch: a slot or two freed is the lead's to fill.
+  const leastRoom = lead ? 1 : Math.max(1, Math.floor(Math.min(settings.batchSize, flight.concurrency) / 2))
   return Effect.gen(function*() {
     let next = 0
     let emptyInARow = 0
     let backoff = settings.pollIntervalMs
     /** A claim ahead (no slot free) found nothing: claim again once a slot frees, not before. */
     let dryAhead = false
-    const blocked = (now: number) => !Flight.mayClaim(flight, now) || (dryAhead && Flight.freeSlots(flight) <= 0)
+    const blocked = (now: number) =>
+      !Flight.mayClaim(flight, now) || Flight.room(flight, now) < leastRoom || (dryAhead && Flight.freeSlots(flight) <= 0)
     while (true) {
+      if (!lead) yield* flight.backlog.await
       const now = yield* Clock.currentTimeMillis
       if (blocked(now)) {
         yield* flight.slotFreed.close
         // Nothing to do until a handler ends or the held messages started (a presence at risk stops handlers, which frees slots).
-        if (blocked(now)) yield* Flight.waiting(flight, flight.slotFreed.await)
+        if (blocked(now)) yield* wait(flight.slotFreed.await)
         continue
       }
       if (yield* atRisk) {
         // Cut off long enough to look dead to the others: whatever we claimed now would be stopped at once.
-        yield* Flight.waiting(flight, Effect.sleep(settings.pollIntervalMs))
+        yield* wait(Effect.sleep(settings.pollIntervalMs))
         continue
       }
       const free = Flight.freeSlots(flight)
@@ -87,14 +104,17 @@ export const make = <R>(options: ClaimLoopOptions<R>): Effect.Effect<never, Stor
       )
       if (claimed === undefined) continue
       backoff = settings.pollIntervalMs
+      // A full claim opens the way for the second loop; any other closes it.
+      if (claimed.full) flight.backlog.openUnsafe()
+      else if (!flight.stopping) flight.backlog.closeUnsafe()
       yield* Flight.progress(flight)
       yield* Metric.update(QueueMetrics.inFlight, flight.inFlight)
-      if (claimed === 0) {
+      if (claimed.count === 0 && lead) {
         if (++emptyInARow >= queues.length) {
           emptyInARow = 0
           // Every slot busy: the next claim waits for one to free (a send meanwhile is claimed then).
           if (free <= 0) dryAhead = true
-          else yield* Flight.waiting(flight, idle)
+          else yield* wait(idle)
         }
         continue
       }
@@ -114,30 +134,42 @@ const claimer = <R>(options: ClaimLoopOptions<R>) => {
   const processClaim = claimProcessor(options)
   /** Each queue's own settings (or the consumer's), looked up once. */
   const settingsOf = new Map(options.queues.map((q) => [q, forQueue(settings, q)]))
-  return (queue: string): Effect.Effect<number, StoreError | InvalidInput, R | QueueStore> =>
+  return (queue: string): Effect.Effect<Claimed, StoreError | InvalidInput, R | QueueStore> =>
     Effect.uninterruptible(Effect.gen(function*() {
       const claimedAt = yield* Clock.currentTimeMillis
       const own = settingsOf.get(queue) ?? forQueue(settings, queue)
       claimIdle.closeUnsafe()
       const limit = Math.min(own.batchSize, Flight.room(flight, claimedAt))
-      const claims = yield* store.claim(queue, {
-        lease: own.leaseMs,
-        limit,
-        // What of the limit would wait for a slot: a queue with flow limits is claimed without it.
-        ahead: Math.max(0, limit - Flight.freeSlots(flight)),
-        consumer: settings.consumerId
-      }).pipe(Effect.ensuring(Effect.sync(() => claimIdle.openUnsafe()))) // a waiting flush starts here, at once
-      if (claims.length === 0) return 0
-      yield* Effect.withFiberSucceed((fiber) => countClaimed(queue, claims, fiber.context))
+      // What of the limit would wait for a slot: a queue with flow limits is claimed without it.
+      const ahead = Math.min(limit, Math.max(0, limit - Flight.freeSlots(flight)))
+      // A claim beside this one (the lane's second loop) sees this room as taken until it answers.
+      Flight.reserve(flight, limit)
+      const claims = yield* store.claim(queue, { lease: own.leaseMs, limit, ahead, consumer: settings.consumerId }).pipe(
+        Effect.onError(() => Effect.sync(() => Flight.settleClaim(flight, limit))),
+        Effect.ensuring(Effect.sync(() => claimIdle.openUnsafe())) // a waiting flush starts here, at once
+      )
+      // The reserved room becomes what was claimed, held, in one step: no claim beside sees neither.
+      Flight.settleClaim(flight, limit)
+      if (claims.length === 0) return NONE
       if (flight.stopping) {
         yield* releaseUnrun(options, claims, claimedAt, own.leaseMs)
-        return claims.length
+      } else {
+        Flight.hold(flight, claims.length)
+        yield* Effect.forkIn(processClaim(claims, claimedAt, own), options.handlers, { startImmediately: true })
       }
-      Flight.hold(flight, claims.length)
-      yield* Effect.forkIn(processClaim(claims, claimedAt, own), options.handlers, { startImmediately: true })
-      return claims.length
+      yield* Effect.withFiberSucceed((fiber) => countClaimed(queue, claims, fiber.context))
+      return { count: claims.length, full: claims.length === limit }
     }))
 }
+
+/** What one claim took: how many, and whether as many as it asked for (more is likely ready). */
+interface Claimed {
+  readonly count: number
+  readonly full: boolean
+}
+
+/** A claim that found nothing. */
+const NONE: Claimed = { count: 0, full: false }
 
 /**
  * Process one claim: its renewer lives exactly as long as the claim's scope. Each message starts

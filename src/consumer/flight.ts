@@ -22,6 +22,8 @@ export interface Flight {
   running: number
   /** Messages claimed whose handlers have not started: each waits for a free slot (or is released at shutdown). */
   held: number
+  /** What the claims in flight may bring back (each its limit, see {@link reserve}): counted as held until answered. */
+  claiming: number
   /** The lane's recent mean handler time (ms, exponentially weighted), once a handler has ended: what `auto` prefetch reads. */
   meanRunMs: number | undefined
   /** When a handler of the lane last ended (Clock ms). */
@@ -40,6 +42,11 @@ export interface Flight {
    * the lane stops: whoever waits on the counters looks again.
    */
   readonly slotFreed: Latch.Latch
+  /**
+   * Open while the lane's last claim came back full (more is likely ready): a second claim loop
+   * claims beside the first only then (see `ClaimLoop.make`'s `role`).
+   */
+  readonly backlog: Latch.Latch
 }
 
 /** The accounting of a lane of `concurrency` handler slots, nothing held yet. */
@@ -49,6 +56,7 @@ export const make = (concurrency: number, prefetch: Prefetch = 0): Effect.Effect
       inFlight: 0,
       running: 0,
       held: 0,
+      claiming: 0,
       meanRunMs: undefined,
       lastEndedAt: 0,
       prefetch,
@@ -56,7 +64,8 @@ export const make = (concurrency: number, prefetch: Prefetch = 0): Effect.Effect
       waits: 0,
       lastProgress: yield* Clock.currentTimeMillis,
       concurrency,
-      slotFreed: yield* Latch.make(false)
+      slotFreed: yield* Latch.make(false),
+      backlog: yield* Latch.make(false)
     }
   })
 
@@ -91,8 +100,8 @@ export const ahead = (flight: Flight, now: number): number => {
 export const holdUntil = (flight: Flight, now: number): number =>
   flight.prefetch === "auto" ? now + AUTO_HOLD_MAX_MS : Number.POSITIVE_INFINITY
 
-/** Handler slots free now (held messages take theirs first). */
-export const freeSlots = (flight: Flight): number => flight.concurrency - flight.running - flight.held
+/** Handler slots free now (held messages take theirs first, and so may what the claims in flight bring back). */
+export const freeSlots = (flight: Flight): number => flight.concurrency - flight.running - flight.held - flight.claiming
 
 /**
  * How many messages the next claim may take at `now`: the free handler slots and what the lane may
@@ -103,7 +112,8 @@ export const freeSlots = (flight: Flight): number => flight.concurrency - flight
  */
 export const room = (flight: Flight, now: number): number => {
   const most = flight.concurrency + ahead(flight, now)
-  return Math.min(most - flight.running - flight.held, most + COMPLETION_BATCH - flight.inFlight)
+  const taken = flight.running + flight.held + flight.claiming
+  return Math.min(most - taken, most + COMPLETION_BATCH - flight.inFlight - flight.claiming)
 }
 
 /**
@@ -142,6 +152,28 @@ export const startSlot = (flight: Flight, until: number): Effect.Effect<Start> =
 const STARTED = Effect.succeed<Start>("started")
 const STOPPING = Effect.succeed<Start>("stopping")
 const EXPIRED = Effect.succeed<Start>("expired")
+
+/**
+ * The least concurrency of a lane that claims with a second loop beside its first (`ClaimLoop.Role`):
+ * its claims then take at least half of 32 handler slots or of a batch, whichever is less.
+ */
+export const BESIDE_FROM_CONCURRENCY = 32
+
+/** The claim loops of a lane of `concurrency`: the lead, and from {@link BESIDE_FROM_CONCURRENCY} one beside it. */
+export const claimLoopCount = (concurrency: number): number => concurrency >= BESIDE_FROM_CONCURRENCY ? 2 : 1
+
+/**
+ * Reserve the room a claim of `limit` is about to take, so a claim beside it never takes the same
+ * room: give it back with {@link settleClaim} once the claim answered (or failed).
+ */
+export const reserve = (flight: Flight, limit: number): void => {
+  flight.claiming += limit
+}
+
+/** A claim reserved with {@link reserve} answered (or failed): its room is free again, what it brought is then held. */
+export const settleClaim = (flight: Flight, limit: number): void => {
+  flight.claiming -= limit
+}
 
 /** Count `n` messages just claimed as held, until each starts or is released. */
 export const hold = (flight: Flight, n: number): void => {
