@@ -284,3 +284,50 @@ describe("waking on sends (LISTEN/NOTIFY)", () => {
       yield* Scope.close(scope, Exit.void)
     })).pipe(Effect.provide(PgTest.storeLayer({ clock: "database" }))), { timeout: 30_000 })
 })
+
+describe("two claim loops on PostgreSQL (a lane of 64 slots over a backlog)", () => {
+  it.live("a 3,000-message backlog drains with two claims in flight at times: each message runs once and is acked once", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const inner = yield* QueueStore
+      let claimsInFlight = 0
+      let mostInFlight = 0
+      // The store as the consumer sees it, counting its claim statements in flight at once.
+      const counting = Layer.succeed(QueueStore, {
+        ...inner,
+        claim: (queue, options) =>
+          Effect.suspend(() => {
+            mostInFlight = Math.max(mostInFlight, ++claimsInFlight)
+            return inner.claim(queue, options)
+          }).pipe(Effect.ensuring(Effect.sync(() => void claimsInFlight--)))
+      })
+      const runs = new Map<string, number>()
+      const handler: Consumer.Handler = (message) => Effect.sync(() => void runs.set(message.id, (runs.get(message.id) ?? 0) + 1))
+      const ids: Array<string> = []
+      for (let i = 0; i < 3_000; i += 500) {
+        const sent = yield* inner.send(QUEUE, Array.from({ length: 500 }, (_, j) => ({ task: "quick", payload: { n: i + j } })))
+        ids.push(...sent.map((s) => s.id))
+      }
+      const before = yield* snapshot
+      const scope = yield* Scope.fork(yield* Scope.Scope)
+      yield* Layer.buildWithScope(
+        Consumer.layer(handler, { queues: [QUEUE], consumerId: "two-loops", lease: "30 seconds", concurrency: 64, batchSize: 32, pollInterval: "50ms" })
+          .pipe(Layer.provide(counting)),
+        scope
+      )
+      yield* waitFor(
+        "every message to be acked",
+        Effect.map(snapshot, (now) => now.acked - before.acked >= ids.length ? Option.some(true) : Option.none()),
+        60_000
+      )
+      yield* Scope.close(scope, Exit.void)
+      const d = delta(before, yield* snapshot)
+      assert.strictEqual(mostInFlight, 2, "the second loop claimed beside the first")
+      assert.deepStrictEqual([...runs.keys()].sort(), [...ids].sort(), "every message ran")
+      assert.deepStrictEqual([...runs.values()].filter((n) => n !== 1), [], "none ran twice")
+      assert.strictEqual(d.claimed, ids.length, "each claimed once")
+      assert.strictEqual(d.acked, ids.length)
+      assert.strictEqual(d.doubleRuns, 0)
+      assert.strictEqual(d.released, 0)
+      assert.strictEqual((yield* inner.stats(QUEUE)).ready, 0)
+    })).pipe(Effect.provide(PgTest.storeLayer({ clock: "database" }))), { timeout: 90_000 })
+})
