@@ -8,9 +8,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Ref } from "effect"
 import type { QueueStoreShape } from "../src/QueueStore.ts"
-import { gatedHandler, makeSpy, type Spy, startConsumer } from "./support/ConsumerHarness.ts"
+import { gatedHandler, makeSpy, sendN, type Spy, startConsumer } from "./support/ConsumerHarness.ts"
 
-const queue = "default"
 const lease = "30 seconds"
 
 /** Let forked fibers run without moving time. */
@@ -55,10 +54,6 @@ const gatedClaims = (spy: Spy) =>
     })
     return { store, answer, limits, pendingCount: () => pending.length, most: () => most }
   })
-
-/** Send `n` messages of task `t`; answers their ids. */
-const sendN = (spy: Spy, n: number) =>
-  Effect.map(spy.store.send(queue, Array.from({ length: n }, (_, i) => ({ task: "t", payload: i }))), (sent) => sent.map((s) => s.id))
 
 describe("Consumer: a second claim loop beside the first (memory store, TestClock)", () => {
   it.effect("a lane of 40 over a backlog: after a full claim a second claim is in flight beside the next, and together they claim no more than the room", () =>

@@ -8,7 +8,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, Ref, Scope } from "effect"
 import { TestClock } from "effect/testing"
-import { captureLogs, gatedHandler, makeSpy, type Spy, startConsumer } from "./support/ConsumerHarness.ts"
+import { captureLogs, gatedHandler, makeSpy, sendN, startConsumer } from "./support/ConsumerHarness.ts"
 
 const queue = "default"
 const lease = "30 seconds"
@@ -17,10 +17,6 @@ const lease = "30 seconds"
 const settle = Effect.gen(function*() {
   for (let i = 0; i < 20; i++) yield* Effect.yieldNow
 })
-
-/** Send `n` messages of task `t`, payloads 0..n-1; answers their ids. */
-const sendN = (spy: Spy, n: number) =>
-  Effect.map(spy.store.send(queue, Array.from({ length: n }, (_, i) => ({ task: "t", payload: i }))), (sent) => sent.map((s) => s.id))
 
 describe("Consumer: claiming ahead of free slots (memory store, TestClock)", () => {
   it.effect("prefetch 2 at concurrency 1: claims 3, runs one at a time, renews the held ones with the claim, claims again once the last held one started", () =>

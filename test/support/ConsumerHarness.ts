@@ -148,3 +148,7 @@ export const gatedHandler = () =>
       open: (id: string) => Deferred.succeed(gate(id), undefined)
     }
   })
+
+/** Send `n` messages of task `t` to `queue` (payloads 0..n-1) through the spy's store; answers their ids. */
+export const sendN = (spy: Spy, n: number, queue = "default") =>
+  Effect.map(spy.store.send(queue, Array.from({ length: n }, (_, i) => ({ task: "t", payload: i }))), (sent) => sent.map((s) => s.id))
