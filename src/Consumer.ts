@@ -123,8 +123,8 @@ export const make = <R>(
      */
     const claimIdle = Latch.makeUnsafe(true)
     // With a second claim loop a claim is in flight most of the time: a held flush would wait out
-    // its bound behind one claim after another (measured slower at C=10 and C=50), so none is held.
-    const holdFlushes = lanes.every((lane) => Flight.claimLoopCount(lane.flight.concurrency) === 1)
+    // its bound behind one claim after another (measured slower at C=50), so none is held.
+    const holdFlushes = !lanes.some((lane) => Flight.claimsBeside(lane.flight.concurrency))
     const claimAnswered = Effect.suspend(() =>
       claimIdle.isOpen() || !holdFlushes ? Effect.void : Effect.asVoid(Effect.timeoutOption(claimIdle.await, FLUSH_HOLD_MAX_MS))
     )
@@ -161,7 +161,7 @@ export const make = <R>(
     )
     // A lane's claim loops: the lead, and from 32 slots one beside it while there is a backlog (ClaimLoop.Role).
     const loops = lanes.flatMap(({ queues, flight, idle }) =>
-      CLAIM_LOOP_ROLES.slice(0, Flight.claimLoopCount(flight.concurrency)).map((role) =>
+      (Flight.claimsBeside(flight.concurrency) ? LEAD_AND_BESIDE : LEAD_ONLY).map((role) =>
         Effect.andThen(
           declared,
           ClaimLoop.make({ store, settings, dispatcher, handle, completer, queues, flight, handlers, renewers, claimIdle, atRisk, idle }, role)
@@ -330,11 +330,13 @@ const shutdown = (parts: {
  */
 const COMPLETION_FLUSHERS = 1
 /**
- * The claim loops a lane may have, in order. A second loop keeps a claim statement in flight while
- * the first's answer is dispatched: at C=200 over a backlog the worker, the claim's backend and
- * the finishing write's backend each stood about half idle, waiting on one another (docs/benchmarks.md).
+ * The claim loops of a lane: its lead alone, or (`Flight.claimsBeside`) with a second loop that keeps a
+ * claim statement in flight while the first's answer is dispatched: at C=200 over a backlog the worker,
+ * the claim's backend and the finishing write's backend each stood about half idle, waiting on one
+ * another (docs/benchmarks.md).
  */
-const CLAIM_LOOP_ROLES: ReadonlyArray<ClaimLoop.Role> = ["lead", "beside"]
+const LEAD_ONLY: ReadonlyArray<ClaimLoop.Role> = ["lead"]
+const LEAD_AND_BESIDE: ReadonlyArray<ClaimLoop.Role> = ["lead", "beside"]
 /** The longest a flush waits for a claim in flight (a claim of 50 answers in 1-3 ms here). */
 const FLUSH_HOLD_MAX_MS = 20
 

@@ -55,15 +55,25 @@ const gatedClaims = (spy: Spy) =>
     return { store, answer, limits, pendingCount: () => pending.length, most: () => most }
   })
 
+/**
+ * `messages` queued, then a consumer of `concurrency` slots (batches of 10, nothing claimed ahead)
+ * on the gated store, its handlers blocking, run until its first claim waits at the gate.
+ */
+const started = (messages: number, concurrency: number) =>
+  Effect.gen(function*() {
+    const spy = yield* makeSpy
+    const gated = yield* gatedClaims(spy)
+    const h = yield* gatedHandler()
+    const ids = yield* sendN(spy, messages)
+    yield* startConsumer({ ...spy, store: gated.store }, h.handler, { lease, concurrency, batchSize: 10, prefetch: 0 })
+    yield* settle
+    return { gated, h, ids }
+  })
+
 describe("Consumer: a second claim loop beside the first (memory store, TestClock)", () => {
   it.effect("a lane of 40 over a backlog: after a full claim a second claim is in flight beside the next, and together they claim no more than the room", () =>
     Effect.gen(function*() {
-      const spy = yield* makeSpy
-      const gated = yield* gatedClaims(spy)
-      const h = yield* gatedHandler()
-      const ids = yield* sendN(spy, 200)
-      yield* startConsumer({ ...spy, store: gated.store }, h.handler, { lease, concurrency: 40, batchSize: 10, prefetch: 0 })
-      yield* settle
+      const { gated, h, ids } = yield* started(200, 40)
       assert.strictEqual(gated.pendingCount(), 1, "one claim before any came back full")
       yield* gated.answer
       yield* settle
@@ -81,14 +91,9 @@ describe("Consumer: a second claim loop beside the first (memory store, TestCloc
       assert.deepStrictEqual([...(yield* Ref.get(h.started))].sort((a, b) => Number(a) - Number(b)), ids.slice(0, 40))
     }))
 
-  it.effect("a claim that comes back short closes the way: the next claims go one at a time", () =>
+  it.effect("a claim that comes back short never starts the second loop: the lead claims alone, then sleeps", () =>
     Effect.gen(function*() {
-      const spy = yield* makeSpy
-      const gated = yield* gatedClaims(spy)
-      const h = yield* gatedHandler()
-      yield* sendN(spy, 5)
-      yield* startConsumer({ ...spy, store: gated.store }, h.handler, { lease, concurrency: 40, batchSize: 10, prefetch: 0 })
-      yield* settle
+      const { gated, h } = yield* started(5, 40)
       yield* gated.answer
       yield* settle
       // 5 of 10: the lead goes on alone (its next claim finds nothing and it sleeps until a send).
@@ -102,12 +107,7 @@ describe("Consumer: a second claim loop beside the first (memory store, TestCloc
 
   it.effect("a lane under 32 slots claims with one loop, however full its claims come back", () =>
     Effect.gen(function*() {
-      const spy = yield* makeSpy
-      const gated = yield* gatedClaims(spy)
-      const h = yield* gatedHandler()
-      yield* sendN(spy, 100)
-      yield* startConsumer({ ...spy, store: gated.store }, h.handler, { lease, concurrency: 31, batchSize: 10, prefetch: 0 })
-      yield* settle
+      const { gated, h } = yield* started(100, 31)
       for (let i = 0; i < 4; i++) {
         assert.strictEqual(gated.pendingCount(), 1, `claim ${i + 1} alone`)
         yield* gated.answer

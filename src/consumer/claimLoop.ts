@@ -74,8 +74,7 @@ export const make = <R>(options: ClaimLoopOptions<R>, role: Role = "lead"): Effe
     let backoff = settings.pollIntervalMs
     /** A claim ahead (no slot free) found nothing: claim again once a slot frees, not before. */
     let dryAhead = false
-    const blocked = (now: number) =>
-      !Flight.mayClaim(flight, now) || Flight.room(flight, now) < leastRoom || (dryAhead && Flight.freeSlots(flight) <= 0)
+    const blocked = (now: number) => !Flight.mayClaim(flight, now, leastRoom) || (dryAhead && Flight.freeSlots(flight) <= 0)
     while (true) {
       if (!lead) yield* flight.backlog.await
       const now = yield* Clock.currentTimeMillis
@@ -106,7 +105,7 @@ export const make = <R>(options: ClaimLoopOptions<R>, role: Role = "lead"): Effe
       backoff = settings.pollIntervalMs
       // A full claim opens the way for the second loop; any other closes it.
       if (claimed.full) flight.backlog.openUnsafe()
-      else if (!flight.stopping) flight.backlog.closeUnsafe()
+      else flight.backlog.closeUnsafe()
       yield* Flight.progress(flight)
       yield* Metric.update(QueueMetrics.inFlight, flight.inFlight)
       if (claimed.count === 0 && lead) {

@@ -121,7 +121,7 @@ export const room = (flight: Flight, now: number): number => {
  * waits for a slot (the next claim goes out as the last held message starts, and its round trip
  * overlaps the handlers running; graphile-worker's local queue refetches on empty alike).
  */
-export const mayClaim = (flight: Flight, now: number): boolean => flight.held === 0 && room(flight, now) > 0
+export const mayClaim = (flight: Flight, now: number, leastRoom = 1): boolean => flight.held === 0 && room(flight, now) >= leastRoom
 
 /** How a held message's wait for a slot ended. */
 export type Start = "started" | "stopping" | "expired"
@@ -159,8 +159,8 @@ const EXPIRED = Effect.succeed<Start>("expired")
  */
 export const BESIDE_FROM_CONCURRENCY = 32
 
-/** The claim loops of a lane of `concurrency`: the lead, and from {@link BESIDE_FROM_CONCURRENCY} one beside it. */
-export const claimLoopCount = (concurrency: number): number => concurrency >= BESIDE_FROM_CONCURRENCY ? 2 : 1
+/** Whether a lane of `concurrency` runs a second claim loop beside its lead (from {@link BESIDE_FROM_CONCURRENCY}). */
+export const claimsBeside = (concurrency: number): boolean => concurrency >= BESIDE_FROM_CONCURRENCY
 
 /**
  * Reserve the room a claim of `limit` is about to take, so a claim beside it never takes the same
