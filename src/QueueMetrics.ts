@@ -11,6 +11,22 @@ import { Effect, Metric } from "effect"
 
 /** Messages claimed by consumers. */
 export const claimed = Metric.counter("leasehold_messages_claimed", { description: "Messages claimed" })
+
+/**
+ * Messages claimed, by the claim loop of its lane that claimed them (`loop`): `lead`, the loop
+ * every lane has, or `beside`, a lane's second loop (lanes of 32 slots or more, while claims come
+ * back full; consumer/claimLoop.ts). Together they are `leasehold_messages_claimed`.
+ */
+export const claimedByLoop = Metric.counter("leasehold_loop_messages_claimed", {
+  description: "Messages claimed, by claim loop (lead, beside)"
+})
+
+/** The `lead` series of {@link claimedByLoop}, built once. */
+export const claimedByLead = Metric.counter(claimedByLoop.id, { description: claimedByLoop.description, attributes: { loop: "lead" } })
+
+/** The `beside` series of {@link claimedByLoop}, built once. */
+export const claimedBeside = Metric.counter(claimedByLoop.id, { description: claimedByLoop.description, attributes: { loop: "beside" } })
+
 /** Messages acked after a successful handler. */
 export const acked = Metric.counter("leasehold_messages_acked", { description: "Messages acked" })
 /** Messages released (shutdown, interruption), the attempt given back. */
@@ -253,7 +269,7 @@ export const exportAtZero = (queues: ReadonlyArray<string>, tasks: ReadonlyArray
       const m = forTask(t.queue, t.task)
       return [m.claimed, m.acked, m.retried, m.deadLettered, m.released, m.cancelled]
     })
-  const totals = [claimed, acked, released, retried, deadLettered, cancelled, leasesLost, renewals, renewalFailures, doubleRuns, doubleRunsPrevented, commits, finishFailures]
+  const totals = [claimed, claimedByLead, claimedBeside, acked, released, retried, deadLettered, cancelled, leasesLost, renewals, renewalFailures, doubleRuns, doubleRunsPrevented, commits, finishFailures]
   return Effect.forEach([...totals, ...perTask], (metric) => Metric.value(metric), { discard: true })
 }
 

@@ -6,7 +6,8 @@
  * the test lets it answer, TestClock.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Ref } from "effect"
+import { Deferred, Effect, Metric, Ref } from "effect"
+import * as QueueMetrics from "../src/QueueMetrics.ts"
 import type { QueueStoreShape } from "../src/QueueStore.ts"
 import { gatedHandler, makeSpy, sendN, type Spy, startConsumer } from "./support/ConsumerHarness.ts"
 
@@ -16,6 +17,16 @@ const lease = "30 seconds"
 const settle = Effect.gen(function*() {
   for (let i = 0; i < 20; i++) yield* Effect.yieldNow
 })
+
+/** The messages each claim loop has claimed so far in this process (`leasehold_loop_messages_claimed`). */
+const claimedByLoop = Effect.all({
+  lead: Effect.map(Metric.value(QueueMetrics.claimedByLead), (s) => Number(s.count)),
+  beside: Effect.map(Metric.value(QueueMetrics.claimedBeside), (s) => Number(s.count))
+})
+
+/** What each loop claimed since `before`. */
+const claimedSince = (before: { readonly lead: number; readonly beside: number }) =>
+  Effect.map(claimedByLoop, (now) => ({ lead: now.lead - before.lead, beside: now.beside - before.beside }))
 
 /** A claim the test has not let answer yet: what it asked for, and its gate. */
 interface PendingClaim {
@@ -73,6 +84,7 @@ const started = (messages: number, concurrency: number) =>
 describe("Consumer: a second claim loop beside the first (memory store, TestClock)", () => {
   it.effect("a lane of 40 over a backlog: after a full claim a second claim is in flight beside the next, and together they claim no more than the room", () =>
     Effect.gen(function*() {
+      const before = yield* claimedByLoop
       const { gated, h, ids } = yield* started(200, 40)
       assert.strictEqual(gated.pendingCount(), 1, "one claim before any came back full")
       yield* gated.answer
@@ -89,6 +101,11 @@ describe("Consumer: a second claim loop beside the first (memory store, TestCloc
       assert.strictEqual(gated.limits.reduce((a, b) => a + b, 0), 40, "the claims asked for 40 in all: the room")
       assert.strictEqual(gated.most(), 2)
       assert.deepStrictEqual([...(yield* Ref.get(h.started))].sort((a, b) => Number(a) - Number(b)), ids.slice(0, 40))
+      // The metric tells the loops apart: the second claimed at least its one full batch.
+      const claimed = yield* claimedSince(before)
+      assert.strictEqual(claimed.lead + claimed.beside, 40)
+      assert.isAtLeast(claimed.beside, 10)
+      assert.isAtLeast(claimed.lead, 10)
     }))
 
   it.effect("a claim that comes back short never starts the second loop: the lead claims alone, then sleeps", () =>
@@ -107,6 +124,7 @@ describe("Consumer: a second claim loop beside the first (memory store, TestCloc
 
   it.effect("a lane under 32 slots claims with one loop, however full its claims come back", () =>
     Effect.gen(function*() {
+      const before = yield* claimedByLoop
       const { gated, h } = yield* started(100, 31)
       for (let i = 0; i < 4; i++) {
         assert.strictEqual(gated.pendingCount(), 1, `claim ${i + 1} alone`)
@@ -116,5 +134,6 @@ describe("Consumer: a second claim loop beside the first (memory store, TestCloc
       assert.strictEqual(gated.most(), 1)
       assert.deepStrictEqual(gated.limits, [10, 10, 10, 1])
       assert.strictEqual((yield* Ref.get(h.started)).length, 31)
+      assert.deepStrictEqual(yield* claimedSince(before), { lead: 31, beside: 0 })
     }))
 })

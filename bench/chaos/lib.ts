@@ -121,6 +121,13 @@ export const readLedger = (db: Db, schema: string) =>
 // ---------------------------------------------------------------------------------------------
 
 /** A journal line of a worker about one execution (see worker.ts). */
+/** A worker's claims so far, by claim loop (worker.ts `ClaimCounts`). */
+interface ClaimsEvent {
+  readonly ev: "claims"
+  readonly lead: number
+  readonly beside: number
+}
+
 export interface JournalEvent {
   /** `interrupt-returned`: the interrupted handler's finalizer (its ledger write, bounded) is done: the handler returns. */
   /**
@@ -226,6 +233,8 @@ export interface Worker {
   readonly journal: Array<JournalEvent>
   /** The judged log events this worker journaled (see LogEvent). */
   readonly logEvents: Array<LogEvent>
+  /** Messages its claim loops had claimed when it last said (`CHAOS {"ev":"claims"}`): the lead's, the second loop's. */
+  claimedByLoop: { readonly lead: number; readonly beside: number }
   readonly logCounts: LogCounts
   /** The last lines of output, for failure reports. */
   readonly tail: Array<string>
@@ -300,6 +309,7 @@ export const spawnWorker = (options: SpawnOptions): Worker => {
     closed,
     journal: [],
     logEvents: [],
+    claimedByLoop: { lead: 0, beside: 0 },
     logCounts: zeroLogCounts(),
     tail: []
   }
@@ -314,8 +324,9 @@ export const spawnWorker = (options: SpawnOptions): Worker => {
       for (const line of lines) {
         if (line.startsWith("CHAOS ")) {
           try {
-            const event = JSON.parse(line.slice(6)) as JournalEvent | LogEvent
+            const event = JSON.parse(line.slice(6)) as JournalEvent | LogEvent | ClaimsEvent
             if (event.ev === "log") worker.logEvents.push(event)
+            else if (event.ev === "claims") worker.claimedByLoop = { lead: event.lead, beside: event.beside }
             else worker.journal.push(event)
           } catch {
             // a torn line cannot happen on a pipe below PIPE_BUF; ignore anything else

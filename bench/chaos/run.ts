@@ -151,7 +151,8 @@ const config = {
   rate: envInt("CHAOS_RATE", profile.rate),
   workers: envInt("CHAOS_WORKERS", 4),
   leaseMs: envMs("CHAOS_LEASE", 3_000),
-  concurrency: envInt("CHAOS_CONCURRENCY", 16),
+  // 32 slots: a lane's second claim loop runs while claims come back full (the report says what it claimed).
+  concurrency: envInt("CHAOS_CONCURRENCY", flowRun || commitRun ? 16 : 32),
   batch: envInt("CHAOS_BATCH", 5),
   pollMs: envMs("CHAOS_POLL", 100),
   killEveryMs: envMs("CHAOS_KILL_EVERY", 3_000),
@@ -579,6 +580,9 @@ const main = async (): Promise<number> => {
     const logs: LogCounts = zeroLogCounts()
     for (const w of workers) for (const k of Object.keys(logs) as Array<keyof LogCounts>) logs[k] += w.logCounts[k]
 
+    // What the workers' claim loops claimed, as each last said (a SIGKILLed worker's last 500 ms are missing).
+    const claimedLead = workers.reduce((sum, w) => sum + w.claimedByLoop.lead, 0)
+    const claimedBeside = workers.reduce((sum, w) => sum + w.claimedByLoop.beside, 0)
     const violations: Array<string> = []
     const check = (ok: boolean, what: string) => {
       if (!ok) violations.push(what)
@@ -614,6 +618,7 @@ const main = async (): Promise<number> => {
       ]),
       ["messages still queued", String(result.stillQueued.length), check(result.stillQueued.length === 0, `${result.stillQueued.length} messages still in the queue after the drain`)],
       ["executions (handler runs)", String(result.executions), ""],
+      ["  claimed by a lane's second claim loop", `${claimedBeside} of ${claimedBeside + claimedLead}`, config.concurrency >= 32 ? "" : "(lanes under 32 slots have one loop)"],
       ["overlapping executions, both holders alive", String(result.overlaps.length), check(result.overlaps.length === 0, `${result.overlaps.length} overlapping executions with both holders alive`)],
       ...(!commitRun ? [] : [["  explained: stale run past its lease (onLeaseLost continue)", String(result.staleOverlaps.length), result.staleOverlaps.length === 0 ? "" : "allowed (lease lost logged)"]]),
       ["duplicate executions", String(totalDuplicates), ""],

@@ -20,6 +20,7 @@
  *   READY <consumerId> <pid> liveness=<on|off|unset>
  *   CHAOS {"ev":"interrupted"|"interrupt-returned"|"abandoned"|"end-write-failed"|"poison-failed", ...}   journal of what the ledger may miss
  *   CHAOS {"ev":"log","kind":"double-run-at-ack"|"finish-failed"|"renewer-wedged", ...}   consumer log lines to explain
+ *   CHAOS {"ev":"claims","lead":<n>,"beside":<n>}   messages claimed so far by each claim loop, when it changed (every 500 ms)
  *
  * Payload of every message: `{ n, ms, thenMs? }`: sleep `ms` on the first
  * attempt and `thenMs` (default `ms`) on later ones.
@@ -38,7 +39,7 @@
  * auto), which the orchestrators pass through.
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import { Effect, Layer, Logger, References } from "effect"
+import { Effect, Layer, Logger, Metric, References } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { randomUUID } from "node:crypto"
 import * as Consumer from "../../src/Consumer.ts"
@@ -46,6 +47,7 @@ import { Encoded } from "../../src/internal/attemptResult.ts"
 import * as ConsumerPresence from "../../src/ConsumerPresence.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
 import * as QueueConfig from "../../src/QueueConfig.ts"
+import * as QueueMetrics from "../../src/QueueMetrics.ts"
 import { classify } from "../../src/QueueError.ts"
 import { type LogEvent, type LogKind, logKindOf, logPatterns } from "./lib.ts"
 
@@ -270,7 +272,23 @@ const Ready = Layer.effectDiscard(Effect.gen(function*() {
   )
 }))
 
-const WorkerLayer = Ready.pipe(
+/**
+ * Journals what each claim loop has claimed (`leasehold_loop_messages_claimed`) whenever it
+ * changed, every 500 ms: the orchestrator reports how much the lanes' second loops claimed.
+ */
+const ClaimCounts = Layer.effectDiscard(Effect.forkScoped(Effect.gen(function*() {
+  let last = ""
+  while (true) {
+    const lead = (yield* Metric.value(QueueMetrics.claimedByLead)).count
+    const beside = (yield* Metric.value(QueueMetrics.claimedBeside)).count
+    const line = JSON.stringify({ ev: "claims", lead, beside })
+    if (line !== last) process.stdout.write(`CHAOS ${line}\n`)
+    last = line
+    yield* Effect.sleep(500)
+  }
+})))
+
+const WorkerLayer = Layer.merge(Ready, ClaimCounts).pipe(
   Layer.provideMerge(Consumer.layerFromEnv(handler).pipe(Layer.provide(ConsumerPresence.layerFromEnv()))),
   Layer.provide(Store),
   Layer.provide(Pg),

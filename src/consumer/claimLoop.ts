@@ -61,8 +61,8 @@ export type Role = "lead" | "beside"
  */
 export const make = <R>(options: ClaimLoopOptions<R>, role: Role = "lead"): Effect.Effect<never, StoreError | InvalidInput, R | QueueStore> => {
   const { settings, queues, flight, atRisk, idle } = options
-  const claimAndDispatch = claimer(options)
   const lead = role === "lead"
+  const claimAndDispatch = claimer(options, lead ? QueueMetrics.claimedByLead : QueueMetrics.claimedBeside)
   // The lead's waits are waits by design, which the consumer's health reads; the second loop's
   // are not, so a stuck lead is never hidden by a second loop waiting for a backlog.
   const wait = <A>(effect: Effect.Effect<A>) => lead ? Flight.waiting(flight, effect) : effect
@@ -126,9 +126,9 @@ export const make = <R>(options: ClaimLoopOptions<R>, role: Role = "lead"): Effe
  * Claim up to the room of the lane (free slots and what it may hold ahead) from a queue and dispatch what came back, as one
  * uninterruptible unit: a claim that committed is always either running or
  * released, never dropped by a shutdown that arrived while it was in flight.
- * Answers how many messages were claimed.
+ * Answers how many messages were claimed, counted in `byLoop` too (the series of this loop).
  */
-const claimer = <R>(options: ClaimLoopOptions<R>) => {
+const claimer = <R>(options: ClaimLoopOptions<R>, byLoop: Metric.Metric<number, Metric.CounterState<number>>) => {
   const { store, settings, flight, claimIdle } = options
   const processClaim = claimProcessor(options)
   /** Each queue's own settings (or the consumer's), looked up once. */
@@ -156,7 +156,7 @@ const claimer = <R>(options: ClaimLoopOptions<R>) => {
         Flight.hold(flight, claims.length)
         yield* Effect.forkIn(processClaim(claims, claimedAt, own), options.handlers, { startImmediately: true })
       }
-      yield* Effect.withFiberSucceed((fiber) => countClaimed(queue, claims, fiber.context))
+      yield* Effect.withFiberSucceed((fiber) => countClaimed(queue, claims, byLoop, fiber.context))
       return { count: claims.length, full: claims.length === limit }
     }))
 }
@@ -260,11 +260,17 @@ const releaseUnrun = <R>(options: ClaimLoopOptions<R>, claims: ReadonlyArray<Cla
   })
 
 /**
- * Count a claim: the process total, and per task (a claim's messages of one task come in
- * runs; one update per run, usually one per claim).
+ * Count a claim: the process total, the claiming loop's series, and per task (a claim's
+ * messages of one task come in runs; one update per run, usually one per claim).
  */
-const countClaimed = (queue: string, claims: ReadonlyArray<Claim>, context: Context.Context<never>) => {
+const countClaimed = (
+  queue: string,
+  claims: ReadonlyArray<Claim>,
+  byLoop: Metric.Metric<number, Metric.CounterState<number>>,
+  context: Context.Context<never>
+) => {
   QueueMetrics.claimed.updateUnsafe(claims.length, context)
+  byLoop.updateUnsafe(claims.length, context)
   let task = claims[0]!.task
   let run = 0
   for (const claim of claims) {
