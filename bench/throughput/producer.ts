@@ -23,6 +23,8 @@ const kind = process.env["BENCH_KIND"] === "raw" ? "raw" : "leasehold"
 const schema = process.env["BENCH_SCHEMA"] ?? ""
 const sends = Number(process.env["BENCH_SENDS"] ?? "200")
 const intervalMs = Number(process.env["BENCH_INTERVAL_MS"] ?? "20")
+/** Print `SENDT <sentAt> <ackedAt>` per send (BENCH_LATENCY_BREAKDOWN=1, breakdown.ts). */
+const breakdown = process.env["BENCH_LATENCY_BREAKDOWN"] === "1"
 const warm = Number(process.env["BENCH_WARM"] ?? "10")
 if (!/^[a-z_][a-z0-9_]*$/.test(schema)) {
   console.error(`producer: BENCH_SCHEMA must be a plain identifier, got ${JSON.stringify(schema)}`)
@@ -60,7 +62,10 @@ const program = Effect.gen(function*() {
   for (let k = 0; k < total; k++) {
     const wait = start + k * intervalMs - wallMs()
     if (wait > 0) yield* Effect.sleep(Math.ceil(wait))
-    yield* send(() => ({ sentAt: wallMs(), warm: k < warm }))
+    let sentAt = 0
+    yield* send(() => ({ sentAt: (sentAt = wallMs()), warm: k < warm }))
+    // BENCH_LATENCY_BREAKDOWN=1: when this send began and when its commit was acknowledged (breakdown.ts).
+    if (breakdown) console.log(`SENDT ${sentAt.toFixed(3)} ${wallMs().toFixed(3)}`)
   }
   console.log(`SENT ${sends}`)
 })

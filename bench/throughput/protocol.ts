@@ -8,7 +8,8 @@
  *   FIRST <wallMs>                the first handler started (throughput mode)
  *   WARM <count> <wallMs>         the handler has run BENCH_WARMUP times: the measured part starts (throughput mode)
  *   HANDLED <count> <wallMs>      the handler has run BENCH_EXPECT times (throughput mode)
- *   LAT <ms> <warm 0|1>           handler start - send time of one message (latency mode)
+ *   LAT <ms> <warm 0|1> <sentAt> <startAt>   handler start - send time of one message, and both times (latency mode)
+ *   CLAIMED <startAt> <endAt>     a claim statement that took messages (latency mode, BENCH_LATENCY_BREAKDOWN=1; leasehold)
  *   COUNT <count> <maxRssKb>      handler runs in total and peak RSS (resourceUsage), printed on exit
  *
  * Times are wall-clock milliseconds with sub-millisecond precision,
@@ -35,6 +36,8 @@ export interface WorkerEnv {
   /** Throughput mode: print WARM after this many handler runs (0: none). */
   readonly warmup: number
   readonly concurrency: number
+  /** Latency mode: print each claim statement's span too (BENCH_LATENCY_BREAKDOWN=1, breakdown.ts). */
+  readonly breakdown: boolean
 }
 
 export const workerEnv = (who: string): WorkerEnv => {
@@ -49,11 +52,13 @@ export const workerEnv = (who: string): WorkerEnv => {
     mode,
     expect: Number(process.env["BENCH_EXPECT"] ?? "0"),
     warmup: Number(process.env["BENCH_WARMUP"] ?? "0"),
-    concurrency: Number(process.env["BENCH_CONCURRENCY"] ?? "10")
+    concurrency: Number(process.env["BENCH_CONCURRENCY"] ?? "10"),
+    breakdown: mode === "latency" && process.env["BENCH_LATENCY_BREAKDOWN"] === "1"
   }
 }
 
-const line = (text: string) => {
+/** One line on stdout, written synchronously. */
+export const line = (text: string) => {
   writeSync(1, `${text}\n`)
 }
 
@@ -72,7 +77,9 @@ export const makeRecorder = (env: WorkerEnv) => {
     count++
     if (env.mode === "latency") {
       const p = payload as { readonly sentAt?: number; readonly warm?: boolean } | null
-      if (p !== null && typeof p.sentAt === "number") line(`LAT ${(now - p.sentAt).toFixed(3)} ${p.warm === true ? 1 : 0}`)
+      if (p !== null && typeof p.sentAt === "number") {
+        line(`LAT ${(now - p.sentAt).toFixed(3)} ${p.warm === true ? 1 : 0} ${p.sentAt.toFixed(3)} ${now.toFixed(3)}`)
+      }
       return
     }
     if (count === 1) line(`FIRST ${now.toFixed(3)}`)

@@ -55,6 +55,7 @@
  *   BENCH_LEASEHOLD_<NAME>     passed to the leasehold worker as LEASEHOLD_<NAME> (e.g. BENCH_LEASEHOLD_POLL_INTERVAL=100ms)
  *   BENCH_LATENCY=0            skip the pickup-latency measurement
  *   BENCH_LATENCY_SENDS        measured sends (default 200; quick 50)
+ *   BENCH_LATENCY_BREAKDOWN=1  split leasehold's pickups into send, wake, claim and dispatch (breakdown.ts) and print them
  *   BENCH_LATENCY_INTERVAL     time between sends (default 20ms)
  *   BENCH_FAST_PG=1            the embedded server without durability (fsync, synchronous_commit, full_page_writes off)
  *   BENCH_PG_STATS=1           count each worker's statements on the server (pg_stat_statements, preloaded in the embedded
@@ -107,6 +108,7 @@ import {
   runAsProcess,
   shutDown
 } from "../support/orchestrator.ts"
+import * as Breakdown from "./breakdown.ts"
 import { format as formatProfile, hottest } from "./profile.ts"
 import { QUEUE, wallMs } from "./protocol.ts"
 
@@ -155,6 +157,7 @@ const config = {
   latencyIntervalMs: envMs("BENCH_LATENCY_INTERVAL", 20),
   latencyWarm: 10,
   latencyConcurrency: 10,
+  latencyBreakdown: process.env["BENCH_LATENCY_BREAKDOWN"] === "1",
   fastPg: process.env["BENCH_FAST_PG"] === "1",
   pgStats: process.env["BENCH_PG_STATS"] === "1",
   cpuProf: process.env["BENCH_CPU_PROF"] === "1",
@@ -392,7 +395,14 @@ const workerScript = (kind: Kind) => (kind === "raw" ? "raw-worker" : "leasehold
 const schemaTag = (kind: Kind) => (kind === "raw" ? "raw" : kind === "limited" ? "fl" : "lh")
 
 const workerEnvFor = (kind: Kind, url: string, schema: string, c: number, mode: "throughput" | "latency", expect: number) => {
-  const common = { BENCH_SCHEMA: schema, BENCH_MODE: mode, BENCH_EXPECT: String(expect), BENCH_WARMUP: String(mode === "throughput" ? config.warmup : 0), BENCH_CONCURRENCY: String(c) }
+  const common = {
+    BENCH_SCHEMA: schema,
+    BENCH_MODE: mode,
+    BENCH_EXPECT: String(expect),
+    BENCH_WARMUP: String(mode === "throughput" ? config.warmup : 0),
+    BENCH_CONCURRENCY: String(c),
+    BENCH_LATENCY_BREAKDOWN: config.latencyBreakdown ? "1" : "0"
+  }
   return kind === "raw"
     ? { ...common, BENCH_DATABASE_URL: url }
     : {
@@ -473,6 +483,18 @@ interface LatencyResult {
   readonly kind: Kind
   readonly values: ReadonlyArray<number>
   readonly expected: number
+  /** BENCH_LATENCY_BREAKDOWN=1, leasehold: its measured pickups split into segments. */
+  readonly breakdown?: ReadonlyArray<Breakdown.Pickup> | undefined
+}
+
+/** The measured (not warm-up) pickups of a latency run, split by breakdown.ts from the producer's and the worker's lines. */
+const pickupBreakdown = (producer: Proc, worker: Proc): ReadonlyArray<Breakdown.Pickup> => {
+  const fields = (lines: ReadonlyArray<string>) => lines.map((l) => l.split(" ").map(Number))
+  const sends = fields(producer.linesWith("SENDT ")).map(([, sentAt, ackedAt]) => ({ sentAt: sentAt!, ackedAt: ackedAt! }))
+  const claims = fields(worker.linesWith("CLAIMED ")).map(([, startAt, endAt]) => ({ startAt: startAt!, endAt: endAt! }))
+  const starts = worker.linesWith("LAT ").map((l) => l.split(" ")).filter((f) => f[2] === "0")
+    .map((f) => ({ sentAt: Number(f[3]), startAt: Number(f[4]) }))
+  return Breakdown.pickups(sends, claims, starts)
 }
 
 const latencyRun = async (admin: Admin, url: string, kind: Kind): Promise<LatencyResult> => {
@@ -488,7 +510,8 @@ const latencyRun = async (admin: Admin, url: string, kind: Kind): Promise<Latenc
       BENCH_SCHEMA: schema,
       BENCH_SENDS: String(config.latencySends),
       BENCH_INTERVAL_MS: String(config.latencyIntervalMs),
-      BENCH_WARM: String(config.latencyWarm)
+      BENCH_WARM: String(config.latencyWarm),
+      BENCH_LATENCY_BREAKDOWN: config.latencyBreakdown ? "1" : "0"
     })
     const producerBudget = (config.latencySends + config.latencyWarm) * config.latencyIntervalMs + 60_000
     await producer.waitLine("SENT", producerBudget).finally(() => stopProcess(producer))
@@ -498,7 +521,8 @@ const latencyRun = async (admin: Admin, url: string, kind: Kind): Promise<Latenc
     const values = w.linesWith("LAT ").map((l) => l.split(" ")).filter((f) => f[2] === "0").map((f) => Number(f[1]))
     const v = [...values]
     log(`${kind} pickup latency: ${v.length}/${config.latencySends} measured, ${fmtLatencies(v)}`)
-    return { kind, values, expected: config.latencySends }
+    const breakdown = config.latencyBreakdown && kind === "leasehold" ? pickupBreakdown(producer, w) : undefined
+    return { kind, values, expected: config.latencySends, breakdown }
   } finally {
     await stopProcess(w)
     await dropSchema(admin, schema)
@@ -739,6 +763,12 @@ const main = async (): Promise<number> => {
       console.log("")
       console.log(`pickup latency across processes (handler start - send time)`)
       console.log(table(lrows))
+      for (const l of latencies) {
+        if (l.breakdown === undefined) continue
+        console.log("")
+        console.log(`where leasehold's pickups went (ms; ${l.breakdown.length} of ${l.values.length} pickups joined to their send and claim; bench/throughput/breakdown.ts)`)
+        console.log(table([["segment", "p50", "p95", "p99", "max"], ...Breakdown.breakdownRows(l.breakdown)]))
+      }
     }
 
     const failures = latencies.filter((l) => l.values.length < l.expected).map((l) => `${l.kind}: ${l.values.length}/${l.expected} latency samples`)
