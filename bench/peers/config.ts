@@ -54,7 +54,17 @@ export const config = {
    * Where the markdown result goes: PEERS_RESULTS (a path; `0`: nowhere), by default
    * bench/results/<date>-<commit>.md for a full run and the log directory for a quick one.
    */
-  results: process.env["PEERS_RESULTS"]
+  results: process.env["PEERS_RESULTS"],
+  /**
+   * What the leasehold adapter's processes get besides URL, schema, queue and concurrency:
+   * PEERS_LEASEHOLD_<NAME> as LEASEHOLD_<NAME> (no other LEASEHOLD_* variable reaches them). For
+   * A/B runs of a setting; the run's header lists them among the knobs.
+   */
+  leaseholdEnv: Object.fromEntries(
+    Object.entries(process.env)
+      .filter((entry): entry is [string, string] => entry[0].startsWith("PEERS_LEASEHOLD_") && entry[1] !== undefined)
+      .map(([key, value]) => [`LEASEHOLD_${key.slice("PEERS_LEASEHOLD_".length)}`, value])
+  ) as Record<string, string>
 }
 if (config.cold < 1 || config.cold >= config.jobs) {
   console.error(`PEERS_COLD (${config.cold}) must be at least 1 and below PEERS_JOBS (${config.jobs})`)

@@ -69,7 +69,7 @@ export const adapterEnv = (
     BENCH_CONCURRENCY: String(c)
   }
   return adapter === "leasehold"
-    ? { ...common, LEASEHOLD_DATABASE_URL: url, LEASEHOLD_SCHEMA: "leasehold", LEASEHOLD_QUEUES: QUEUE, LEASEHOLD_CONCURRENCY: String(c) }
+    ? { ...common, ...config.leaseholdEnv, LEASEHOLD_DATABASE_URL: url, LEASEHOLD_SCHEMA: "leasehold", LEASEHOLD_QUEUES: QUEUE, LEASEHOLD_CONCURRENCY: String(c) }
     : common
 }
 
