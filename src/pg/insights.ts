@@ -92,22 +92,28 @@ export const depthSampleAge = (ctx: PgContext): InsightsShape["depthSampleAge"] 
   }).pipe((e) => ctx.op("depthSampleAge", {}, e))
 
 /**
- * `recordDepths`: one statement. The transaction-level advisory lock makes one process the
- * sampler of the moment (one that finds it taken stores nothing); under it, no sample when
- * the latest is younger than `everyMs` (several processes each sampling every interval
- * store one sample per interval between them). The same turn deletes the samples past
- * retention (few: one sample's worth per turn once it has caught up).
+ * `recordDepths`: two statements in one transaction. The transaction-level advisory lock makes
+ * one process the sampler of the moment (one that finds it taken stores nothing). Under it, no
+ * sample when the latest is younger than `everyMs` (several processes each sampling every
+ * interval store one sample per interval between them); the same turn deletes the samples past
+ * retention (few: one sample's worth per turn once it has caught up). The lock is taken by a
+ * statement of its own, before the one that looks for a recent sample: a statement reads as of
+ * its start, so one that took the lock itself could have begun before the last holder's sample
+ * committed (and the lock was freed), not see it, and store a second (seen in CI, three samplers
+ * at once storing two).
  */
 export const recordDepths = (ctx: PgContext): InsightsShape["recordDepths"] => (depths, everyMs, retentionMs) =>
-  Effect.gen(function*() {
+  ctx.sql.withTransaction(Effect.gen(function*() {
     const now = yield* ctx.currentTime
     const table = samplesTable(ctx)
     const int = (values: ReadonlyArray<number>) => array(values, PgTypes.OID.int4)
+    const [lock] = yield* ctx.sql<{ got: boolean }>`SELECT pg_try_advisory_xact_lock(${depthLockKey(ctx.schema)}::bigint) AS got`
+    if (lock?.got !== true) return false
     const [row] = yield* ctx.sql<{ sampled: boolean }>`
       WITH c AS (
-        SELECT ${storeTime(now)} AS now, pg_try_advisory_xact_lock(${depthLockKey(ctx.schema)}::bigint) AS got
+        SELECT ${storeTime(now)} AS now
       ), due AS (
-        SELECT (SELECT got FROM c) AND NOT EXISTS (
+        SELECT NOT EXISTS (
           SELECT 1 FROM ${table} WHERE at > (SELECT now FROM c) - ${everyMs}::bigint * interval '1 millisecond'
         ) AS go
       ), stored AS (
@@ -127,4 +133,4 @@ export const recordDepths = (ctx: PgContext): InsightsShape["recordDepths"] => (
       )
       SELECT (SELECT go FROM due) AS sampled, (SELECT count(*) FROM stored) + (SELECT count(*) FROM expired) AS n`
     return row?.sampled === true
-  }).pipe((e) => ctx.op("recordDepths", { queues: depths.length }, e))
+  })).pipe((e) => ctx.op("recordDepths", { queues: depths.length }, e))
