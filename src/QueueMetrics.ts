@@ -12,21 +12,6 @@ import { Effect, Metric } from "effect"
 /** Messages claimed by consumers. */
 export const claimed = Metric.counter("leasehold_messages_claimed", { description: "Messages claimed" })
 
-/**
- * Messages claimed, by the claim loop of its lane that claimed them (`loop`): `lead`, the loop
- * every lane has, or `beside`, a lane's second loop (lanes of 32 slots or more, while claims come
- * back full; consumer/claimLoop.ts). Together they are `leasehold_messages_claimed`.
- */
-export const claimedByLoop = Metric.counter("leasehold_loop_messages_claimed", {
-  description: "Messages claimed, by claim loop (lead, beside)"
-})
-
-/** The `lead` series of {@link claimedByLoop}, built once. */
-export const claimedByLead = Metric.counter(claimedByLoop.id, { description: claimedByLoop.description, attributes: { loop: "lead" } })
-
-/** The `beside` series of {@link claimedByLoop}, built once. */
-export const claimedBeside = Metric.counter(claimedByLoop.id, { description: claimedByLoop.description, attributes: { loop: "beside" } })
-
 /** Messages acked after a successful handler. */
 export const acked = Metric.counter("leasehold_messages_acked", { description: "Messages acked" })
 /** Messages released (shutdown, interruption), the attempt given back. */
@@ -184,6 +169,17 @@ const counterOf = (family: Metric.Counter<number>, attributes: Metric.Metric.Att
   Metric.counter(family.id, { description: family.description, attributes })
 const histogramOf = (family: Metric.Histogram<number>, boundaries: ReadonlyArray<number>, attributes: Metric.Metric.AttributeSet) =>
   Metric.histogram(family.id, { description: family.description, boundaries, attributes })
+
+/**
+ * Messages claimed, by the claim loop of its lane that claimed them (`loop`): `lead`, the loop
+ * every lane has, or `beside`, a lane's second loop (lanes of 32 slots or more, while claims come
+ * back full; consumer/claimLoop.ts). Together they are `leasehold_messages_claimed`.
+ */
+const claimedByLoop = Metric.counter("leasehold_loop_messages_claimed", { description: "Messages claimed, by claim loop (lead, beside)" })
+/** The `lead` series of `leasehold_loop_messages_claimed`, built once. */
+export const claimedByLead = counterOf(claimedByLoop, { loop: "lead" })
+/** The `beside` series of `leasehold_loop_messages_claimed`, built once. */
+export const claimedBeside = counterOf(claimedByLoop, { loop: "beside" })
 
 const makeTaskMetrics = (queue: string, task: string): TaskMetrics => {
   const attributes = { queue, task }
