@@ -49,6 +49,12 @@ export const config = {
   killFreshReps: Math.max(0, envInt("PEERS_KILL_FRESH_REPS", 1)),
   skipInstall: process.env["PEERS_SKIP_INSTALL"] === "1",
   fastPg: process.env["PEERS_FAST_PG"] === "1",
+  /**
+   * Extra node flags for every adapter's processes (PEERS_NODE_ARGS, split on spaces), the same
+   * for each adapter: e.g. a heap profile (`--max-semi-space-size=2 --heap-growing-percent=50`)
+   * measured against the peers under the same flags.
+   */
+  nodeArgs: (process.env["PEERS_NODE_ARGS"] ?? "").split(/\s+/).filter((a) => a !== ""),
   logDir: process.env["PEERS_LOG_DIR"] ?? join(repoRoot, ".tmp", "bench-peers", startedAt.toISOString().replace(/[:.]/g, "-")),
   /**
    * Where the markdown result goes: PEERS_RESULTS (a path; `0`: nowhere), by default

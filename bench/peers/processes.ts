@@ -73,8 +73,8 @@ export const adapterEnv = (
     : common
 }
 
-/** The node flags of every adapter process: compiled JavaScript, no type stripping. */
-export const workerNodeArgs = ["--no-experimental-strip-types"]
+/** The node flags of every adapter process: compiled JavaScript, no type stripping; then PEERS_NODE_ARGS. */
+export const workerNodeArgs = ["--no-experimental-strip-types", ...config.nodeArgs]
 
 /** Start an adapter's compiled script in a role, as `name`. */
 export const startAdapter = (name: string, adapter: Adapter, role: Role, env: Record<string, string>): Proc =>

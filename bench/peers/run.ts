@@ -58,6 +58,7 @@
  *   PEERS_FAST_PG=1          the embedded server without durability
  *   PEERS_LOG_DIR            every process's log and results.json (default .tmp/bench-peers/<time>)
  *   PEERS_RESULTS            the markdown result's path (default above; 0: none)
+ *   PEERS_NODE_ARGS          extra node flags for every adapter's processes, the same for each (e.g. a heap profile)
  *   PEERS_LEASEHOLD_<NAME>   passed to leasehold's processes as LEASEHOLD_<NAME> (e.g. PEERS_LEASEHOLD_BATCH_SIZE=200);
  *                            the URL, schema, queues and concurrency stay the run's
  */
