@@ -49,6 +49,8 @@ export const config = {
   killFreshReps: Math.max(0, envInt("PEERS_KILL_FRESH_REPS", 1)),
   skipInstall: process.env["PEERS_SKIP_INSTALL"] === "1",
   fastPg: process.env["PEERS_FAST_PG"] === "1",
+  /** PEERS_PG_STATS=1: the server time and WAL per job of each steady window (pg_stat_statements, preloaded). */
+  pgStats: process.env["PEERS_PG_STATS"] === "1",
   /**
    * Extra node flags for every adapter's processes (PEERS_NODE_ARGS, split on spaces), the same
    * for each adapter: e.g. a heap profile (`--max-semi-space-size=2 --heap-growing-percent=50`)

@@ -86,6 +86,7 @@ export const createDatabase = async (admin: PgClient, serverUrl: string, adapter
   await admin.query(`CREATE DATABASE ${db}`)
   return {
     url: dbUrl(serverUrl, db),
+    db,
     drop: () => admin.query(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).then(() => undefined, (error) => log(`drop ${db}: ${String(error)}`))
   }
 }

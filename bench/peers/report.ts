@@ -94,6 +94,33 @@ export const everyRunTable = (results: ReadonlyArray<Result>, adapters: Readonly
   return { title: "every run, jobs/s (adapters alternating: the listed order in odd repetitions, reversed in even ones)", rows }
 }
 
+/** PEERS_PG_STATS=1: per C, each adapter's server time and WAL per job in its steady windows (medians), beside its rate. */
+export const serverTable = (results: ReadonlyArray<Result>, adapters: ReadonlyArray<Adapter>): Table => {
+  const rows: Array<Array<string>> = [["C", "adapter", "steady jobs/s", "server exec us/job", "WAL B/job", "/ leasehold's exec"]]
+  for (const c of config.concurrencies) {
+    const med = byAdapter(results, c)
+    const ours = med("leasehold", (r) => r.server?.execUs)
+    for (const a of adapters) {
+      const exec = med(a, (r) => r.server?.execUs)
+      if (exec === undefined) continue
+      const wal = med(a, (r) => r.server?.walBytes)
+      rows.push([
+        String(c),
+        a,
+        fmtRate(med(a, (r) => r.steadyRate)),
+        exec.toFixed(1),
+        wal === undefined ? "-" : String(Math.round(wal)),
+        ours === undefined || ours === 0 ? "-" : (exec / ours).toFixed(2)
+      ])
+    }
+  }
+  return {
+    title: "on the server in the steady windows (pg_stat_statements: statement execution time and WAL per job finished, " +
+      "commits' flushes not included; medians)",
+    rows
+  }
+}
+
 /** Pickup latency per adapter: every repetition's samples together, and each repetition's p50. */
 export const latencyTable = (latencies: ReadonlyArray<LatencyResult>): Table => ({
   title: `pickup latency across processes (handler start - send time; idle worker at C=10, single sends ${config.latencyIntervalMs} ms apart; ` +

@@ -59,6 +59,7 @@
  *   PEERS_LOG_DIR            every process's log and results.json (default .tmp/bench-peers/<time>)
  *   PEERS_RESULTS            the markdown result's path (default above; 0: none)
  *   PEERS_NODE_ARGS          extra node flags for every adapter's processes, the same for each (e.g. a heap profile)
+ *   PEERS_PG_STATS=1         the server's execution time and WAL per job in each steady window (pg_stat_statements)
  *   PEERS_LEASEHOLD_<NAME>   passed to leasehold's processes as LEASEHOLD_<NAME> (e.g. PEERS_LEASEHOLD_BATCH_SIZE=200);
  *                            the URL, schema, queues and concurrency stay the run's
  */
@@ -177,8 +178,12 @@ const main = async (): Promise<number> => {
     const adapters = config.adapters.filter((a) => installed.has(a))
     const versions: Record<string, string | undefined> = Object.fromEntries(["leasehold", ...PEERS].map((a) => [a, peerVersion(prefix, a)]))
     const buildMs = compile()
-    server = await startPostgres({ forTests: config.fastPg })
+    server = await startPostgres({
+      forTests: config.fastPg,
+      settings: config.pgStats ? ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=top"] : []
+    })
     admin = await connect(server.url)
+    if (config.pgStats) await admin.query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     const header = await headerLines(admin, adapters, versions, buildMs)
     for (const h of header) console.log(h)
     console.log(`worker logs: ${config.logDir}`)
@@ -191,6 +196,7 @@ const main = async (): Promise<number> => {
     const tables = [
       ...config.concurrencies.map((c) => Report.rateTable(results, adapters, c)),
       ...(config.reps > 1 ? [Report.everyRunTable(results, adapters)] : []),
+      ...(config.pgStats ? [Report.serverTable(results, adapters)] : []),
       ...(latencies.length > 0 ? [Report.latencyTable(latencies)] : []),
       ...(kills.length > 0 ? [Report.killTable(kills)] : [])
     ]

@@ -30,6 +30,33 @@ export interface Result {
   readonly steadyDone: number
   readonly rssKb: number | undefined
   readonly cpuShare: number | undefined
+  /** PEERS_PG_STATS=1: the steady window's statements as the server counted them, per job finished. */
+  readonly server?: ServerCost
+}
+
+/** What the server spent per job finished in a steady window (pg_stat_statements, the orchestrator's own reads left out). */
+export interface ServerCost {
+  /** Statement execution, microseconds (commits' WAL flushes not included). */
+  readonly execUs: number
+  /** WAL bytes written by the statements. */
+  readonly walBytes: number
+}
+
+/**
+ * The steady window's statements in database `db`, per job: everything the adapter's processes ran
+ * there since the reset at the window's start, but the orchestrator's counts of unfinished jobs and
+ * statements that wait on the server by design (leasehold's presence probe answers after a
+ * `pg_sleep`: its execution time is a wait, two sessions' worth of the window, not work).
+ */
+const serverCost = async (admin: PgClient, db: string, jobs: number): Promise<ServerCost> => {
+  const row = (await admin.query(
+    `SELECT coalesce(sum(total_exec_time), 0)::float8 AS exec_ms, coalesce(sum(wal_bytes), 0)::float8 AS wal
+     FROM pg_stat_statements
+     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) AND query NOT ILIKE 'SELECT count(*)::int AS n FROM %'
+       AND query NOT ILIKE '%pg_sleep(%'`,
+    [db]
+  )).rows[0]!
+  return { execUs: (Number(row["exec_ms"]) * 1000) / Math.max(1, jobs), walBytes: Number(row["wal"]) / Math.max(1, jobs) }
 }
 
 const forever = 24 * 3_600_000
@@ -50,7 +77,16 @@ const window = async (client: PgClient, adapter: Adapter, w: Proc, start: number
 }
 
 /** The steady run's worker on a full queue: its warm-up, then the steady window (none when the budget ran out in the warm-up). */
-const measureSteady = async (client: PgClient, adapter: Adapter, w: Proc, c: number, rep: number, sendRate: number, tag: string): Promise<Result> => {
+const measureSteady = async (
+  client: PgClient,
+  adapter: Adapter,
+  w: Proc,
+  c: number,
+  rep: number,
+  sendRate: number,
+  tag: string,
+  stats: { readonly admin: PgClient; readonly db: string } | undefined
+): Promise<Result> => {
   await w.waitLine("READY", 120_000)
   const first = Number((await w.waitLine("FIRST", 600_000)).split(" ")[1])
   // The warm-up has the same budget from the first handler start.
@@ -64,9 +100,11 @@ const measureSteady = async (client: PgClient, adapter: Adapter, w: Proc, c: num
     return { adapter, c, rep, sendRate, coldRate: undefined, warmupPartial: true, steadyRate: undefined, steadyDone: 0, rssKb: vmHwmKb(w.pid), cpuShare: undefined }
   }
   const start = Number(warm.split(" ")[2])
+  if (stats !== undefined) await stats.admin.query("SELECT pg_stat_statements_reset()")
   const cpu0 = cpuSeconds(w.pid)
   const { end, done } = await window(client, adapter, w, start, steadyJobs, tag)
   const cpu1 = cpuSeconds(w.pid)
+  const server = stats === undefined ? undefined : await serverCost(stats.admin, stats.db, done)
   const ms = end - start
   const result: Result = {
     adapter,
@@ -77,11 +115,13 @@ const measureSteady = async (client: PgClient, adapter: Adapter, w: Proc, c: num
     steadyRate: done / (ms / 1000),
     steadyDone: done,
     rssKb: vmHwmKb(w.pid),
-    cpuShare: cpu0 === undefined || cpu1 === undefined ? undefined : (cpu1 - cpu0) / (ms / 1000)
+    cpuShare: cpu0 === undefined || cpu1 === undefined ? undefined : (cpu1 - cpu0) / (ms / 1000),
+    ...(server === undefined ? {} : { server })
   }
   log(
     `${tag}: steady ${done === steadyJobs ? `all ${done}` : `${done} of ${steadyJobs} (budget)`} in ${(ms / 1000).toFixed(2)} s = ` +
-      `${fmtRate(result.steadyRate)} jobs/s; peak RSS ${fmtMb(result.rssKb)}, CPU ${fmtPct(result.cpuShare)}`
+      `${fmtRate(result.steadyRate)} jobs/s; peak RSS ${fmtMb(result.rssKb)}, CPU ${fmtPct(result.cpuShare)}` +
+      (server === undefined ? "" : `; server ${server.execUs.toFixed(1)} us and ${Math.round(server.walBytes)} B of WAL a job`)
   )
   return result
 }
@@ -89,11 +129,12 @@ const measureSteady = async (client: PgClient, adapter: Adapter, w: Proc, c: num
 /** A fresh database with `jobs` of the adapter's jobs bulk-sent, vacuumed and checkpointed; `f` runs with it, then it is dropped. */
 const withQueue = async <A>(admin: PgClient, serverUrl: string, adapter: Adapter, c: number, part: string, jobs: number, f: (q: {
   readonly url: string
+  readonly db: string
   readonly client: PgClient
   readonly sendRate: number
 }) => Promise<A>): Promise<A> => {
   const tag = `${adapter}-c${c}-${part}`
-  const { url, drop } = await createDatabase(admin, serverUrl, adapter, `c${c}_${part}`)
+  const { url, db, drop } = await createDatabase(admin, serverUrl, adapter, `c${c}_${part}`)
   try {
     const sent = await sendAll(adapter, `${tag}-send`, adapterEnv(adapter, url, "send", c, "throughput", jobs), 30 * 60_000)
     const sendRate = jobs / (Number(sent[1]) / 1000)
@@ -104,7 +145,7 @@ const withQueue = async <A>(admin: PgClient, serverUrl: string, adapter: Adapter
       await client.query("CHECKPOINT")
       const queued = await remaining(client, adapter)
       if (queued !== jobs) throw new Error(`${tag}: ${queued} jobs in the queue after the send, expected ${jobs}`)
-      return await f({ url, client, sendRate })
+      return await f({ url, db, client, sendRate })
     } finally {
       await client.end().catch(() => undefined)
     }
@@ -141,9 +182,10 @@ const coldRun = (admin: PgClient, serverUrl: string, adapter: Adapter, c: number
 /** One repetition at C: the cold run, then the steady run, each in a database of its own (dropped after). */
 export const throughputRun = async (admin: PgClient, serverUrl: string, adapter: Adapter, c: number, rep: number): Promise<Result> => {
   const cold = await coldRun(admin, serverUrl, adapter, c, rep)
-  const steady = await withQueue(admin, serverUrl, adapter, c, `r${rep}`, config.jobs, ({ client, sendRate, url }) => {
+  const steady = await withQueue(admin, serverUrl, adapter, c, `r${rep}`, config.jobs, ({ client, db, sendRate, url }) => {
     const tag = `${adapter}-c${c}-r${rep}`
-    return withWorker(tag, adapter, adapterEnv(adapter, url, "work", c), (w) => measureSteady(client, adapter, w, c, rep, sendRate, tag))
+    const stats = config.pgStats ? { admin, db } : undefined
+    return withWorker(tag, adapter, adapterEnv(adapter, url, "work", c), (w) => measureSteady(client, adapter, w, c, rep, sendRate, tag, stats))
   })
   return { ...steady, ...cold }
 }
