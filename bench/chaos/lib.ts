@@ -423,6 +423,9 @@ export const envMs = (name: string, fallback: number): number => {
   return Math.round(Number(match[1]) * factor)
 }
 
+/** The space-separated words of a variable (none when unset): node flags such as BENCH_NODE_ARGS. */
+export const envWords = (name: string): Array<string> => (process.env[name] ?? "").split(/\s+/).filter((word) => word !== "")
+
 export const envInt = (name: string, fallback: number): number => {
   const text = process.env[name]
   if (text === undefined || text.trim() === "") return fallback

@@ -4,7 +4,7 @@
  * listed in run.ts's doc comment and in bench/README.md.
  */
 import { join } from "node:path"
-import { envInt, envMs, repoRoot } from "../chaos/lib.ts"
+import { envInt, envMs, envWords, repoRoot } from "../chaos/lib.ts"
 
 /** Every adapter the benchmark knows, in its default order. */
 export const ALL = ["raw-pg", "leasehold", "graphile-worker", "pg-boss"] as const
@@ -56,7 +56,7 @@ export const config = {
    * for each adapter: e.g. a heap profile (`--max-semi-space-size=2 --heap-growing-percent=50`)
    * measured against the peers under the same flags.
    */
-  nodeArgs: (process.env["PEERS_NODE_ARGS"] ?? "").split(/\s+/).filter((a) => a !== ""),
+  nodeArgs: envWords("PEERS_NODE_ARGS"),
   logDir: process.env["PEERS_LOG_DIR"] ?? join(repoRoot, ".tmp", "bench-peers", startedAt.toISOString().replace(/[:.]/g, "-")),
   /**
    * Where the markdown result goes: PEERS_RESULTS (a path; `0`: nowhere), by default

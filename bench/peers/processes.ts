@@ -30,12 +30,15 @@ const dbUrl = (serverUrl: string, db: string) => {
   return u.toString()
 }
 
+/** How every count of unfinished jobs begins: the server-cost reading (PEERS_PG_STATS) leaves them out by it. */
+export const REMAINING_PREFIX = "SELECT count(*)::int AS n FROM "
+
 /** Jobs not finished yet, as each adapter stores them (finished jobs are deleted, or, in pg-boss, marked). */
 const remainingSql: Record<Adapter, string> = {
-  "raw-pg": "SELECT count(*)::int AS n FROM q",
-  "leasehold": "SELECT count(*)::int AS n FROM leasehold.messages",
-  "graphile-worker": "SELECT count(*)::int AS n FROM graphile_worker._private_jobs",
-  "pg-boss": "SELECT count(*)::int AS n FROM pgboss.job WHERE state < 'completed'"
+  "raw-pg": `${REMAINING_PREFIX}q`,
+  "leasehold": `${REMAINING_PREFIX}leasehold.messages`,
+  "graphile-worker": `${REMAINING_PREFIX}graphile_worker._private_jobs`,
+  "pg-boss": `${REMAINING_PREFIX}pgboss.job WHERE state < 'completed'`
 }
 
 /** The adapter's jobs not finished yet. */

@@ -11,7 +11,7 @@ import { sleep } from "../chaos/lib.ts"
 import { cpuSeconds, fmtMb, fmtPct, fmtRate, handledOrBudget, type Proc, stopProcess, vmHwmKb } from "../support/orchestrator.ts"
 import { wallMs } from "../throughput/protocol.ts"
 import { type Adapter, config, log, steadyJobs } from "./config.ts"
-import { adapterEnv, connect, createDatabase, type PgClient, remaining, sendAll, startAdapter } from "./processes.ts"
+import { adapterEnv, connect, createDatabase, type PgClient, REMAINING_PREFIX, remaining, sendAll, startAdapter } from "./processes.ts"
 
 /** One adapter's figures at one C in one repetition. */
 export interface Result {
@@ -52,9 +52,9 @@ const serverCost = async (admin: PgClient, db: string, jobs: number): Promise<Se
   const row = (await admin.query(
     `SELECT coalesce(sum(total_exec_time), 0)::float8 AS exec_ms, coalesce(sum(wal_bytes), 0)::float8 AS wal
      FROM pg_stat_statements
-     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) AND query NOT ILIKE 'SELECT count(*)::int AS n FROM %'
+     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) AND NOT starts_with(query, $2)
        AND query NOT ILIKE '%pg_sleep(%'`,
-    [db]
+    [db, REMAINING_PREFIX]
   )).rows[0]!
   return { execUs: (Number(row["exec_ms"]) * 1000) / Math.max(1, jobs), walBytes: Number(row["wal"]) / Math.max(1, jobs) }
 }

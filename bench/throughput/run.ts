@@ -84,7 +84,7 @@ import { Effect } from "effect"
 import { type PostgresServer, startPostgres } from "../../dev/EmbeddedPostgres.ts"
 import type { FlowLimits } from "../../src/FlowControl.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
-import { envInt, envMs, nodeBinary, percentile, repoRoot, sleep, table } from "../chaos/lib.ts"
+import { envInt, envMs, envWords, nodeBinary, percentile, repoRoot, sleep, table } from "../chaos/lib.ts"
 import {
   type Admin,
   commitProbe,
@@ -164,7 +164,7 @@ const config = {
   timeoutMs: envMs("BENCH_TIMEOUT", 600_000),
   runBudgetMs: envMs("BENCH_RUN_BUDGET", 30_000),
   strict: process.env["BENCH_STRICT"] === "1",
-  nodeArgs: (process.env["BENCH_NODE_ARGS"] ?? "").split(/\s+/).filter((a) => a !== ""),
+  nodeArgs: envWords("BENCH_NODE_ARGS"),
   logDir: process.env["BENCH_LOG_DIR"] ?? join(repoRoot, ".tmp", "bench", new Date().toISOString().replace(/[:.]/g, "-"))
 }
 
