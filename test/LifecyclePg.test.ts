@@ -9,15 +9,20 @@
  * - `TaskClient.events` streams a queue's completion events;
  * - awaits share the store's one listening connection.
  */
+import * as PgClient from "@effect/sql-pg/PgClient"
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schema, Scope, Stream } from "effect"
+import { Context, Deferred, Effect, Exit, Fiber, Layer, Option, Queue, Redacted, Schema, Scope, Stream } from "effect"
+import * as Reactivity from "effect/reactivity/Reactivity"
 import { SqlClient } from "effect/sql"
 import * as Consumer from "../src/Consumer.ts"
+import type { Claim } from "../src/Message.ts"
+import { endedChannel } from "../src/pg/channel.ts"
 import * as PgQueueStore from "../src/PgQueueStore.ts"
 import type * as QueueConfig from "../src/QueueConfig.ts"
 import { QueueStore } from "../src/QueueStore.ts"
 import * as Task from "../src/Task.ts"
 import * as TaskClient from "../src/TaskClient.ts"
+import { ackOf } from "./support/Completions.ts"
 import * as PgTest from "./support/PgTest.ts"
 import { waitFor } from "./support/Wait.ts"
 
@@ -138,5 +143,47 @@ describe("the caller's lifecycle on PostgreSQL (real time)", () => {
         const [listeners] = yield* sql<{ n: number }>`
           SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE '%-events'`
         assert.strictEqual(listeners!.n, 1)
+      })))
+
+  it.live("one finishing write of 700 runs announces each run once, in notices of at most 300 ids of one outcome and task", () =>
+    inFreshSchema((schema) =>
+      Effect.gen(function*() {
+        const store = yield* QueueStore
+        const queue = "many-ends"
+        // What the ended channel carries, heard on a connection of the test's own.
+        const own = yield* PgClient.make({ url: Redacted.make(PgTest.databaseUrl()), maxConnections: 1 }).pipe(Effect.provide(Reactivity.layer))
+        const notices = yield* own.listen(endedChannel(schema))
+        const events = yield* store.completions([queue])
+        yield* store.send(queue, Array.from({ length: 650 }, (_, k) => ({ task: "a", payload: k })))
+        yield* store.send(queue, Array.from({ length: 50 }, (_, k) => ({ task: "b", payload: k })))
+        const claimed: Array<Claim> = [...(yield* store.claim(queue, { lease: "1 minute", limit: 1_000, consumer: "c" }))]
+        assert.lengthOf(claimed, 700)
+        // Task b: 20 retried, 30 acked; task a: all acked.
+        const retried = new Set(claimed.filter((c) => c.task === "b").slice(0, 20).map((c) => c.id))
+        const completed = yield* store.complete(claimed.map((c) =>
+          retried.has(c.id)
+            ? { ...ackOf(c), finish: { _tag: "Retry", delayMs: 60_000, error: "again" }, outcome: "retried", error: "again" }
+            : ackOf(c)
+        ))
+        assert.lengthOf(completed.held, 700)
+
+        const heard = new Map<string, string>()
+        for (let k = 0; k < 700; k++) {
+          const event = yield* events.pipe(Effect.timeout("10 seconds"))
+          assert.isFalse(heard.has(event.messageId), `${event.messageId} announced once`)
+          heard.set(event.messageId, `${event.task} ${event.outcome}`)
+        }
+        assert.deepStrictEqual(
+          [...heard].sort(),
+          claimed.map((c) => [c.id, `${c.task} ${retried.has(c.id) ? "retried" : "completed"}`]).sort()
+        )
+        // Task a's 650 acks in three notices (300, 300, 50), task b's 30 acks and 20 retries in one each.
+        const shapes: Array<string> = []
+        for (let k = 0; k < 5; k++) {
+          const [outcome, , task, , ids] = (yield* Queue.take(notices).pipe(Effect.timeout("10 seconds"))).payload.split(" ")
+          shapes.push(`${task} ${outcome} ${ids!.split(",").length}`)
+        }
+        assert.deepStrictEqual(shapes.sort(), ["a completed 300", "a completed 300", "a completed 50", "b completed 30", "b retried 20"].sort())
+        assert.isTrue(Option.isNone(yield* Queue.poll(notices)), "nothing else was announced")
       })))
 })

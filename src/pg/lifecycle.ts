@@ -40,21 +40,22 @@ export const setProgress = ({ currentTime, op, sql, table }: PgContext): Lifecyc
  * and task and IDS_PER_NOTICE ids, payload `<outcome> <queue> <task> <at ms> <id>,<id>...`
  * (names have no spaces); `count` makes it one row whatever it announced. Not run at all when
  * `announce` is false (the NOTIFY queue is full, or the store announces no ends).
+ *
+ * Shaped for the finishing write's hot path: one aggregate per outcome, queue and task gathers
+ * its ids in order, and each notice is a slice of that array (`k`-th of IDS_PER_NOTICE). It used
+ * to number every row with a window function and format the time per row: ~1.5 us per message
+ * more on the server (pairs of 50-message finishing writes, `pg_stat_statements`).
  */
 export const announceEnded = ({ endedChannel, sql }: PgContext, announce: boolean, now: Date | null): Statement.Statement<never> =>
   sql`
-    SELECT count(pg_notify(${endedChannel},
-             g.outcome || ' ' || g.queue || ' ' || g.task || ' ' || g.at || ' ' || g.ids)) AS n
+    SELECT count(pg_notify(${endedChannel}, g.head || array_to_string(g.ids[k * ${IDS_PER_NOTICE}::int + 1 : (k + 1) * ${IDS_PER_NOTICE}::int], ','))) AS n
     FROM (
-      SELECT c.outcome, c.queue, c.task, max(c.at) AS at, string_agg(c.id::text, ',' ORDER BY c.id) AS ids
-      FROM (
-        SELECT e.*, (row_number() OVER (PARTITION BY e.outcome, e.queue, e.task ORDER BY e.id) - 1) / ${IDS_PER_NOTICE}::int AS chunk,
-               (extract(epoch FROM ${storeTime(now)}) * 1000)::bigint::text AS at
-        FROM ended AS e
-        WHERE ${announce}::boolean
-      ) AS c
-      GROUP BY c.outcome, c.queue, c.task, c.chunk
-    ) AS g`
+      SELECT e.outcome || ' ' || e.queue || ' ' || e.task || ' ' || (extract(epoch FROM ${storeTime(now)}) * 1000)::bigint::text || ' ' AS head,
+             array_agg(e.id ORDER BY e.id) AS ids
+      FROM ended AS e
+      WHERE ${announce}::boolean
+      GROUP BY e.outcome, e.queue, e.task
+    ) AS g, generate_series(0, (cardinality(g.ids) - 1) / ${IDS_PER_NOTICE}::int) AS k`
 
 /** One run that ended, for {@link announceAfterCommit}. */
 export interface Ended {
