@@ -19,7 +19,7 @@
  *   (SQL run once after the migrations, statements split on `;`: e.g. dropping an index, to price it);
  * - graphile-worker 0.18: its batch `get_job` (src/sql/getJobs.ts, queue strategy 2, as its
  *   worker sends it for a batch) and `complete_jobs` (the DELETE over an id array);
- * - raw-pg: bench/peers/raw-pg.ts's claim and DELETE.
+ * - raw-pg: bench/peers/raw-pg.ts's claim and DELETE (the same text, from rawSql.ts).
  * graphile-worker and `pg` are loaded from `.tmp/peers` (installed by `npm run bench`; without
  * them graphile-worker is skipped and raw-pg uses the repository's `pg`).
  *
@@ -41,6 +41,7 @@ import * as PgQueueStore from "../../src/PgQueueStore.ts"
 import { type Completion, QueueStore } from "../../src/QueueStore.ts"
 import { envInt, repoRoot } from "../chaos/lib.ts"
 import { prefix } from "./config.ts"
+import * as RawSql from "./rawSql.ts"
 
 const ADAPTERS = ["leasehold", "leasehold-quiet", "leasehold-prep", "graphile-worker", "raw-pg"] as const
 type Adapter = (typeof ADAPTERS)[number]
@@ -205,26 +206,19 @@ update ${S}._private_jobs as jobs set attempts = jobs.attempts + 1, locked_by = 
   }
 }
 
-/** bench/peers/raw-pg.ts's table, claim and DELETE. */
+/** bench/peers/raw-pg.ts's table, claim and DELETE (rawSql.ts), as its worker sends them. */
 const rawDriver = async (pool: PgPool): Promise<Driver> => {
-  await pool.query(`CREATE TABLE q (
-    id bigserial PRIMARY KEY, vt timestamptz NOT NULL DEFAULT now(), read_ct int NOT NULL DEFAULT 0,
-    enqueued_at timestamptz NOT NULL DEFAULT now(), payload jsonb)`)
-  const claim = `UPDATE q SET vt = now() + interval '30 seconds', read_ct = read_ct + 1
-    WHERE id IN (SELECT id FROM q WHERE vt <= now() ORDER BY id FOR UPDATE SKIP LOCKED LIMIT ${batch}) RETURNING id, payload`
+  await pool.query(RawSql.createTable)
   return {
     claimMatch: /^UPDATE q SET vt/,
     completeMatch: /^DELETE FROM q WHERE id = ANY/,
     table: "q",
     send: (from, count) =>
-      pool.query({
-        name: "send",
-        text: "INSERT INTO q (vt, read_ct, enqueued_at, payload) SELECT now(), 0, now(), p FROM unnest($1::jsonb[]) AS p",
-        values: [Array.from({ length: count }, (_, k) => JSON.stringify({ i: from + k }))]
-      }).then(() => undefined),
+      pool.query({ name: "send", text: RawSql.bulkInsert, values: [Array.from({ length: count }, (_, k) => JSON.stringify({ i: from + k }))] })
+        .then(() => undefined),
     cycle: async () => {
-      const { rows } = await pool.query({ name: "claim", text: claim })
-      if (rows.length > 0) await pool.query({ name: "delete", text: "DELETE FROM q WHERE id = ANY($1)", values: [rows.map((r) => r.id)] })
+      const { rows } = await pool.query({ name: "claim", text: RawSql.claim, values: [batch] })
+      if (rows.length > 0) await pool.query({ name: "delete", text: RawSql.deleteClaimed, values: [rows.map((r) => r.id)] })
       return rows.length
     },
     close: async () => {}

@@ -14,6 +14,7 @@
  */
 import { exitOnSignal, payloads, peerEnv, runJob, timedSend, timedSingles } from "./common.ts"
 import { announceReady, makeRecorder, workerEnv } from "../throughput/protocol.ts"
+import * as RawSql from "./rawSql.ts"
 
 const env = peerEnv()
 // `pg` is in node_modules (a dependency of the dev tooling) without types: imported loosely.
@@ -22,13 +23,11 @@ const pg = (await import(pgModule)).default
 const pool = new pg.Pool({ connectionString: env.url, max: 3, application_name: "peers-raw-pg" })
 
 if (env.role === "send") {
-  await pool.query(`CREATE TABLE IF NOT EXISTS q (
-    id bigserial PRIMARY KEY, vt timestamptz NOT NULL DEFAULT now(), read_ct int NOT NULL DEFAULT 0,
-    enqueued_at timestamptz NOT NULL DEFAULT now(), payload jsonb)`)
+  await pool.query(RawSql.createTable)
   await timedSend(env, (from, count) =>
     pool.query({
       name: "send",
-      text: "INSERT INTO q (vt, read_ct, enqueued_at, payload) SELECT now(), 0, now(), p FROM unnest($1::jsonb[]) AS p",
+      text: RawSql.bulkInsert,
       values: [payloads(from, count).map((p) => JSON.stringify(p))]
     }))
   await pool.end()
@@ -48,9 +47,7 @@ if (env.role === "send") {
   })
   const claim = {
     name: "claim",
-    text: `UPDATE q SET vt = now() + interval '30 seconds', read_ct = read_ct + 1
-      WHERE id IN (SELECT id FROM q WHERE vt <= now() ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $1)
-      RETURNING id, payload`,
+    text: RawSql.claim,
     values: [env.concurrency]
   }
   await pool.query("SELECT 1")
@@ -80,6 +77,6 @@ if (env.role === "send") {
       continue
     }
     await Promise.all(rows.map((row) => job(row.payload)))
-    await pool.query({ name: "delete", text: "DELETE FROM q WHERE id = ANY($1::bigint[])", values: [rows.map((r) => r.id)] })
+    await pool.query({ name: "delete", text: RawSql.deleteClaimed, values: [rows.map((r) => r.id)] })
   }
 }
