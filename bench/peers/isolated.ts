@@ -85,7 +85,7 @@ const loadPg = async (): Promise<any> => {
   return (await import(pgModule)).default
 }
 
-/** One adapter's cycle over a fresh server: `setup`, then per repetition `send` all, drain with `cycle` until it claims nothing. */
+/** One adapter's statements on a fresh server: per repetition, `send` every job, then `cycle` until it claims nothing. */
 interface Driver {
   readonly claimMatch: RegExp
   readonly completeMatch: RegExp
