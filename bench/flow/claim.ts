@@ -41,8 +41,9 @@ import { startPostgres } from "../../dev/EmbeddedPostgres.ts"
 import type { FlowLimits } from "../../src/FlowControl.ts"
 import type { Claim } from "../../src/Message.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
-import type { Completion, QueueStoreShape } from "../../src/QueueStore.ts"
+import type { QueueStoreShape } from "../../src/QueueStore.ts"
 import { envInt, percentile, repoRoot, sleep, table } from "../chaos/lib.ts"
+import { ackOf } from "../support/completions.ts"
 
 const envList = (name: string, fallback: string) =>
   (process.env[name] ?? fallback).split(",").map((v) => v.trim()).filter((v) => v !== "")
@@ -88,17 +89,6 @@ const unkeyed = (variant: string) => variant === "preflow" || variant === "nokey
 /** The key of message i: a fixed pseudo-random draw among `keys` (the same in every schema). */
 const keyOf = (i: number) => `k${(Math.imul(i + 1, 2654435761) >>> 0) % config.keys}`
 
-const ack = (c: Claim): Completion => ({
-  ref: { id: c.id, leaseToken: c.leaseToken },
-  finish: { _tag: "Ack" },
-  queue: c.queue,
-  task: c.task,
-  attempt: c.attempts,
-  consumer: "bench",
-  startedAt: new Date(),
-  outcome: "acked",
-  error: null
-})
 
 type Make = typeof PgQueueStore.make
 
@@ -178,7 +168,7 @@ const program = (makePreflow: Make | undefined) =>
         })
         const settle = Effect.gen(function*() {
           const extra = inFlight.length - config.inflight
-          if (extra > 0) yield* store.complete(inFlight.splice(0, extra).map(ack))
+          if (extra > 0) yield* store.complete(inFlight.splice(0, extra).map((c) => ackOf(c)))
         })
         return { variant, n, schema, limits, sendMs, inFlight, claimTimed, settle }
       })

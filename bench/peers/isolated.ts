@@ -28,7 +28,7 @@
  * ISOLATED_ROUNDS (1), ISOLATED_VACUUM_EVERY (1000; 0: never), ISOLATED_LEASEHOLD_PREP.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Layer, Redacted } from "effect"
+import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { execFileSync } from "node:child_process"
 import { existsSync } from "node:fs"
@@ -36,10 +36,11 @@ import { createRequire } from "node:module"
 import { join } from "node:path"
 import { pathToFileURL } from "node:url"
 import { startPostgres } from "../../dev/EmbeddedPostgres.ts"
-import type { Claim } from "../../src/Message.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
-import { type Completion, QueueStore } from "../../src/QueueStore.ts"
+import { QueueStore } from "../../src/QueueStore.ts"
 import { envInt, repoRoot } from "../chaos/lib.ts"
+import { ackOf } from "../support/completions.ts"
+import { median } from "../support/orchestrator.ts"
 import { prefix } from "./config.ts"
 import * as RawSql from "./rawSql.ts"
 
@@ -135,38 +136,36 @@ const measure = async (driver: Driver, pool: PgPool): Promise<ReadonlyArray<Rep>
 }
 
 /**
- * leasehold from src/: its store's claim and acks, on @effect/sql-pg; `announce`: with the ended
- * announcement (the store's default); `prepare`: statements run after the migrations.
+ * leasehold from src/: its store's claim and acks, on @effect/sql-pg, in a runtime of their own
+ * (disposed by `close`); `announce`: with the ended announcement (the store's default); `prepare`:
+ * statements run after the migrations.
  */
-const leasehold = async (url: string, pool: PgPool, announce: boolean, prepare: ReadonlyArray<string>): Promise<ReadonlyArray<Rep>> => {
-  const ack = (c: Claim): Completion => ({
-    ref: { id: c.id, leaseToken: c.leaseToken }, finish: { _tag: "Ack" }, queue: c.queue, task: c.task,
-    attempt: c.attempts, consumer: "isolated", startedAt: new Date(), outcome: "acked", error: null
-  })
-  const Store = PgQueueStore.layer({ announceEnds: announce }).pipe(
+const leaseholdDriver = async (url: string, announce: boolean, prepare: ReadonlyArray<string>): Promise<Driver> => {
+  const runtime = ManagedRuntime.make(PgQueueStore.layer({ announceEnds: announce }).pipe(
     Layer.provideMerge(PgClient.layer({ url: Redacted.make(url), maxConnections: 2, applicationName: "isolated" }))
-  )
-  return Effect.runPromise(Effect.gen(function*() {
-    const store = yield* QueueStore
+  ))
+  await runtime.runPromise(Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     for (const statement of prepare) yield* sql.unsafe(statement)
-    const run = <A>(effect: Effect.Effect<A, unknown>) => Effect.runPromise(effect as Effect.Effect<A>)
-    const driver: Driver = {
-      claimMatch: /picked AS/,
-      completeMatch: /WITH items AS/,
-      table: "leasehold.messages",
-      send: (from, count) =>
-        run(Effect.asVoid(store.send("q", Array.from({ length: count }, (_, k) => ({ task: "noop", payload: { i: from + k } }))))),
-      cycle: () =>
-        run(Effect.gen(function*() {
-          const claims = yield* store.claim("q", { lease: 30_000, limit: batch, consumer: "isolated" })
-          if (claims.length > 0) yield* store.complete(claims.map(ack))
-          return claims.length
-        })),
-      close: async () => {}
-    }
-    return yield* Effect.promise(() => measure(driver, pool))
-  }).pipe(Effect.provide(Store)))
+  }))
+  return {
+    claimMatch: /picked AS/,
+    completeMatch: /WITH items AS/,
+    table: "leasehold.messages",
+    send: (from, count) =>
+      runtime.runPromise(Effect.gen(function*() {
+        const store = yield* QueueStore
+        yield* store.send("q", Array.from({ length: count }, (_, k) => ({ task: "noop", payload: { i: from + k } })))
+      })),
+    cycle: () =>
+      runtime.runPromise(Effect.gen(function*() {
+        const store = yield* QueueStore
+        const claims = yield* store.claim("q", { lease: 30_000, limit: batch, consumer: "isolated" })
+        if (claims.length > 0) yield* store.complete(claims.map((c) => ackOf(c, "isolated")))
+        return claims.length
+      })),
+    close: () => runtime.dispose()
+  }
 }
 
 /** graphile-worker's batch get_job (queue strategy 2, as getJobs.ts builds it for a batch) and complete_jobs. */
@@ -240,8 +239,11 @@ const runAdapter = async (adapter: Adapter): Promise<ReadonlyArray<Rep> | undefi
   ;(pool as unknown as { on: (event: string, f: (e: unknown) => void) => void }).on("error", () => undefined)
   try {
     await pool.query("CREATE EXTENSION pg_stat_statements")
-    if (adapter.startsWith("leasehold")) return await leasehold(server.url, pool, adapter !== "leasehold-quiet", adapter === "leasehold-prep" ? prep : [])
-    const driver = adapter === "raw-pg" ? await rawDriver(pool) : await graphileDriver(server.url, pool, worker)
+    const driver = adapter === "raw-pg"
+      ? await rawDriver(pool)
+      : adapter === "graphile-worker"
+      ? await graphileDriver(server.url, pool, worker)
+      : await leaseholdDriver(server.url, adapter !== "leasehold-quiet", adapter === "leasehold-prep" ? prep : [])
     try {
       return await measure(driver, pool)
     } finally {
@@ -253,9 +255,9 @@ const runAdapter = async (adapter: Adapter): Promise<ReadonlyArray<Rep> | undefi
   }
 }
 
-const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
+/** The median of a column, its range beside it. */
 const cell = (xs: ReadonlyArray<number>, digits = 1) =>
-  `${median(xs).toFixed(digits)} (${Math.min(...xs).toFixed(digits)}-${Math.max(...xs).toFixed(digits)})`
+  `${median(xs)!.toFixed(digits)} (${Math.min(...xs).toFixed(digits)}-${Math.max(...xs).toFixed(digits)})`
 
 console.log(`isolated statements: ${reps} x ${jobs.toLocaleString("en-US")} jobs per adapter and round, ${rounds} round(s) (the order reversed ` +
   `every other round), claims of ${batch}, one client, VACUUM every ${vacuumEvery > 0 ? vacuumEvery.toLocaleString("en-US") + " jobs" : "(never)"}` +

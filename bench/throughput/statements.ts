@@ -19,9 +19,9 @@ import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { startPostgres } from "../../dev/EmbeddedPostgres.ts"
-import type { Claim } from "../../src/Message.ts"
 import * as PgQueueStore from "../../src/PgQueueStore.ts"
-import { type Completion, QueueStore } from "../../src/QueueStore.ts"
+import { QueueStore } from "../../src/QueueStore.ts"
+import { ackOf } from "../support/completions.ts"
 
 const envList = (name: string, fallback: string) =>
   (process.env[name] ?? fallback).split(",").map((v) => {
@@ -39,17 +39,6 @@ interface Sample {
   readonly completeMs?: number
 }
 
-const ack = (c: Claim): Completion => ({
-  ref: { id: c.id, leaseToken: c.leaseToken },
-  finish: { _tag: "Ack" },
-  queue: c.queue,
-  task: c.task,
-  attempt: c.attempts,
-  consumer: "bench",
-  startedAt: new Date(),
-  outcome: "acked",
-  error: null
-})
 
 const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 
@@ -88,7 +77,7 @@ const program = Effect.gen(function*() {
       const t1 = performance.now()
       split.claim += t1 - t0
       if (claims.length === 0) return 0
-      yield* store.complete(claims.map(ack))
+      yield* store.complete(claims.map((c) => ackOf(c)))
       split.complete += performance.now() - t1
       return claims.length
     })
